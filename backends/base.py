@@ -1,0 +1,62 @@
+"""The one small interface every backend implements: build(graph) -> Executable.
+
+A backend that generates code splits `build` into render (kernel IR -> source text),
+compile (source -> binary, cached by hash) and load (binary -> callable). The reference
+backend has nothing to render: it runs the interpreter.
+"""
+from __future__ import annotations
+
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ir.graph import Graph
+
+
+class Executable(Protocol):
+    source: str  # the generated code (or a description), shown by explain()
+
+    def __call__(self, *args: np.ndarray) -> list[np.ndarray]: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def unavailable_reason(self) -> str | None:
+        """None where this backend can run here, else a sentence saying what is missing."""
+
+    def build(self, graph: Graph, schedule=None) -> Executable: ...
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+_REGISTRY: dict[str, "Backend"] = {}
+_FACTORIES: dict[str, str] = {
+    "reference": "backends.reference:ReferenceBackend",
+    "cpu": "backends.llvm:LLVMBackend",
+    "cuda": "backends.cuda:CUDABackend",
+}
+
+
+def get_backend(name: str) -> Backend:
+    if name in _REGISTRY:
+        return _REGISTRY[name]
+    if name not in _FACTORIES:
+        raise BackendUnavailable(f"unknown target {name!r}; choose one of {sorted(_FACTORIES)}")
+    module, cls = _FACTORIES[name].split(":")
+    import importlib
+    try:
+        backend = getattr(importlib.import_module(module), cls)()
+    except ImportError as e:
+        raise BackendUnavailable(f"target {name!r} is not available: {e}") from None
+    reason = backend.unavailable_reason()
+    if reason:
+        raise BackendUnavailable(f"target {name!r} is not available here: {reason}")
+    _REGISTRY[name] = backend
+    return backend
+
+
+def targets() -> Sequence[str]:
+    return tuple(_FACTORIES)

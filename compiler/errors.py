@@ -1,0 +1,41 @@
+"""User-facing errors that name the op, the shapes and the user's own line of code."""
+from __future__ import annotations
+
+import os
+import sys
+
+_PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d + os.sep
+                  for d in ("compiler", "ir", "rewrites", "backends"))
+
+
+def user_location() -> str:
+    """'file:line' of the innermost stack frame outside Saturn's own packages."""
+    f = sys._getframe(1)
+    while f is not None:
+        path = os.path.abspath(f.f_code.co_filename)
+        if not path.startswith(_PKG_DIRS) and "importlib" not in path:
+            return f"{path}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+class SaturnError(Exception):
+    """Base of every error Saturn raises on bad user input."""
+
+    def __init__(self, message: str, op: str | None = None):
+        self.op = op
+        where = user_location()
+        prefix = f"{op}: " if op else ""
+        super().__init__(f"{prefix}{message}\n  at {where}")
+
+
+class ShapeError(SaturnError, ValueError):
+    pass
+
+
+class DTypeError(SaturnError, TypeError):
+    pass
+
+
+class UnsupportedError(SaturnError, NotImplementedError):
+    pass

@@ -1,0 +1,552 @@
+"""The lazy `Tensor`: a PyTorch-like API whose every method builds primitive IR nodes.
+
+Nothing here computes. High-level ops (softmax, layer_norm, gelu, matmul, ...) are plain
+compositions of the primitives in `ir.ops`, so the e-graph sees and can rewrite all of them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from compiler.errors import DTypeError, ShapeError
+from ir import node as N
+from ir.dtypes import DType, as_dtype, promote
+from ir.node import Node
+from ir.ops import Op
+
+LOG2E = 1.0 / math.log(2.0)
+LN2 = math.log(2.0)
+Scalar = int | float | bool
+
+
+def broadcast_shapes(op: str, *shapes) -> tuple[int, ...]:
+    nd = max(len(s) for s in shapes)
+    out = []
+    for i in range(nd):
+        dims = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0} - {1}
+        if len(dims) > 1:
+            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast "
+                             f"(axis {i - nd}: sizes {sorted(dims)})", op)
+        out.append(dims.pop() if dims else 1)
+    return tuple(out)
+
+
+def _norm_axis(op: str, axis: int, ndim: int) -> int:
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise ShapeError(f"axis must be an int, got {axis!r}", op)
+    if not -ndim <= axis < max(ndim, 1):
+        raise ShapeError(f"axis {axis} is out of range for a tensor of rank {ndim}", op)
+    return axis % ndim if ndim else 0
+
+
+def _norm_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    out = tuple(_norm_axis(op, a, ndim) for a in axes)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"repeated axis in {axis}", op)
+    return out
+
+
+class Tensor:
+    """A lazy tensor. Build programs with it inside a function passed to `compiler.trace`."""
+    __slots__ = ("node",)
+    __array_priority__ = 1000  # numpy scalars on the left defer to our operators
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    # --- properties -----------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.node.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.node.shape)
+
+    @property
+    def numel(self) -> int:
+        return self.node.numel
+
+    def size(self, axis: int | None = None):
+        return self.shape if axis is None else self.shape[_norm_axis("size", axis, self.ndim)]
+
+    def __repr__(self) -> str:
+        return f"Tensor(shape={self.shape}, dtype={self.dtype.value})"
+
+    def __bool__(self):
+        raise TypeError("a lazy Tensor has no truth value while tracing; use Tensor.where for data-dependent choices")
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    # --- construction helpers -------------------------------------------------------------
+    @staticmethod
+    def full(shape, value: Scalar, dtype="f32") -> "Tensor":
+        return Tensor(N.const(value, tuple(shape), as_dtype(dtype)))
+
+    def _const(self, value: Scalar, dtype: DType | None = None) -> "Tensor":
+        return Tensor.full(self.shape, value, dtype or self.dtype)
+
+    def _coerce(self, other, op: str) -> tuple["Tensor", "Tensor"]:
+        """Broadcast and promote two operands to one shape and dtype."""
+        if isinstance(other, Tensor):
+            a, b = self, other
+        elif isinstance(other, (int, float, bool)) or hasattr(other, "dtype") and getattr(other, "shape", None) == ():
+            value = other.item() if hasattr(other, "item") else other
+            dt = self.dtype
+            if isinstance(value, float) and not dt.is_float:
+                dt = DType.f32
+            elif isinstance(value, int) and not isinstance(value, bool) and dt == DType.bool:
+                dt = DType.i32
+            return self.astype(dt), Tensor(N.const(value, self.shape, dt))
+        else:
+            raise DTypeError(f"cannot combine a Tensor with {type(other).__name__}; "
+                             "pass arrays as compile inputs instead", op)
+        shape = broadcast_shapes(op, a.shape, b.shape)
+        dt = promote(a.dtype, b.dtype)
+        return a.astype(dt).expand(shape), b.astype(dt).expand(shape)
+
+    def _float(self) -> "Tensor":
+        return self if self.dtype.is_float else self.astype(DType.f32)
+
+    # --- elementwise primitives -----------------------------------------------------------
+    def _binary(self, op: Op, other, name: str, reverse: bool = False) -> "Tensor":
+        a, b = self._coerce(other, name)
+        if reverse:
+            a, b = b, a
+        if op == Op.MOD and a.dtype == DType.bool:
+            raise DTypeError("mod is not defined on bool", name)
+        return Tensor(N.binary(op, a.node, b.node))
+
+    def __add__(self, o): return self._binary(Op.ADD, o, "add")
+    def __radd__(self, o): return self._binary(Op.ADD, o, "add", True)
+    def __mul__(self, o): return self._binary(Op.MUL, o, "mul")
+    def __rmul__(self, o): return self._binary(Op.MUL, o, "mul", True)
+    def __mod__(self, o): return self._binary(Op.MOD, o, "mod")
+    def __rmod__(self, o): return self._binary(Op.MOD, o, "mod", True)
+    def __lt__(self, o): return self._binary(Op.CMPLT, o, "lt")
+    def __gt__(self, o): return self._binary(Op.CMPLT, o, "gt", True)
+
+    def __le__(self, o): return (self > o).logical_not()
+    def __ge__(self, o): return (self < o).logical_not()
+
+    def __eq__(self, o):  # noqa: D105 - elementwise, like PyTorch
+        a, b = self._coerce(o, "eq")
+        return ((a < b).logical_or(b < a)).logical_not()
+
+    def __ne__(self, o):
+        return (self == o).logical_not()
+
+    __hash__ = object.__hash__
+
+    def __neg__(self):
+        return self * -1
+
+    def __sub__(self, o):
+        a, b = self._coerce(o, "sub")
+        return a + (-b)
+
+    def __rsub__(self, o):
+        a, b = self._coerce(o, "sub")
+        return b + (-a)
+
+    def __truediv__(self, o):
+        a, b = self._coerce(o, "div")
+        a, b = a._float(), b._float()
+        if isinstance(o, (int, float)) and o != 0:
+            return a * (1.0 / o)
+        return a * b.reciprocal()
+
+    def __rtruediv__(self, o):
+        a, b = self._coerce(o, "div")
+        return b._float() * a._float().reciprocal()
+
+    def __pow__(self, exponent):
+        if isinstance(exponent, (int, float)) and float(exponent).is_integer() and 0 <= exponent <= 8:
+            out = None
+            for _ in range(int(exponent)):
+                out = self if out is None else out * self
+            return self._const(1) if out is None else out
+        if exponent == 0.5:
+            return self.sqrt()
+        if exponent == -0.5:
+            return self.rsqrt()
+        if isinstance(exponent, (int, float)) and float(exponent).is_integer() and exponent < 0:
+            return (self ** -exponent).reciprocal()
+        a, b = self._coerce(exponent, "pow")
+        return (a._float().log2() * b._float()).exp2()
+
+    def __matmul__(self, o): return self.matmul(o)
+    def __rmatmul__(self, o): return o.matmul(self)
+
+    def _unary(self, op: Op) -> "Tensor":
+        return Tensor(N.unary(op, self._float().node))
+
+    def exp2(self): return self._unary(Op.EXP2)
+    def log2(self): return self._unary(Op.LOG2)
+    def sin(self): return self._unary(Op.SIN)
+    def sqrt(self): return self._unary(Op.SQRT)
+    def reciprocal(self): return self._unary(Op.RECIP)
+
+    def exp(self): return (self._float() * LOG2E).exp2()
+    def log(self): return self._float().log2() * LN2
+    def rsqrt(self): return self.sqrt().reciprocal()
+    def cos(self): return (self._float() + math.pi / 2).sin()
+    def sigmoid(self): return ((-self._float()).exp() + 1).reciprocal()
+    def tanh(self): return (self._float() * 2).sigmoid() * 2 - 1
+    def relu(self): return (self < 0).where(0, self)
+    def silu(self): return self._float() * self.sigmoid()
+    def abs(self): return (self < 0).where(-self, self)
+    def square(self): return self * self
+
+    def erf(self):
+        # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), built from primitives
+        x = self._float()
+        sign = (x < 0).where(-1.0, 1.0)
+        a = x.abs()
+        t = (a * 0.3275911 + 1).reciprocal()
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        return sign * (1 - poly * (-(a * a)).exp())
+
+    def gelu(self, approximate: str = "none"):
+        x = self._float()
+        if approximate == "tanh":
+            return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+        if approximate != "none":
+            raise ShapeError(f"approximate must be 'none' or 'tanh', got {approximate!r}", "gelu")
+        return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+
+    def logical_not(self):
+        if self.dtype != DType.bool:
+            raise DTypeError(f"logical_not needs bool, got {self.dtype.value}", "logical_not")
+        return self.where(False, True)
+
+    def logical_or(self, o):
+        return self.where(True, o)
+
+    def logical_and(self, o):
+        return self.where(o, False)
+
+    def where(self, a, b) -> "Tensor":
+        """`self ? a : b` elementwise, self a bool tensor (like torch.where(self, a, b))."""
+        if self.dtype != DType.bool:
+            raise DTypeError(f"condition must be bool, got {self.dtype.value}", "where")
+        if isinstance(a, Tensor):
+            a_t, b_t = a._coerce(b, "where")
+        elif isinstance(b, Tensor):
+            b_t, a_t = b._coerce(a, "where")
+        else:
+            dt = DType.f32 if isinstance(a, float) or isinstance(b, float) else \
+                (DType.bool if isinstance(a, bool) and isinstance(b, bool) else DType.i32)
+            a_t, b_t = self._const(a, dt), self._const(b, dt)
+        shape = broadcast_shapes("where", self.shape, a_t.shape, b_t.shape)
+        return Tensor(N.where(self.expand(shape).node, a_t.expand(shape).node, b_t.expand(shape).node))
+
+    def maximum(self, o):
+        a, b = self._coerce(o, "maximum")
+        return (a < b).where(b, a)
+
+    def minimum(self, o):
+        a, b = self._coerce(o, "minimum")
+        return (b < a).where(b, a)
+
+    def clamp(self, lo=None, hi=None):
+        out = self
+        if lo is not None:
+            out = out.maximum(lo)
+        if hi is not None:
+            out = out.minimum(hi)
+        return out
+
+    def astype(self, dtype) -> "Tensor":
+        try:
+            dt = as_dtype(dtype)
+        except TypeError as e:
+            raise DTypeError(str(e), "astype") from None
+        return Tensor(N.cast(self.node, dt))
+
+    cast = astype
+    to = astype
+
+    # --- reductions -----------------------------------------------------------------------
+    def _reduce(self, op: Op, axis, keepdim: bool, name: str) -> "Tensor":
+        axes = _norm_axes(name, axis, self.ndim)
+        if self.dtype == DType.bool:
+            x = self.astype(DType.i32)
+        else:
+            x = self
+        if not self.ndim or not axes:
+            return x
+        if op == Op.MAX and any(self.shape[a] == 0 for a in axes):
+            raise ShapeError(f"max over an empty axis of shape {self.shape}", name)
+        out = Tensor(N.reduce(op, x.node, axes))
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis=None, keepdim: bool = False):
+        return self._reduce(Op.SUM, axis, keepdim, "sum")
+
+    def max(self, axis=None, keepdim: bool = False):
+        return self._reduce(Op.MAX, axis, keepdim, "max")
+
+    def min(self, axis=None, keepdim: bool = False):
+        return -((-self)._reduce(Op.MAX, axis, keepdim, "min"))
+
+    def mean(self, axis=None, keepdim: bool = False):
+        axes = _norm_axes("mean", axis, self.ndim)
+        n = math.prod(self.shape[a] for a in axes)
+        return self._float().sum(axes, keepdim) * (1.0 / n if n else float("nan"))
+
+    def var(self, axis=None, keepdim: bool = False, correction: int = 1):
+        axes = _norm_axes("var", axis, self.ndim)
+        n = math.prod(self.shape[a] for a in axes)
+        x = self._float()
+        d = x - x.mean(axes, keepdim=True)
+        denom = max(n - correction, 0)
+        return (d * d).sum(axes, keepdim) * (1.0 / denom if denom else float("nan"))
+
+    def softmax(self, axis: int = -1):
+        x = self._float()
+        e = (x - x.max(axis, keepdim=True)).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self, axis: int = -1):
+        x = self._float()
+        s = x - x.max(axis, keepdim=True)
+        return s - s.exp().sum(axis, keepdim=True).log()
+
+    def layer_norm(self, normalized_shape=None, weight=None, bias=None, eps: float = 1e-5):
+        n = 1 if normalized_shape is None else (len(normalized_shape) if not isinstance(normalized_shape, int) else 1)
+        if normalized_shape is not None:
+            want = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+            if self.shape[-n:] != want:
+                raise ShapeError(f"normalized_shape {want} does not match the trailing axes of {self.shape}", "layer_norm")
+        axes = tuple(range(self.ndim - n, self.ndim))
+        x = self._float()
+        mean = x.mean(axes, keepdim=True)
+        d = x - mean
+        var = (d * d).mean(axes, keepdim=True)
+        out = d * (var + eps).rsqrt()
+        if weight is not None:
+            out = out * weight
+        if bias is not None:
+            out = out + bias
+        return out
+
+    def rms_norm(self, normalized_shape=None, weight=None, eps: float = 1e-6):
+        n = 1 if normalized_shape is None or isinstance(normalized_shape, int) else len(normalized_shape)
+        axes = tuple(range(self.ndim - n, self.ndim))
+        x = self._float()
+        out = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
+        return out * weight if weight is not None else out
+
+    def matmul(self, other: "Tensor") -> "Tensor":
+        if not isinstance(other, Tensor):
+            raise DTypeError(f"matmul needs two Tensors, got {type(other).__name__}", "matmul")
+        a, b = self, other
+        if a.ndim == 0 or b.ndim == 0:
+            raise ShapeError("matmul does not take 0-d tensors; use *", "matmul")
+        squeeze_a, squeeze_b = a.ndim == 1, b.ndim == 1
+        if squeeze_a:
+            a = a.reshape((1,) + a.shape)
+        if squeeze_b:
+            b = b.reshape(b.shape + (1,))
+        if a.shape[-1] != b.shape[-2]:
+            raise ShapeError(f"inner dimensions differ: {self.shape} @ {other.shape} "
+                             f"({a.shape[-1]} != {b.shape[-2]})", "matmul")
+        batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+        m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+        dt = promote(a.dtype, b.dtype)
+        a3 = a.astype(dt).reshape(a.shape[:-2] + (m, k, 1)).expand(batch + (m, k, n))
+        b3 = b.astype(dt).reshape(b.shape[:-2] + (1, k, n)).expand(batch + (m, k, n))
+        out = (a3 * b3).sum(-2)
+        if squeeze_a:
+            out = out.reshape(out.shape[:-2] + (n,))
+        if squeeze_b:
+            out = out.reshape(out.shape[:-1])
+        return out
+
+    def linear(self, weight: "Tensor", bias: "Tensor | None" = None) -> "Tensor":
+        """x @ weight.T + bias, weight of shape (out, in) like torch.nn.functional.linear."""
+        out = self @ weight.transpose(-1, -2)
+        return out + bias if bias is not None else out
+
+    # --- movement (views; nothing is copied) ----------------------------------------------
+    def _move(self, fn, fill: float | None = None) -> "Tensor":
+        return Tensor(N.move(self.node, fn, fill))
+
+    def reshape(self, *shape) -> "Tensor":
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if any(not isinstance(s, int) or isinstance(s, bool) for s in shape):
+            raise ShapeError(f"shape entries must be ints, got {shape}", "reshape")
+        if shape.count(-1) > 1 or any(s < -1 for s in shape):
+            raise ShapeError(f"bad shape {shape}", "reshape")
+        if -1 in shape:
+            known = math.prod(s for s in shape if s != -1)
+            if known == 0 or self.numel % known:
+                raise ShapeError(f"cannot reshape {self.shape} ({self.numel} elements) to {shape}", "reshape")
+            shape = tuple(self.numel // known if s == -1 else s for s in shape)
+        if math.prod(shape) != self.numel:
+            raise ShapeError(f"cannot reshape {self.shape} ({self.numel} elements) to {shape} "
+                             f"({math.prod(shape)} elements)", "reshape")
+        if shape == self.shape:
+            return self
+        return self._move(lambda st: st.reshape(shape))
+
+    view = reshape
+
+    def flatten(self, start: int = 0, end: int = -1) -> "Tensor":
+        if not self.ndim:
+            return self.reshape(1)
+        s, e = _norm_axis("flatten", start, self.ndim), _norm_axis("flatten", end, self.ndim)
+        return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+    def unsqueeze(self, axis: int) -> "Tensor":
+        axis = _norm_axis("unsqueeze", axis, self.ndim + 1)
+        return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
+
+    def squeeze(self, axis=None) -> "Tensor":
+        axes = _norm_axes("squeeze", axis, self.ndim) if axis is not None else \
+            tuple(i for i, s in enumerate(self.shape) if s == 1)
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in axes and s == 1)))
+
+    def permute(self, *order) -> "Tensor":
+        order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
+        norm = tuple(_norm_axis("permute", a, self.ndim) for a in order)
+        if sorted(norm) != list(range(self.ndim)):
+            raise ShapeError(f"{order} is not a permutation of the {self.ndim} axes of {self.shape}", "permute")
+        if norm == tuple(range(self.ndim)):
+            return self
+        return self._move(lambda st: st.permute(norm))
+
+    def transpose(self, a: int = -2, b: int = -1) -> "Tensor":
+        a, b = _norm_axis("transpose", a, self.ndim), _norm_axis("transpose", b, self.ndim)
+        order = list(range(self.ndim))
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    @property
+    def T(self) -> "Tensor":
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def expand(self, *shape) -> "Tensor":
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if len(shape) < self.ndim:
+            raise ShapeError(f"cannot expand {self.shape} to fewer axes {shape}", "expand")
+        src = (1,) * (len(shape) - self.ndim) + self.shape
+        shape = tuple(s if n == -1 else n for s, n in zip(src, shape))
+        for s, n in zip(src, shape):
+            if s != n and s != 1:
+                raise ShapeError(f"cannot expand {self.shape} to {shape}: only size-1 axes expand", "expand")
+        x = self.reshape(src) if src != self.shape else self
+        if shape == x.shape:
+            return x
+        return x._move(lambda st: st.expand(shape))
+
+    def slice(self, axis: int, start: int | None = None, stop: int | None = None, step: int = 1) -> "Tensor":
+        axis = _norm_axis("slice", axis, self.ndim)
+        index = [slice(None)] * self.ndim
+        index[axis] = slice(start, stop, step)
+        return self[tuple(index)]
+
+    def __getitem__(self, index) -> "Tensor":
+        if not isinstance(index, tuple):
+            index = (index,)
+        if sum(1 for i in index if i is Ellipsis) > 1:
+            raise ShapeError("only one ... allowed in an index", "getitem")
+        n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
+        if n_real > self.ndim:
+            raise ShapeError(f"too many indices ({n_real}) for shape {self.shape}", "getitem")
+        if Ellipsis in index:
+            k = index.index(Ellipsis)
+            index = index[:k] + (slice(None),) * (self.ndim - n_real) + index[k + 1:]
+        else:
+            index = index + (slice(None),) * (self.ndim - n_real)
+        bounds, steps, out_shape, dim = [], [], [], 0
+        for i in index:
+            if i is None:
+                out_shape.append(("new", 1))
+                continue
+            size = self.shape[dim]
+            if isinstance(i, int) and not isinstance(i, bool):
+                if not -size <= i < size:
+                    raise ShapeError(f"index {i} is out of range for axis {dim} of size {size}", "getitem")
+                i %= size
+                bounds.append((i, i + 1))
+                steps.append(1)
+                out_shape.append(("drop", 1))
+            elif isinstance(i, slice):
+                start, stop, step = i.indices(size)
+                if step <= 0:
+                    raise ShapeError("negative or zero slice steps are not supported", "getitem")
+                stop = max(stop, start)
+                bounds.append((start, stop))
+                steps.append(step)
+                out_shape.append(("keep", len(range(start, stop, step))))
+            else:
+                raise ShapeError(f"unsupported index {i!r}; use ints, slices, None or ...", "getitem")
+            dim += 1
+        x = self
+        if any(b != (0, s) for b, s in zip(bounds, self.shape)):
+            x = x._move(lambda st: st.shrink(tuple(bounds)))
+        if any(k != 1 for k in steps):
+            x = x._move(lambda st: st.step(tuple(steps)))
+        return x.reshape(tuple(s for kind, s in out_shape if kind != "drop"))
+
+    def pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> "Tensor":
+        """Pad each axis by (before, after) elements of `value` (numpy order, first axis first)."""
+        pads = tuple(tuple(p) for p in pads)
+        if len(pads) != self.ndim or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in pads):
+            raise ShapeError(f"pads must be one non-negative (before, after) pair per axis of {self.shape}, got {pads}", "pad")
+        if all(p == (0, 0) for p in pads):
+            return self
+        return self._move(lambda st: st.pad(pads, float(value)), float(value))
+
+    def contiguous(self) -> "Tensor":
+        return Tensor(N.contiguous(self.node))
+
+    def __iter__(self):
+        raise TypeError("iterating over a lazy Tensor is not supported; index it explicitly")
+
+
+def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Concatenate along `axis`: each piece is padded into place and selected with `where`."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeError("cat of no tensors", "cat")
+    ref = tensors[0]
+    axis = _norm_axis("cat", axis, ref.ndim)
+    for t in tensors[1:]:
+        if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != axis):
+            raise ShapeError(f"shapes {[x.shape for x in tensors]} differ outside axis {axis}", "cat")
+    dt = ref.dtype
+    for t in tensors[1:]:
+        dt = promote(dt, t.dtype)
+    total = sum(t.shape[axis] for t in tensors)
+    out, offset = None, 0
+    for t in tensors:
+        pads = [(0, 0)] * ref.ndim
+        pads[axis] = (offset, total - offset - t.shape[axis])
+        placed = t.astype(dt).pad(pads)
+        mask = Tensor.full(t.shape, True, DType.bool).pad(pads, 0.0)
+        out = placed if out is None else mask.where(placed, out)
+        offset += t.shape[axis]
+    return out
+
+
+def where(cond: Tensor, a, b) -> Tensor:
+    return cond.where(a, b)
+
+
+def maximum(a: Tensor, b) -> Tensor:
+    return a.maximum(b)

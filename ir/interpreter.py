@@ -1,0 +1,115 @@
+"""The numpy reference interpreter: the definition of what every primitive op means.
+
+Half types (f16, bf16) compute in f32 and round to storage after every op; reductions
+accumulate in f32 (or wider) whatever the storage type. Every backend and every rewrite
+rule is checked against this file.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ir.dtypes import DType
+from ir.graph import Graph, toposort
+from ir.node import Node
+from ir.ops import Op
+from ir.view import ShapeTracker, View
+
+
+def apply_view(v: View, flat: np.ndarray, fill) -> np.ndarray:
+    """Read `flat` (a 1-D contiguous buffer) through one view."""
+    shape = v.shape
+    if v.mask is None:
+        box, lo = shape, (0,) * len(shape)
+    else:
+        lo = tuple(m[0] for m in v.mask)
+        box = tuple(max(m[1] - m[0], 0) for m in v.mask)
+    item = flat.itemsize
+    offset = v.offset + sum(l * st for l, st in zip(lo, v.strides))
+    if min(box, default=1) == 0:
+        inner = np.empty(box, flat.dtype)
+    else:
+        inner = np.lib.stride_tricks.as_strided(flat[offset:], shape=box,
+                                                strides=tuple(st * item for st in v.strides))
+    if v.mask is None:
+        return inner
+    out = np.full(shape, fill, dtype=flat.dtype)
+    out[tuple(slice(l, l + b) for l, b in zip(lo, box))] = inner
+    return out
+
+
+def apply_tracker(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
+    arr = x
+    for v in st.views:
+        arr = apply_view(v, np.ascontiguousarray(arr).reshape(-1), st.fill)
+    return np.ascontiguousarray(arr)
+
+
+def _compute(x: np.ndarray, dtype: DType) -> np.ndarray:
+    return x.astype(np.float32) if dtype.compute != dtype else x
+
+
+def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
+    op, dt = n.op, n.dtype
+    with np.errstate(all="ignore"):
+        if op == Op.CONST:
+            return np.full(n.shape, n.arg, dtype=dt.np)
+        if op == Op.CAST:
+            src = vals[0]
+            if dt == DType.bool:
+                return src != 0
+            if dt == DType.i32 and src.dtype.kind == "f":
+                return np.trunc(src.astype(np.float64)).astype(np.int32)
+            return src.astype(dt.np)
+        if op == Op.VIEW:
+            return apply_tracker(n.arg, vals[0])
+        if op == Op.CONTIGUOUS:
+            return vals[0].copy()
+        if op == Op.CMPLT:
+            a, b = (_compute(v, n.srcs[0].dtype) for v in vals)
+            return a < b
+        if op == Op.WHERE:
+            return np.where(vals[0], vals[1], vals[2])
+        if op in (Op.SUM, Op.MAX):
+            x = vals[0]
+            if op == Op.SUM:
+                acc = np.float64 if dt == DType.f32 else (np.float32 if dt.is_float else x.dtype)
+                r = x.astype(acc).sum(axis=n.arg, keepdims=True) if dt.is_float else \
+                    x.sum(axis=n.arg, keepdims=True, dtype=acc)
+            else:
+                r = x.max(axis=n.arg, keepdims=True) if x.size else np.full(n.shape, -np.inf)
+            return r.astype(dt.np)
+        xs = [_compute(v, dt) for v in vals]
+        r = {
+            Op.EXP2: lambda: np.exp2(xs[0]),
+            Op.LOG2: lambda: np.log2(xs[0]),
+            Op.SIN: lambda: np.sin(xs[0]),
+            Op.SQRT: lambda: np.sqrt(xs[0]),
+            Op.RECIP: lambda: np.float32(1) / xs[0],
+            Op.ADD: lambda: xs[0] + xs[1],
+            Op.MUL: lambda: xs[0] * xs[1],
+            Op.MOD: lambda: np.fmod(xs[0], xs[1]),
+        }[op]()
+        return np.asarray(r).astype(dt.np)
+
+
+def evaluate(graph: Graph, args) -> list[np.ndarray]:
+    """Run `graph` on numpy arrays `args` (one per graph input, in order)."""
+    env: dict[Node, np.ndarray] = {}
+    for node, a in zip(graph.inputs, args):
+        env[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(node.shape)
+    for n in toposort(graph.outputs):
+        if n in env:
+            continue
+        if n.op == Op.INPUT:
+            raise KeyError(f"no value given for input {n.arg}")
+        env[n] = _eval_node(n, [env[s] for s in n.srcs])
+    return [env[o] for o in graph.outputs]
+
+
+def evaluate_nodes(outputs, env: dict[Node, np.ndarray]) -> list[np.ndarray]:
+    """Evaluate arbitrary nodes given values for their INPUT leaves (used by rule checks)."""
+    env = dict(env)
+    for n in toposort(outputs):
+        if n not in env:
+            env[n] = _eval_node(n, [env[s] for s in n.srcs])
+    return [env[o] for o in outputs]

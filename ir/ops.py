@@ -1,0 +1,73 @@
+"""The primitive ops. Every program Saturn compiles is built from these and nothing else.
+
+Thirteen compute ops (exact meaning in `ir.interpreter`), two leaves, and two structural ops:
+VIEW carries movement metadata (reshape/permute/expand/slice/pad) on an edge and never
+computes; CONTIGUOUS marks a value to be materialized in memory.
+"""
+from __future__ import annotations
+
+import enum
+
+
+class Op(enum.Enum):
+    # leaves
+    INPUT = "input"        # arg: (index, name)
+    CONST = "const"        # arg: python scalar, broadcast to the node's shape
+    # unary
+    EXP2 = "exp2"
+    LOG2 = "log2"
+    SIN = "sin"
+    SQRT = "sqrt"
+    RECIP = "recip"
+    CAST = "cast"          # to the node's dtype
+    # binary
+    ADD = "add"
+    MUL = "mul"
+    MOD = "mod"            # C-style: sign follows the dividend (fmod / truncating for ints)
+    CMPLT = "cmplt"        # a < b -> bool
+    # ternary
+    WHERE = "where"        # cond ? a : b
+    # reductions: arg = tuple of axes reduced; reduced axes keep size 1
+    SUM = "sum"
+    MAX = "max"
+    # structure
+    VIEW = "view"          # arg: ir.view.ShapeTracker mapping the source to this shape
+    CONTIGUOUS = "contiguous"
+
+    def __repr__(self) -> str:
+        return f"Op.{self.name}"
+
+
+LEAF = frozenset({Op.INPUT, Op.CONST})
+UNARY = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP, Op.CAST})
+BINARY = frozenset({Op.ADD, Op.MUL, Op.MOD, Op.CMPLT})
+TERNARY = frozenset({Op.WHERE})
+ELEMENTWISE = UNARY | BINARY | TERNARY
+REDUCE = frozenset({Op.SUM, Op.MAX})
+STRUCTURAL = frozenset({Op.VIEW, Op.CONTIGUOUS})
+COMPUTE = ELEMENTWISE | REDUCE
+# algebraic properties, used by rewrite rules and the fuser
+COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
+ASSOCIATIVE = frozenset({Op.ADD, Op.MUL, Op.SUM, Op.MAX})
+# identity element of each reduction, used to pad a split axis
+REDUCE_IDENTITY = {Op.SUM: 0.0, Op.MAX: float("-inf")}
+
+ARITY = {**{o: 0 for o in LEAF}, **{o: 1 for o in UNARY | REDUCE | STRUCTURAL},
+         **{o: 2 for o in BINARY}, Op.WHERE: 3}
+
+# name, arity, dtype rule, numpy meaning (rendered into docs/ir.md; checked by a test)
+OP_TABLE = [
+    ("exp2", 1, "float -> same", "np.exp2(a)"),
+    ("log2", 1, "float -> same", "np.log2(a)"),
+    ("sin", 1, "float -> same", "np.sin(a)"),
+    ("sqrt", 1, "float -> same", "np.sqrt(a)"),
+    ("recip", 1, "float -> same", "1 / a"),
+    ("cast", 1, "any -> target", "a.astype(target)"),
+    ("add", 2, "T, T -> T", "a + b"),
+    ("mul", 2, "T, T -> T", "a * b"),
+    ("mod", 2, "T, T -> T (not bool)", "np.fmod(a, b)"),
+    ("cmplt", 2, "T, T -> bool", "a < b"),
+    ("where", 3, "bool, T, T -> T", "np.where(c, a, b)"),
+    ("sum", 1, "T -> T, f32 accumulation for halves", "a.sum(axes, keepdims=True)"),
+    ("max", 1, "T -> T", "a.max(axes, keepdims=True)"),
+]
