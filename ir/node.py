@@ -10,7 +10,7 @@ import weakref
 
 from ir.dtypes import DType
 from ir.ops import ARITY, BINARY, REDUCE, UNARY, Op
-from ir.view import Shape, ShapeTracker
+from ir.view import Shape, ShapeTracker, same_float
 
 
 class IRError(ValueError):
@@ -127,7 +127,7 @@ def view(x: Node, st: ShapeTracker) -> Node:
 
 def move(x: Node, fn, fill: float | None = None) -> Node:
     """Apply a movement `fn(tracker) -> tracker` to x, extending x's own view if it has one."""
-    if x.op == Op.VIEW and (fill is None or not x.arg.has_mask or x.arg.fill == fill):
+    if x.op == Op.VIEW and (fill is None or not x.arg.has_mask or same_float(x.arg.fill, fill)):
         return view(x.srcs[0], fn(x.arg))
     return view(x, fn(ShapeTracker.from_shape(x.shape)))
 

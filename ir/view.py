@@ -9,6 +9,7 @@ only when a reshape cannot be expressed on strides.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, replace
 
 Shape = tuple[int, ...]
@@ -42,11 +43,14 @@ class View:
         return self.offset == 0 and self.mask is None and self.strides == contiguous_strides(self.shape)
 
     def canonical(self) -> "View":
-        # size-1 axes never move the offset; masks covering everything are dropped
+        # size-1 axes never move the offset; an empty mask range is always spelled (0, 0) (so
+        # later movement ops can recognize it); masks covering everything are dropped
         strides = tuple(0 if s == 1 else st for s, st in zip(self.shape, self.strides))
         mask = self.mask
-        if mask is not None and all(lo == 0 and hi == s for (lo, hi), s in zip(mask, self.shape)):
-            mask = None
+        if mask is not None:
+            mask = tuple((lo, hi) if lo < hi else (0, 0) for lo, hi in mask)
+            if all(lo == 0 and hi == s for (lo, hi), s in zip(mask, self.shape)):
+                mask = None
         return View(self.shape, strides, self.offset, mask)
 
     # --- movement ops that stay inside one view ---------------------------------------------
@@ -57,7 +61,7 @@ class View:
     def expand(self, shape: Shape) -> "View":
         mask = None
         if self.mask is not None:
-            mask = tuple(m if s == n else ((0, n) if m != (0, 0) else (0, 0))
+            mask = tuple(m if s == n else ((0, n) if m[0] < m[1] else (0, 0))
                          for m, s, n in zip(self.mask, self.shape, shape))
         strides = tuple(st if s == n else 0 for st, s, n in zip(self.strides, self.shape, shape))
         return View(tuple(shape), strides, self.offset, mask).canonical()
@@ -71,11 +75,12 @@ class View:
         return View(tuple(e - b for b, e in bounds), self.strides, offset, mask).canonical()
 
     def step(self, steps: tuple[int, ...]) -> "View | None":
-        """Take every k-th element per axis (k >= 1). None where a mask makes it inexpressible."""
-        if self.mask is not None and any(k != 1 for k in steps):
-            return None
+        """Take every k-th element per axis (k >= 1); a mask [lo, hi) becomes [ceil(lo/k), ceil(hi/k))."""
         shape = tuple((s + k - 1) // k for s, k in zip(self.shape, steps))
-        return View(shape, tuple(st * k for st, k in zip(self.strides, steps)), self.offset).canonical()
+        mask = None
+        if self.mask is not None:
+            mask = tuple((-(-lo // k), -(-hi // k)) for (lo, hi), k in zip(self.mask, steps))
+        return View(shape, tuple(st * k for st, k in zip(self.strides, steps)), self.offset, mask).canonical()
 
     def pad(self, pads: tuple[tuple[int, int], ...]) -> "View":
         shape = tuple(s + b + a for s, (b, a) in zip(self.shape, pads))
@@ -108,7 +113,7 @@ class View:
                     strides.append(st)
                     mask.append(m)
             # a size-1 axis that was fully masked out must stay masked
-            if any(m == (0, 0) for s, m in zip(self.shape, self.mask) if s == 1):
+            if any(lo >= hi for s, (lo, hi) in zip(self.shape, self.mask) if s == 1):
                 return None
             return View(shape, tuple(strides), self.offset, tuple(mask)).canonical()
         new_strides: list[int] = []
@@ -153,10 +158,23 @@ class View:
         return View(shape, tuple(new_strides), self.offset).canonical()
 
 
+def same_float(a: float, b: float) -> bool:
+    """Bitwise equality of two floats: -0.0 and 0.0 differ, NaN equals NaN."""
+    return struct.pack("<d", float(a)) == struct.pack("<d", float(b))
+
+
 @dataclass(frozen=True)
 class ShapeTracker:
     views: tuple[View, ...]
     fill: float = 0.0   # value read at masked-out (padded) positions
+
+    def __eq__(self, other) -> bool:
+        # compare the fill by its bits so that hash-consing keeps -0.0 / 0.0 pads apart and
+        # NaN pads equal to each other
+        return isinstance(other, ShapeTracker) and self.views == other.views and same_float(self.fill, other.fill)
+
+    def __hash__(self) -> int:
+        return hash((self.views, struct.pack("<d", float(self.fill))))
 
     @staticmethod
     def from_shape(shape: Shape) -> "ShapeTracker":
@@ -187,7 +205,7 @@ class ShapeTracker:
         return self._last(self.views[-1].shrink(tuple(map(tuple, bounds))))
 
     def pad(self, pads, fill: float = 0.0) -> "ShapeTracker":
-        if self.has_mask and fill != self.fill:
+        if self.has_mask and not same_float(fill, self.fill):
             raise ValueError("cannot combine pads with different fill values in one view")
         return replace(self._last(self.views[-1].pad(tuple(map(tuple, pads)))), fill=fill)
 
