@@ -1,21 +1,42 @@
-"""The public entry points: `trace` a function, `compile` it for a target, call the result."""
+"""The public entry points: `trace` a function, `compile` it for a target, call the result.
+
+compile() traces the function, then (for a code-generating target) looks for a cached winner,
+else runs the measured-runtime search (compiler.search) and caches what it chose.
+"""
 from __future__ import annotations
+
+import time
 
 import numpy as np
 
 from backends import get_backend
+from compiler import cache as cache_mod
 from compiler.errors import DTypeError, ShapeError
+from compiler.progress import Progress
+from compiler.search import SearchOptions, SearchResult, describe_schedule, search
 from compiler.trace import Spec, as_spec, trace
 from ir.graph import Graph
 
+DEFAULT_BUDGET = 5.0  # seconds of search for a program compiled for the first time
+
 
 class CompiledFunction:
-    """A traced program built for one target; call it with numpy arrays."""
+    """A traced program built for one target; call it with numpy arrays.
 
-    def __init__(self, fn, specs: list[Spec], graph: Graph, target: str, executable, report=None):
+    `.graph` is the traced program, `.chosen` the candidate that runs (same meaning, maybe
+    rewritten), `.result` the search that chose it (None for the reference target),
+    `.cache` whether it came from the cache ("hit"), was stored ("stored") or neither.
+    """
+
+    def __init__(self, fn, specs: list[Spec], graph: Graph, target: str, executable, report=None,
+                 chosen: Graph | None = None, cache: str = "off", timings: dict | None = None):
         self.fn, self.specs, self.graph, self.target = fn, specs, graph, target
         self.executable = executable
         self.report = report
+        self.result = report if isinstance(report, SearchResult) else None
+        self.chosen = chosen if chosen is not None else graph
+        self.cache = cache
+        self.timings = timings or {}
         self._single = None
 
     def _check(self, args) -> list[np.ndarray]:
@@ -41,17 +62,86 @@ class CompiledFunction:
         return outs[0] if len(self.graph.outputs) == 1 else tuple(outs)
 
     def explain(self) -> str:
-        lines = [f"target: {self.target}", f"inputs: {', '.join(map(str, self.specs))}",
-                 f"program ({self.graph.num_compute_ops()} compute ops):", str(self.graph)]
+        """What was compiled, what the search tried and chose, and the generated code."""
+        lines = [f"target: {self.target}", f"inputs: {', '.join(map(str, self.specs))}"]
+        if self.timings:
+            lines.append("compile: " + ", ".join(f"{k} {v:.3f} s" for k, v in self.timings.items()))
+        lines += [f"program ({self.graph.num_compute_ops()} compute ops):", str(self.graph)]
         if self.report is not None:
-            lines += ["", str(self.report)]
+            head = "search (stored with the cache entry):" if self.cache == "hit" else "search:"
+            lines += ["", head, str(self.report)]
+        if self.chosen is not self.graph:
+            lines += ["", f"chosen program ({self.chosen.num_compute_ops()} compute ops):", str(self.chosen)]
+        elif self.report is not None:
+            lines += ["", "chosen program: the original program"]
         lines += ["", "generated code:", getattr(self.executable, "source", "<none>")]
         return "\n".join(lines)
 
 
-def compile(fn, *specs, target: str = "cpu", **options) -> CompiledFunction:  # noqa: A001 - public name
-    """Trace `fn` on inputs described by `specs` and build it for `target` ('cpu', 'cuda', 'reference')."""
+def _saturn_version() -> str:
+    import compiler
+    return getattr(compiler, "__version__", "0")
+
+
+def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet: bool = False,  # noqa: A001
+            cache=None, seed: int = 0, candidates=None, backend=None, **options) -> CompiledFunction:
+    """Trace `fn` on inputs described by `specs` and build the fastest verified program for `target`.
+
+    target: 'cpu', 'cuda' or 'reference' (the interpreter; no search).
+    budget: seconds of search on a cold compile (default 5).
+    quiet: no progress line (otherwise shown on stderr for searches longer than a second).
+    cache: None (on, unless `candidates` or `backend` are injected), True, False, or a directory.
+    seed: fixes the verification inputs and the search order.
+    candidates: programs to search instead of the e-graph's (objects with .graph/.cost/.description).
+    backend: a backend object to use instead of get_backend(target) (must be picklable for the
+      isolated workers). Other keyword options set fields of `compiler.search.SearchOptions`.
+    """
+    t0 = time.perf_counter()
     specs = [as_spec(s) for s in specs]
     graph = trace(fn, *specs)
-    backend = get_backend(target)
-    return CompiledFunction(fn, specs, graph, target, backend.build(graph))
+    be = backend if backend is not None else get_backend(target)
+    t_trace = time.perf_counter()
+    if target == "reference" and backend is None:
+        return CompiledFunction(fn, specs, graph, target, be.build(graph), timings={"trace": t_trace - t0})
+
+    use_cache = cache if cache is not None else (candidates is None and backend is None)
+    directory = cache if isinstance(cache, str) else None
+    device = cache_mod.device_name(be, target)
+    key = cache_mod.make_key(graph, specs, target, device, _saturn_version())
+    why_not = ""
+    if use_cache:
+        entry, path, why_not = cache_mod.load(key, directory)
+        if entry is not None:
+            try:
+                exe = be.build(entry.graph, entry.schedule)
+            except Exception as e:  # stale schedule or backend change: search again
+                why_not = f"ignored entry that failed to build: {type(e).__name__}: {e}"
+            else:
+                timings = {"trace": t_trace - t0, "cache load + build": time.perf_counter() - t_trace}
+                report = (f"cache hit: {path}\nchosen: {entry.description}, schedule {describe_schedule(entry.schedule)}"
+                          f", median {entry.median * 1e3:.4g} ms when searched\n{entry.report}")
+                return CompiledFunction(fn, specs, graph, target, exe, report, chosen=entry.graph,
+                                        cache="hit", timings=timings)
+
+    opts = SearchOptions(budget=DEFAULT_BUDGET if budget is None else float(budget), seed=seed, quiet=quiet)
+    for k, v in options.items():
+        if not hasattr(opts, k):
+            raise TypeError(f"compile() got an unexpected option {k!r}")
+        setattr(opts, k, v)
+    name = getattr(fn, "__name__", "function")
+    result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
+                    device=device, candidates=candidates, options=opts,
+                    progress=Progress(f"{name} for {target}", quiet=quiet))
+    state = "off"
+    if use_cache:
+        result.cache = "miss" + (f" ({why_not})" if why_not not in ("", "miss") else "")
+        w = result.winner
+        try:
+            result.cache_path = cache_mod.store(key, cache_mod.Entry(w.graph, w.schedule, w.description, w.median,
+                                                                     str(result)), directory)
+            state = "stored"
+        except OSError as e:
+            result.notes.append(f"could not write the cache entry: {e}")
+    timings = {"trace": t_trace - t0, "search": time.perf_counter() - t_trace}
+    return CompiledFunction(fn, specs, graph, target, result.executable, result, chosen=result.chosen_graph,
+                            cache=state, timings=timings)

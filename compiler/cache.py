@@ -1,0 +1,184 @@
+"""On-disk cache of search winners, so the second compile of a program is instant.
+
+An entry is keyed by the program's structural hash, the input shapes and dtypes, the target,
+the device and the Saturn version. It stores the winning candidate program (a Graph) and its
+schedule, plus the search report for explain(). Files are written atomically (temp file +
+rename). On load an entry is checked before anything in it is used: magic, format version,
+the full key (a foreign entry is ignored), the payload size and SHA-256 (a truncated or
+corrupted entry is ignored), and the payload is unpickled by a restricted unpickler that can
+only build Saturn's IR types and backend schedule classes. A checksum detects accidents, not
+attacks: the cache directory is trusted like any other user-owned cache.
+
+Location: $SATURN_CACHE_DIR, else $XDG_CACHE_HOME/saturn, else ~/.cache/saturn.
+"""
+from __future__ import annotations
+
+import builtins
+import hashlib
+import io
+import json
+import os
+import pickle
+import platform
+import tempfile
+import time
+from dataclasses import dataclass
+
+MAGIC = b"SATURN-CACHE\n"
+FORMAT = 1
+
+
+def cache_dir() -> str:
+    env = os.environ.get("SATURN_CACHE_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "saturn")
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(backend, target: str) -> str:
+    """What the winner was measured on: the backend's own name for its device, else the CPU."""
+    for attr in ("device_name", "device"):
+        v = getattr(backend, attr, None)
+        v = v() if callable(v) else v
+        if isinstance(v, str) and v:
+            return v
+    return f"{target} on {platform.machine()} {cpu_name()}"
+
+
+def make_key(graph, specs, target: str, device: str, version: str) -> dict:
+    return {"format": FORMAT, "graph": graph.structural_hash(),
+            "inputs": [[list(s.shape), s.dtype.value] for s in specs],
+            "outputs": [[list(o.shape), o.dtype.value] for o in graph.outputs],
+            "target": target, "device": device, "version": version}
+
+
+def key_digest(key: dict) -> str:
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:40]
+
+
+@dataclass
+class Entry:
+    """A cached winner."""
+    graph: object           # ir.graph.Graph: the chosen candidate program
+    schedule: object
+    description: str
+    median: float           # seconds per run when it won
+    report: str             # the search report text, shown again by explain()
+    created: float = 0.0
+
+
+# --- restricted unpickling -----------------------------------------------------------------
+
+_SAFE_BUILTINS = {"tuple", "list", "dict", "set", "frozenset", "int", "float", "bool", "str", "bytes",
+                  "complex", "slice", "range", "NoneType"}
+_SAFE_NUMPY = {("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
+               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
+               ("numpy._core.multiarray", "scalar")}
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    """Builds only IR types, backend classes, plain containers and numpy scalars/arrays."""
+
+    def find_class(self, module: str, name: str):
+        if module == "builtins" and name in _SAFE_BUILTINS:
+            return getattr(builtins, name)
+        if (module, name) in _SAFE_NUMPY:
+            return super().find_class(module, name)
+        if module == "compiler.cache" and name == "Entry":
+            return Entry
+        if (module.startswith("ir.") or module.startswith("backends.")) and "." not in name:
+            obj = super().find_class(module, name)
+            if isinstance(obj, type):
+                return obj
+        raise pickle.UnpicklingError(f"cache entry refers to {module}.{name}, which a cache entry may not contain")
+
+
+def _loads(data: bytes):
+    return _RestrictedUnpickler(io.BytesIO(data)).load()
+
+
+# --- store and load ------------------------------------------------------------------------
+
+def entry_path(key: dict, directory: str | None = None) -> str:
+    return os.path.join(directory or cache_dir(), key_digest(key) + ".entry")
+
+
+def store(key: dict, entry: Entry, directory: str | None = None) -> str:
+    """Write `entry` atomically; return its path."""
+    path = entry_path(key, directory)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    entry.created = entry.created or time.time()
+    payload = pickle.dumps(entry, protocol=4)
+    header = {"format": FORMAT, "key": key, "size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".entry")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+class InvalidEntry(Exception):
+    pass
+
+
+def read_entry(path: str, key: dict) -> Entry:
+    """The entry at `path` if it is intact and made for exactly `key`; else InvalidEntry."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if not data.startswith(MAGIC):
+        raise InvalidEntry("not a Saturn cache entry (bad magic)")
+    end = data.find(b"\n", len(MAGIC))
+    if end < 0:
+        raise InvalidEntry("truncated header")
+    try:
+        header = json.loads(data[len(MAGIC):end])
+    except ValueError:
+        raise InvalidEntry("unreadable header") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise InvalidEntry(f"format {header.get('format') if isinstance(header, dict) else '?'}, expected {FORMAT}")
+    if header.get("key") != key:
+        raise InvalidEntry("made for a different program, device or version")
+    payload = data[end + 1:]
+    if len(payload) != header.get("size"):
+        raise InvalidEntry(f"truncated: {len(payload)} of {header.get('size')} bytes")
+    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        raise InvalidEntry("checksum mismatch (corrupted)")
+    try:
+        entry = _loads(payload)
+    except Exception as e:
+        raise InvalidEntry(f"payload rejected: {type(e).__name__}: {e}") from None
+    if not isinstance(entry, Entry):
+        raise InvalidEntry("payload is not a cache entry")
+    return entry
+
+
+def load(key: dict, directory: str | None = None) -> tuple[Entry | None, str, str]:
+    """(entry or None, path, why it was not used). A missing or invalid entry is ignored."""
+    path = entry_path(key, directory)
+    if not os.path.exists(path):
+        return None, path, "miss"
+    try:
+        return read_entry(path, key), path, ""
+    except (InvalidEntry, OSError) as e:
+        return None, path, f"ignored invalid entry: {e}"

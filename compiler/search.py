@@ -1,0 +1,453 @@
+"""Measured-runtime search: choose the fastest candidate that matches the reference.
+
+    explore (e-graph candidates, ranked by the static cost model)
+      x backend schedules                     -> trials, in static-rank order
+      build + verify in isolated workers      -> crashes, hangs, NaN, mismatches rejected
+      successive halving on the survivors     -> short timing of all, longer of the best few
+      fastest survivor                        -> built in this process and returned
+
+The budget (seconds of wall clock) bounds the whole search; the seed fixes the verification
+inputs and every ordering, so two searches of one program try the same trials in the same
+order (which one wins can still differ when two are within timing noise).
+"""
+from __future__ import annotations
+
+import math
+import os
+import select
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from compiler import verify
+from compiler.progress import Progress
+from compiler.timing import format_seconds, median
+from compiler.workers import Trial, WorkerFailure, WorkerPool, _WorkerState, handle
+from ir.graph import Graph
+from ir.interpreter import evaluate
+
+
+class SearchError(RuntimeError):
+    """No candidate survived verification; the message lists why each was rejected."""
+
+
+@dataclass
+class SearchOptions:
+    """Knobs of the search. `budget` is seconds of wall clock for the whole search."""
+    budget: float = 5.0
+    seed: int = 0
+    max_candidates: int = 8        # programs asked from the e-graph
+    max_schedules: int = 4         # schedules tried per program
+    max_trials: int = 24           # (program, schedule) pairs verified at most
+    timeout: float = 60.0          # seconds for one build + verify (or one timing) before it counts as a hang
+    workers: int = 0               # 0: one per core, at most 4
+    isolate: bool = True           # run candidates in worker processes (off only for debugging)
+    quiet: bool = False
+    min_repeat: int = 3
+    max_repeat: int = 200
+
+
+@dataclass
+class TrialRecord:
+    """One candidate program under one schedule, and what happened to it."""
+    id: int
+    candidate: int
+    description: str
+    cost: float
+    graph: Graph
+    schedule: object
+    status: str = "pending"        # pending | verified | rejected | skipped | timed | chosen
+    reason: str = ""
+    build_s: float = 0.0
+    run_s: float = 0.0             # first verification run (static hint only)
+    max_error: float = 0.0
+    rounds: list = field(default_factory=list)   # (repeat, median seconds) per timing round
+    worker: int = -1
+
+    @property
+    def median(self) -> float:
+        return self.rounds[-1][1] if self.rounds else float("inf")
+
+    @property
+    def schedule_text(self) -> str:
+        return describe_schedule(self.schedule)
+
+
+def describe_schedule(schedule) -> str:
+    if schedule is None:
+        return "default"
+    text = getattr(schedule, "name", None) or str(schedule)
+    return text if len(text) <= 48 else text[:45] + "..."
+
+
+@dataclass
+class Phase:
+    name: str
+    iterations: int
+    enodes: int
+    eclasses: int
+    seconds: float
+
+
+@dataclass
+class SearchResult:
+    """The outcome of one search: every trial, the winner and its executable, the timeline."""
+    target: str
+    device: str
+    options: SearchOptions
+    trials: list[TrialRecord]
+    winner: TrialRecord | None = None
+    executable: object = None
+    phases: list[Phase] = field(default_factory=list)
+    exploration_text: str = ""
+    notes: list[str] = field(default_factory=list)
+    seconds: dict = field(default_factory=dict)      # stage -> seconds
+    cache: str = "off"                               # off | miss | hit | stored
+    cache_path: str = ""
+
+    @property
+    def chosen_graph(self) -> Graph | None:
+        return self.winner.graph if self.winner else None
+
+    def baseline(self) -> TrialRecord | None:
+        """The original program under the backend's default schedule (trial 0)."""
+        return self.trials[0] if self.trials else None
+
+    def __str__(self) -> str:
+        return format_report(self)
+
+
+# --- the search ----------------------------------------------------------------------------
+
+def explore_candidates(graph: Graph, options: SearchOptions, notes: list[str]):
+    """Candidates from the e-graph, or just the original program if exploration is unavailable."""
+    try:
+        from compiler import explore as explore_mod
+    except ImportError as e:
+        notes.append(f"e-graph exploration unavailable ({e}); searching schedules of the original program")
+        return [_Original(graph)], [], ""
+    kwargs = {"max_candidates": options.max_candidates}
+    limits = _limits_for(explore_mod, options.budget * 0.4)
+    if limits is not None:
+        kwargs["limits"] = limits
+    try:
+        exp = explore_mod.explore(graph, **kwargs)
+    except Exception as e:  # an exploration bug must not take compile() down
+        notes.append(f"e-graph exploration failed ({type(e).__name__}: {e}); searching the original program")
+        return [_Original(graph)], [], ""
+    phases = [Phase(getattr(p, "name", "?"), int(getattr(p, "iterations", 0)), int(getattr(p, "enodes", 0)),
+                    int(getattr(p, "eclasses", 0)), float(getattr(p, "seconds", 0.0)))
+              for p in getattr(exp, "phases", [])]
+    cands = list(getattr(exp, "candidates", [])) or [_Original(graph)]
+    return cands, phases, str(exp)
+
+
+def _limits_for(explore_mod, seconds: float):
+    """A Limits with a time bound, if the e-graph stage's Limits has such a field."""
+    limits_cls = getattr(explore_mod, "Limits", None)
+    fields = getattr(limits_cls, "__dataclass_fields__", {})
+    for name in ("seconds", "time_limit", "max_seconds", "timeout"):
+        if name in fields:
+            try:
+                return limits_cls(**{name: seconds})
+            except Exception:
+                return None
+    return None
+
+
+@dataclass
+class _Original:
+    graph: Graph
+    cost: float = 0.0
+    description: str = "original program"
+
+
+def _schedules(backend, graph: Graph, limit: int, notes: list[str]) -> list:
+    fn = getattr(backend, "schedules", None)
+    if not callable(fn):
+        return [None]
+    try:
+        scheds = list(fn(graph))
+    except Exception as e:
+        notes.append(f"backend.schedules failed ({type(e).__name__}: {e}); using the default schedule")
+        return [None]
+    return scheds[:limit] or [None]
+
+
+def _same_interface(a: Graph, b: Graph) -> str | None:
+    if len(a.outputs) != len(b.outputs):
+        return f"{len(b.outputs)} outputs, expected {len(a.outputs)}"
+    for i, (x, y) in enumerate(zip(a.outputs, b.outputs)):
+        if x.shape != y.shape or x.dtype != y.dtype:
+            return f"output {i} is {y.dtype.value}{list(y.shape)}, expected {x.dtype.value}{list(x.shape)}"
+    if tuple(b.inputs) != tuple(a.inputs):
+        return "inputs differ from the original program"
+    return None
+
+
+def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes: list[str]) -> list[TrialRecord]:
+    """(program, schedule) pairs in static-rank order: every program's default schedule first."""
+    seen, progs = set(), []
+    for c in candidates:
+        h = c.graph.structural_hash()
+        if h not in seen:
+            seen.add(h)
+            progs.append(c)
+    per_prog = [_schedules(backend, c.graph, options.max_schedules, notes) for c in progs]
+    trials: list[TrialRecord] = []
+    for s in range(max(len(p) for p in per_prog)):
+        for ci, (c, scheds) in enumerate(zip(progs, per_prog)):
+            if s < len(scheds):
+                trials.append(TrialRecord(len(trials), ci, str(getattr(c, "description", "")),
+                                          float(getattr(c, "cost", 0.0)), c.graph, scheds[s]))
+    if len(trials) > options.max_trials:
+        notes.append(f"{len(trials)} trials; verifying the first {options.max_trials} in static-rank order")
+        for t in trials[options.max_trials:]:
+            t.status, t.reason = "skipped", "beyond max_trials"
+    return trials
+
+
+class _Runner:
+    """Sends verify/time requests to isolated workers (or runs them in-process)."""
+
+    def __init__(self, options: SearchOptions, data_request):
+        self.options, self.data_request = options, data_request
+        n = options.workers or min(os.cpu_count() or 1, 4)
+        self.pool = WorkerPool(n) if options.isolate else None
+        self.local = None if options.isolate else _WorkerState()
+        if self.local is not None:
+            handle(self.local, data_request)
+
+    @property
+    def size(self) -> int:
+        return self.pool.size if self.pool else 1
+
+    def close(self):
+        if self.pool:
+            self.pool.close()
+
+    def verify_all(self, trials, backend_spec, deadline, on_done):
+        """Build and verify `trials` on all workers at once; call on_done(trial) after each."""
+        queue = deque(trials)
+        if self.local is not None:
+            while queue:
+                t = queue.popleft()
+                self._record_check(t, handle(self.local, ("verify", self._msg(t, backend_spec))))
+                on_done(t)
+            return
+        running: dict[int, tuple[TrialRecord, float]] = {}
+        while queue or running:
+            for i in range(self.size):
+                if i in running or not queue:
+                    continue
+                if time.perf_counter() > deadline and any(x.status == "verified" for x in trials):
+                    break
+                t = queue.popleft()
+                try:
+                    w = self.pool.ensure_data(i, self.data_request, self.options.timeout)
+                    w.start(("verify", self._msg(t, backend_spec)))
+                    running[i] = (t, time.perf_counter())
+                except WorkerFailure as e:
+                    t.status, t.reason = "rejected", f"worker failed before the candidate ran: {e.reason}"
+                    on_done(t)
+            if not running:
+                break
+            now = time.perf_counter()
+            wait = min(start + self.options.timeout - now for _, start in running.values())
+            fds = {self.pool.workers[i].fileno(): i for i in running}
+            ready, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
+            done = [fds[f] for f in ready]
+            now = time.perf_counter()
+            done += [i for i, (_, start) in running.items() if i not in done and now >= start + self.options.timeout]
+            for i in done:
+                t, start = running.pop(i)
+                w = self.pool.workers[i]
+                try:
+                    self._record_check(t, w.finish(start + self.options.timeout - time.perf_counter(), self.options.timeout))
+                    t.worker = i
+                except WorkerFailure as e:
+                    t.status, t.reason = "rejected", e.reason
+                on_done(t)
+        for t in queue:
+            t.status, t.reason = "skipped", "budget spent before it was verified"
+
+    @staticmethod
+    def _msg(t: TrialRecord, backend_spec) -> Trial:
+        return Trial(t.id, backend_spec, t.graph, t.schedule, "main")
+
+    @staticmethod
+    def _record_check(t: TrialRecord, res: verify.CheckResult):
+        t.build_s, t.run_s, t.max_error = res.build_s, res.run_s, res.max_error
+        t.status, t.reason = ("verified", "") if res.ok else ("rejected", res.reason)
+
+    def time(self, t: TrialRecord, backend_spec, warmup: int, repeat: int) -> list[float]:
+        req = ("time", self._msg(t, backend_spec), warmup, repeat)
+        if self.local is not None:
+            return handle(self.local, req)
+        i = t.worker if t.worker >= 0 else 0
+        w = self.pool.ensure_data(i, self.data_request, self.options.timeout)
+        budget = max(self.options.timeout, 20 * (warmup + repeat) * max(t.run_s, 1e-4))
+        return w.call(req, budget)
+
+
+def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str = "",
+           candidates=None, options: SearchOptions | None = None, progress: Progress | None = None) -> SearchResult:
+    """Search candidates of `graph` on `backend`; return the verified fastest, built here.
+
+    `candidates` (objects with .graph, .cost, .description) replace the e-graph's;
+    `backend_spec` is what workers use to get the backend (the target name, or a picklable
+    backend object); it defaults to `target`.
+    """
+    options = options or SearchOptions()
+    backend_spec = target if backend_spec is None else backend_spec
+    progress = progress or Progress(f"compiling for {target}", quiet=options.quiet)
+    t_start = time.perf_counter()
+    deadline = t_start + options.budget
+    notes: list[str] = []
+    result = SearchResult(target, device, options, [], notes=notes)
+
+    progress.phase("saturating")
+    if candidates is None:
+        candidates, result.phases, result.exploration_text = explore_candidates(graph, options, notes)
+    t_explore = time.perf_counter()
+    result.seconds["explore"] = t_explore - t_start
+
+    trials = make_trials(graph, candidates, backend, options, notes)
+    result.trials = trials
+    for t in trials:
+        bad = _same_interface(graph, t.graph)
+        if bad:
+            t.status, t.reason = "rejected", f"not a valid candidate: {bad}"
+    todo = [t for t in trials if t.status == "pending"]
+
+    input_sets = verify.verification_inputs(graph, options.seed)
+    expected = [evaluate(graph, s) for s in input_sets]
+    out_dtypes = [o.dtype for o in graph.outputs]
+    runner = _Runner(options, ("data", "main", input_sets, expected, out_dtypes))
+    counts = {"tried": 0, "verified": 0, "rejected": 0}
+    progress.update(total=len(todo), **counts)
+
+    def on_done(t: TrialRecord):
+        counts["tried"] += 1
+        counts["verified" if t.status == "verified" else "rejected"] += t.status in ("verified", "rejected")
+        progress.update(**counts)
+
+    try:
+        progress.phase("verifying")
+        runner.verify_all(todo, backend_spec, deadline, on_done)
+        t_verify = time.perf_counter()
+        result.seconds["build+verify"] = t_verify - t_explore
+        survivors = [t for t in trials if t.status == "verified"]
+        if not survivors:
+            raise SearchError("no candidate passed verification:\n" +
+                              "\n".join(f"  trial {t.id} ({t.description}, {t.schedule_text}): {t.status}: {t.reason}"
+                                        for t in trials))
+        progress.phase("timing")
+        _successive_halving(runner, survivors, backend_spec, deadline, options, progress, notes)
+        result.seconds["timing"] = time.perf_counter() - t_verify
+    finally:
+        runner.close()
+
+    ranked = sorted((t for t in survivors if t.rounds), key=_final_key)
+    for t in ranked:
+        exe = _build_here(backend, t, input_sets[0], expected[0], out_dtypes, notes)
+        if exe is not None:
+            t.status = "chosen"
+            result.winner, result.executable = t, exe
+            break
+    if result.winner is None:
+        raise SearchError("every verified candidate failed when built in the compiling process:\n" + "\n".join(notes))
+    result.seconds["total"] = time.perf_counter() - t_start
+    progress.close(f"saturn: compiled for {target} in {result.seconds['total']:.1f} s: "
+                   f"{counts['tried']} tried, {counts['verified']} verified, {counts['rejected']} rejected, "
+                   f"best {format_seconds(result.winner.median)}")
+    return result
+
+
+def _final_key(t: TrialRecord):
+    # trials that reached a later round were timed longer: compare them first, then by median
+    return (-len(t.rounds), t.median, t.id)
+
+
+def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, options, progress, notes):
+    """Time all survivors briefly, keep the faster half, time those longer, until one is left."""
+    alive = list(survivors)
+    rounds_left = max(1, math.ceil(math.log2(len(alive)))) + 1 if len(alive) > 1 else 1
+    repeat = options.min_repeat
+    best = float("inf")
+    while alive:
+        remaining = max(deadline - time.perf_counter(), 0.0)
+        per_run = max(min((t.median if t.rounds else max(t.run_s, 1e-6)) for t in alive), 1e-6)
+        affordable = int(remaining / rounds_left / (len(alive) * per_run * 1.25))
+        cap = options.max_repeat if len(alive) > 1 else min(options.max_repeat, 20)  # a lone survivor is timed for the report only
+        repeat = max(repeat, min(cap, affordable), options.min_repeat)
+        warmup = max(1, repeat // 5)
+        for t in alive:
+            try:
+                times = runner.time(t, backend_spec, warmup, repeat)
+                t.rounds.append((repeat, median(times)))
+                t.status = "timed"
+                best = min(best, t.median)
+            except WorkerFailure as e:
+                t.status, t.reason, t.rounds = "rejected", f"failed while timing: {e.reason}", []
+            progress.update(best=best)
+        alive = sorted((t for t in alive if t.status == "timed"), key=lambda t: (t.median, t.id))
+        rounds_left -= 1
+        if len(alive) <= 1 or time.perf_counter() >= deadline:
+            if len(alive) > 1:
+                notes.append(f"budget spent with {len(alive)} candidates still in the running; chose the fastest so far")
+            return
+        alive = alive[:max(1, math.ceil(len(alive) / 2))]
+        if len(alive) == 1:
+            return
+        repeat *= 2
+
+
+def _build_here(backend, t: TrialRecord, args, expected, out_dtypes, notes):
+    """Build the chosen trial in this process and check it once more on the first input set."""
+    try:
+        exe = backend.build(t.graph, t.schedule)
+        res = verify.check_executable(exe, [args], [expected], out_dtypes)
+    except Exception as e:
+        notes.append(f"trial {t.id} failed to build here: {type(e).__name__}: {e}")
+        return None
+    if not res.ok:
+        t.status, t.reason = "rejected", f"failed when rebuilt here: {res.reason}"
+        notes.append(f"trial {t.id} {t.reason}")
+        return None
+    return exe
+
+
+# --- the report ----------------------------------------------------------------------------
+
+def format_report(r: SearchResult) -> str:
+    o = r.options
+    lines = [f"search: target {r.target}" + (f" ({r.device})" if r.device else "") +
+             f", budget {o.budget:g} s, seed {o.seed}, cache {r.cache}" + (f" [{r.cache_path}]" if r.cache_path else "")]
+    if r.seconds:
+        lines.append("time: " + ", ".join(f"{k} {v:.2f} s" for k, v in r.seconds.items()))
+    if r.phases:
+        lines.append("e-graph phases:")
+        lines.append(f"  {'phase':<20} {'iters':>5} {'e-nodes':>9} {'e-classes':>9} {'seconds':>8}")
+        for p in r.phases:
+            lines.append(f"  {p.name:<20} {p.iterations:>5} {p.enodes:>9} {p.eclasses:>9} {p.seconds:>8.2f}")
+    n_prog = len({t.candidate for t in r.trials})
+    lines.append(f"candidates: {n_prog} programs, {len(r.trials)} (program, schedule) trials")
+    lines.append(f"  {'#':>3} {'prog':>4} {'cost':>9} {'schedule':<24} {'status':<9} {'median':>10} {'runs':>5}  "
+                 f"{'program / reason'}")
+    for t in r.trials:
+        runs = sum(n for n, _ in t.rounds)
+        note = t.description if t.status in ("timed", "chosen", "verified") else f"{t.description}: {t.reason}"
+        lines.append(f"  {t.id:>3} {t.candidate:>4} {t.cost:>9.3g} {t.schedule_text:<24.24} {t.status:<9} "
+                     f"{format_seconds(t.median):>10} {runs:>5}  {note}")
+    if r.winner is not None:
+        w, base = r.winner, r.baseline()
+        speed = ""
+        if base is not None and base is not w and base.rounds:
+            speed = f"; the original program under the default schedule: {format_seconds(base.median)}"
+        lines.append(f"chosen: trial {w.id} ({w.description}, schedule {w.schedule_text}), "
+                     f"median {format_seconds(w.median)}{speed}")
+    lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""Check a candidate against the reference interpreter before it may be timed.
+
+A candidate (a program plus a backend schedule) is built and run on fresh, seeded random
+inputs; its outputs must match the interpreter's within a per-dtype tolerance, contain no NaN
+where the reference has none, and be bit-identical when run twice. Generated native code can
+crash or hang, so untrusted candidates run in worker processes (`compiler.workers`); this
+module holds the checks themselves and the handlers those workers execute.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.dtypes import DType
+from ir.graph import Graph
+
+# Allowed error, relative to the largest magnitude in the reference output.
+TOLERANCE = {DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 3e-2}
+
+# Input distributions (seed offset, scale, shift): a standard normal, and a wider, shifted one
+# that exposes numerically fragile rewrites (softmax without the max shift, E[x^2]-E[x]^2, ...).
+INPUT_SETS = ((0, 1.0, 0.0), (1, 3.0, 2.0))
+
+
+def random_inputs(graph: Graph, seed: int, scale: float = 1.0, shift: float = 0.0) -> list[np.ndarray]:
+    """Seeded random arguments for `graph`: scaled normals for floats, never all zeros."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for node in graph.inputs:
+        dt = node.dtype
+        if dt.is_float:
+            a = rng.standard_normal(node.shape) * scale + shift
+        elif dt == DType.i32:
+            # nonzero (inputs may be divisors), both signs
+            a = rng.integers(1, 9, size=node.shape) * rng.choice([-1, 1], size=node.shape)
+        else:
+            a = rng.random(node.shape) < 0.5
+        out.append(np.ascontiguousarray(np.asarray(a).astype(dt.np)))
+    return out
+
+
+def verification_inputs(graph: Graph, seed: int) -> list[list[np.ndarray]]:
+    """The input sets every candidate of `graph` is checked on."""
+    return [random_inputs(graph, seed * 1000 + k, scale, shift) for k, scale, shift in INPUT_SETS]
+
+
+def compare(expected: np.ndarray, got, dtype: DType) -> str | None:
+    """None when `got` matches `expected` for an output of `dtype`, else the reason it does not."""
+    got = np.asarray(got)
+    if got.shape != expected.shape:
+        return f"wrong shape {got.shape}, expected {expected.shape}"
+    if got.dtype != expected.dtype:
+        return f"wrong dtype {got.dtype}, expected {expected.dtype}"
+    if not dtype.is_float:
+        bad = int(np.count_nonzero(got != expected))
+        return f"{bad} of {got.size} elements differ" if bad else None
+    e, g = expected.astype(np.float64), got.astype(np.float64)
+    e_nan, g_nan = np.isnan(e), np.isnan(g)
+    if np.any(g_nan & ~e_nan):
+        return f"NaN in {int(np.count_nonzero(g_nan & ~e_nan))} of {g.size} elements where the reference has none"
+    if np.any(e_nan & ~g_nan):
+        return "finite values where the reference has NaN"
+    ok = ~e_nan
+    e_inf, g_inf = np.isinf(e) & ok, np.isinf(g) & ok
+    if np.any(e_inf != g_inf) or np.any(e[e_inf] != g[e_inf]):
+        return "infinities differ from the reference"
+    fin = ok & ~e_inf
+    if not np.any(fin):
+        return None
+    err = float(np.max(np.abs(g[fin] - e[fin])))
+    ref_max = float(np.max(np.abs(e[fin])))
+    rel = err / max(ref_max, np.finfo(np.float32).tiny)
+    tol = TOLERANCE[dtype]
+    if rel > tol:
+        return f"error {rel:.2e} (max abs {err:.3g} vs reference max {ref_max:.3g}) exceeds tolerance {tol:.0e}"
+    return None
+
+
+@dataclass
+class CheckResult:
+    """What a worker reports about one candidate."""
+    ok: bool
+    reason: str = ""
+    build_s: float = 0.0
+    run_s: float = 0.0          # one run on the first input set (a rough static hint)
+    max_error: float = 0.0
+
+
+def _as_list(outs) -> list:
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+
+def max_relative_error(expected: list[np.ndarray], got: list) -> float:
+    worst = 0.0
+    for e, g in zip(expected, got):
+        e64, g64 = e.astype(np.float64), np.asarray(g).astype(np.float64)
+        fin = np.isfinite(e64) & np.isfinite(g64)
+        if np.any(fin):
+            scale = max(float(np.max(np.abs(e64[fin]))), 1e-30)
+            worst = max(worst, float(np.max(np.abs(g64[fin] - e64[fin]))) / scale)
+    return worst
+
+
+def check_executable(exe, input_sets, expected_sets, out_dtypes) -> CheckResult:
+    """Run `exe` on every input set; compare with the reference; re-run the first for determinism."""
+    first = None
+    run_s = 0.0
+    worst = 0.0
+    for k, (args, expected) in enumerate(zip(input_sets, expected_sets)):
+        t0 = time.perf_counter()
+        outs = _as_list(exe(*args))
+        if k == 0:
+            run_s = time.perf_counter() - t0
+            first = [np.array(o, copy=True) for o in outs]
+        if len(outs) != len(expected):
+            return CheckResult(False, f"returned {len(outs)} outputs, expected {len(expected)}", run_s=run_s)
+        for i, (e, g, dt) in enumerate(zip(expected, outs, out_dtypes)):
+            reason = compare(e, g, dt)
+            if reason:
+                label = f"output {i}, " if len(expected) > 1 else ""
+                return CheckResult(False, f"mismatch ({label}input set {k}): {reason}", run_s=run_s)
+        worst = max(worst, max_relative_error(expected, outs))
+    again = _as_list(exe(*input_sets[0]))
+    for a, b in zip(first, again):
+        if np.asarray(a).tobytes() != np.asarray(b).tobytes():
+            return CheckResult(False, "nondeterministic: two runs on the same inputs differ", run_s=run_s)
+    return CheckResult(True, run_s=run_s, max_error=worst)

@@ -1,0 +1,288 @@
+"""Isolated worker processes that build, verify and time untrusted candidates.
+
+Generated native code may segfault or loop forever. Each worker is a fresh Python process
+(`python -m compiler.workers`) fed pickled requests over a pipe; a crash or a missed deadline
+kills only that worker, which is replaced, and the candidate is rejected with the reason.
+Workers are plain subprocesses rather than multiprocessing children so that the user's
+`__main__` module is never re-imported. A worker keeps the executables it built, so timing
+a verified candidate on the worker that built it costs no rebuild.
+
+Requests: ("data", key, input_sets, expected_sets, out_dtypes) stores inputs once;
+("verify", trial) builds and checks a candidate; ("time", trial, warmup, repeat) times one.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+
+_HEADER = struct.Struct("<Q")
+
+
+# --- framing -------------------------------------------------------------------------------
+
+def _send(f, obj) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    f.write(_HEADER.pack(len(data)))
+    f.write(data)
+    f.flush()
+
+
+def _read_exact(f, n: int) -> bytes:
+    chunks, left = [], n
+    while left:
+        b = f.read(left)
+        if not b:
+            raise EOFError("worker closed the pipe")
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def _recv(f):
+    (n,) = _HEADER.unpack(_read_exact(f, _HEADER.size))
+    return pickle.loads(_read_exact(f, n))
+
+
+# --- the worker side -----------------------------------------------------------------------
+
+@dataclass
+class Trial:
+    """One candidate program under one schedule, as sent to a worker."""
+    id: int
+    backend: object          # a target name, or a picklable backend object
+    graph: object            # ir.graph.Graph
+    schedule: object
+    data_key: str
+
+
+class _WorkerState:
+    def __init__(self):
+        self.data: dict[str, tuple] = {}
+        self.exes: dict[int, object] = {}
+        self.backends: dict[str, object] = {}
+
+    def backend(self, spec):
+        if not isinstance(spec, str):
+            return spec
+        if spec not in self.backends:
+            from backends import get_backend
+            self.backends[spec] = get_backend(spec)
+        return self.backends[spec]
+
+    def build(self, trial: Trial):
+        exe = self.exes.get(trial.id)
+        if exe is None:
+            exe = self.backend(trial.backend).build(trial.graph, trial.schedule)
+            self.exes[trial.id] = exe
+        return exe
+
+
+def handle(state: _WorkerState, request):
+    """Serve one request (also used in-process when isolation is off)."""
+    from compiler import timing, verify
+    kind = request[0]
+    if kind == "data":
+        _, key, input_sets, expected_sets, out_dtypes = request
+        state.data[key] = (input_sets, expected_sets, out_dtypes)
+        return ("ok",)
+    if kind == "verify":
+        trial: Trial = request[1]
+        t0 = time.perf_counter()
+        try:
+            exe = state.build(trial)
+        except Exception as e:  # a compile error rejects this candidate only
+            return verify.CheckResult(False, f"build failed: {type(e).__name__}: {_first_line(e)}",
+                                      build_s=time.perf_counter() - t0)
+        build_s = time.perf_counter() - t0
+        input_sets, expected_sets, out_dtypes = state.data[trial.data_key]
+        try:
+            res = verify.check_executable(exe, input_sets, expected_sets, out_dtypes)
+        except Exception as e:
+            res = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
+        res.build_s = build_s
+        if not res.ok:
+            state.exes.pop(trial.id, None)
+        return res
+    if kind == "time":
+        _, trial, warmup, repeat = request
+        exe = state.build(trial)
+        args = state.data[trial.data_key][0][0]
+        return timing.measure(exe, args, warmup, repeat)
+    if kind == "source":
+        return getattr(state.build(request[1]), "source", "")
+    raise ValueError(f"unknown request {kind!r}")
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:300] if text else ""
+
+
+def worker_main() -> None:
+    import faulthandler
+    proto_out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # anything the backend prints goes to the log, never into the protocol
+    faulthandler.enable()
+    proto_in = sys.stdin.buffer
+    state = _WorkerState()
+    while True:
+        try:
+            request = _recv(proto_in)
+        except EOFError:
+            return
+        if request[0] == "exit":
+            return
+        try:
+            result = ("ok", handle(state, request))
+        except BaseException as e:  # noqa: BLE001 - report, keep serving
+            result = ("error", f"{type(e).__name__}: {_first_line(e)}")
+        _send(proto_out, result)
+
+
+# --- the parent side -----------------------------------------------------------------------
+
+class WorkerFailure(Exception):
+    """The worker died or missed its deadline; `reason` says which."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _child_env() -> dict:
+    env = dict(os.environ)
+    paths = [os.path.abspath(p or os.curdir) for p in sys.path]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
+    env.setdefault("PYTHONHASHSEED", "0")
+    return env
+
+
+class Worker:
+    """One worker process; `start` a request, then `finish` it with a deadline."""
+
+    def __init__(self):
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen([sys.executable, "-m", "compiler.workers"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.log, env=_child_env())
+        self.data_keys: set[str] = set()
+        self.built: set[int] = set()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def start(self, request) -> None:
+        try:
+            _send(self.proc.stdin, request)
+        except (BrokenPipeError, OSError):
+            raise WorkerFailure(self._death_reason()) from None
+
+    def finish(self, timeout: float, limit: float | None = None):
+        """The answer to the started request, waiting at most `timeout` more seconds
+        (`limit`: the request's whole allowance, for the message)."""
+        ready, _, _ = select.select([self.proc.stdout], [], [], max(timeout, 0.0))
+        if not ready:
+            self.kill()
+            raise WorkerFailure(f"timeout: no answer within {limit if limit is not None else timeout:.1f} s")
+        try:
+            status, value = _recv(self.proc.stdout)
+        except (EOFError, OSError, pickle.UnpicklingError):
+            raise WorkerFailure(self._death_reason()) from None
+        if status == "error":
+            raise WorkerFailure(f"error: {value}")
+        return value
+
+    def call(self, request, timeout: float):
+        self.start(request)
+        return self.finish(timeout)
+
+    def fileno(self) -> int:
+        return self.proc.stdout.fileno()
+
+    def _death_reason(self) -> str:
+        try:
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = self.proc.returncode
+        if code is not None and code < 0:
+            try:
+                what = signal.Signals(-code).name
+            except ValueError:
+                what = f"signal {-code}"
+        else:
+            what = f"exit code {code}"
+        tail = self._log_tail()
+        return f"crashed ({what})" + (f": {tail}" if tail else "")
+
+    def _log_tail(self) -> str:
+        try:
+            self.log.seek(0)
+            lines = [ln for ln in self.log.read().decode(errors="replace").splitlines() if ln.strip()]
+        except OSError:
+            return ""
+        # faulthandler's first line names the fault ("Fatal Python error: Segmentation fault")
+        fatal = [ln for ln in lines if ln.startswith("Fatal Python error")]
+        return (fatal[0] if fatal else (lines[-1] if lines else ""))[:200]
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                _send(self.proc.stdin, ("exit",))
+                self.proc.stdin.close()
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                self.kill()
+        self.log.close()
+
+
+class WorkerPool:
+    """A few workers, each replaced when it crashes or hangs."""
+
+    def __init__(self, size: int):
+        self.size = max(1, size)
+        self.workers: list[Worker | None] = [None] * self.size
+
+    def get(self, i: int) -> Worker:
+        w = self.workers[i]
+        if w is None or not w.alive():
+            if w is not None:
+                w.close()
+            w = self.workers[i] = Worker()
+        return w
+
+    def ensure_data(self, i: int, data_request, timeout: float) -> Worker:
+        w = self.get(i)
+        key = data_request[1]
+        if key not in w.data_keys:
+            w.call(data_request, timeout)
+            w.data_keys.add(key)
+        return w
+
+    def close(self) -> None:
+        for w in self.workers:
+            if w is not None:
+                w.close()
+        self.workers = [None] * self.size
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+if __name__ == "__main__":
+    worker_main()

@@ -1,0 +1,202 @@
+"""The measured-runtime search: planted wrong, crashing, hanging and NaN candidates are rejected
+with a reason and never chosen, and compile() still succeeds with a correct program.
+
+The fakes below run the reference interpreter but misbehave on purpose under named schedules;
+they live at module level so the isolated worker processes can unpickle them.
+"""
+from __future__ import annotations
+
+import ctypes
+import io
+import os
+import time
+
+import numpy as np
+import pytest
+
+import compiler as saturn
+from compiler.progress import Progress
+from compiler.search import SearchError, SearchOptions, search
+from ir.interpreter import evaluate
+
+
+class FakeExecutable:
+    def __init__(self, graph, schedule):
+        self.graph, self.schedule = graph, schedule
+        self.source = f"fake kernel for schedule {schedule}"
+        self.calls = 0
+
+    def __call__(self, *args):
+        self.calls += 1
+        outs = evaluate(self.graph, args)
+        s = self.schedule
+        if s == "wrong_fast":   # off by 1% everywhere: fast and wrong
+            return [o * np.float32(1.01) for o in outs]
+        if s == "crash":        # a segfault, as broken native code would do
+            ctypes.string_at(0)
+        if s == "hang":
+            time.sleep(3600)
+        if s == "nan":
+            o = outs[0].copy()
+            o.reshape(-1)[0] = np.nan
+            return [o] + outs[1:]
+        if s == "flaky":        # within tolerance, but different every run
+            return [o + np.float32(1e-7 * self.calls) for o in outs]
+        return outs
+
+    def benchmark(self, args, warmup, repeat):
+        # the planted candidates claim to be far faster than the honest one
+        fast = self.schedule in ("wrong_fast", "nan", "flaky")
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            self(*args)
+            times.append(1e-9 if fast else time.perf_counter() - t0)
+        return times
+
+
+class FakeBackend:
+    """A backend whose schedules are the names above; 'ok' is the only honest one."""
+    name = "fake"
+
+    def __init__(self, plan=("ok",)):
+        self.plan = tuple(plan)
+
+    def unavailable_reason(self):
+        return None
+
+    def schedules(self, graph):
+        return list(self.plan)
+
+    def build(self, graph, schedule=None):
+        if schedule == "build_error":
+            raise RuntimeError("planted compile error")
+        return FakeExecutable(graph, schedule)
+
+
+class Cand:
+    def __init__(self, graph, cost, description):
+        self.graph, self.cost, self.description = graph, cost, description
+
+
+def softmax(x):
+    return x.softmax(-1)
+
+
+SPEC = saturn.spec((8, 33))
+
+
+def _compile(plan, **kw):
+    kw.setdefault("budget", 2.0)
+    kw.setdefault("timeout", 3.0)
+    return saturn.compile(softmax, SPEC, target="fake", backend=FakeBackend(plan), quiet=True, **kw)
+
+
+def _by_schedule(f):
+    return {t.schedule: t for t in f.result.trials}
+
+
+def _check_correct(f):
+    x = np.random.default_rng(5).standard_normal((8, 33)).astype(np.float32)
+    np.testing.assert_allclose(f(x), evaluate(f.graph, [x])[0], rtol=1e-6, atol=1e-7)
+
+
+def test_planted_wrong_schedule_is_rejected_and_never_chosen():
+    f = _compile(["wrong_fast", "ok"])
+    trials = _by_schedule(f)
+    assert trials["wrong_fast"].status == "rejected"
+    assert "mismatch" in trials["wrong_fast"].reason
+    assert f.result.winner.schedule == "ok"
+    _check_correct(f)
+
+
+def test_crash_hang_nan_build_error_and_nondeterminism_are_rejected_with_reasons():
+    t0 = time.perf_counter()
+    f = _compile(["crash", "hang", "nan", "build_error", "flaky", "ok"], max_schedules=6)
+    trials = _by_schedule(f)
+    assert trials["crash"].status == "rejected" and "crashed" in trials["crash"].reason
+    assert "SIGSEGV" in trials["crash"].reason
+    assert trials["hang"].status == "rejected" and "timeout" in trials["hang"].reason
+    assert trials["nan"].status == "rejected" and "NaN" in trials["nan"].reason
+    assert trials["build_error"].status == "rejected" and "build failed" in trials["build_error"].reason
+    assert trials["flaky"].status == "rejected" and "nondeterministic" in trials["flaky"].reason
+    assert f.result.winner.schedule == "ok" and trials["ok"].status == "chosen"
+    _check_correct(f)
+    assert time.perf_counter() - t0 < 60  # the hang cost one timeout, not the whole compile
+
+
+def _wrong_softmax(x):
+    # a "rule" that forgot the normalization: fewer ops, so genuinely faster, and wrong
+    return (x - x.max(-1, keepdim=True)).exp()
+
+
+def test_planted_wrong_candidate_program_is_rejected():
+    good = saturn.trace(softmax, SPEC)
+    bad = saturn.trace(_wrong_softmax, SPEC)
+    assert bad.inputs == good.inputs  # hash-consed: same input nodes
+    cands = [Cand(bad.__class__(good.inputs, bad.outputs), 0.5, "planted: softmax without the sum"),
+             Cand(good, 1.0, "original program")]
+    f = _compile(["ok"], candidates=cands)
+    trials = {t.description: t for t in f.result.trials}
+    bad_trial = trials["planted: softmax without the sum"]
+    assert bad_trial.status == "rejected" and "mismatch" in bad_trial.reason
+    assert f.result.winner.description == "original program"
+    assert f.chosen is good
+    _check_correct(f)
+
+
+def test_candidate_with_wrong_interface_is_rejected_before_it_runs():
+    good = saturn.trace(softmax, SPEC)
+    other = saturn.trace(lambda x: x.sum(-1), SPEC)
+    f = _compile(["ok"], candidates=[Cand(other, 0.1, "wrong shape"), Cand(good, 1.0, "original program")])
+    t = {t.description: t for t in f.result.trials}["wrong shape"]
+    assert t.status == "rejected" and "not a valid candidate" in t.reason
+
+
+def test_all_candidates_rejected_raises_with_every_reason():
+    g = saturn.trace(softmax, SPEC)
+    with pytest.raises(SearchError) as e:
+        search(g, FakeBackend(["wrong_fast", "nan"]), target="fake", backend_spec=FakeBackend(["wrong_fast", "nan"]),
+               options=SearchOptions(budget=1.0, timeout=3.0, quiet=True))
+    assert "mismatch" in str(e.value) and "NaN" in str(e.value)
+
+
+def test_search_is_seeded_and_reproducible():
+    a = _compile(["ok", "ok2"], seed=3, cache=False)
+    b = _compile(["ok", "ok2"], seed=3, cache=False)
+    assert [(t.id, t.schedule, t.status != "rejected") for t in a.result.trials] == \
+           [(t.id, t.schedule, t.status != "rejected") for t in b.result.trials]
+
+
+def test_progress_is_silent_when_quiet_or_fast_and_shown_otherwise():
+    s = io.StringIO()
+    p = Progress("x", quiet=True, delay=0.0, stream=s)
+    p.phase("timing"); p.update(tried=3, verified=2, rejected=1, best=1e-3); p.close()
+    assert s.getvalue() == ""
+    s = io.StringIO()
+    p = Progress("x", quiet=False, delay=10.0, stream=s)
+    p.phase("timing"); p.close()
+    assert s.getvalue() == ""
+    s = io.StringIO()
+    p = Progress("x", quiet=False, delay=0.0, stream=s)
+    p.phase("timing"); p.update(tried=3, verified=2, rejected=1, best=1e-3); p.close()
+    out = s.getvalue()
+    assert "3 tried" in out and "2 verified" in out and "1 rejected" in out and "1 ms" in out
+
+
+def test_reference_target_needs_no_search():
+    f = saturn.compile(softmax, SPEC, target="reference")
+    assert f.result is None
+    _check_correct(f)
+
+
+@pytest.mark.skipif(os.environ.get("SATURN_SKIP_CPU") == "1", reason="cpu backend skipped")
+def test_cpu_target_chooses_a_verified_candidate():
+    from backends.base import BackendUnavailable
+    try:
+        f = saturn.compile(softmax, SPEC, target="cpu", budget=2.0, quiet=True, cache=False)
+    except BackendUnavailable as e:
+        pytest.skip(str(e))
+    assert f.result.winner.status == "chosen"
+    assert all(t.reason for t in f.result.trials if t.status == "rejected")
+    _check_correct(f)
