@@ -1,0 +1,301 @@
+"""Lower a primitive `Graph` to the kernel IR (`ir.kernel.KernelProgram`).
+
+Two decisions: which nodes are materialized in buffers (the partition into kernels), and how
+each kernel computes its output (the loop nest with inlined producers).
+
+Partitioning starts from the graph outputs and CONTIGUOUS nodes, inlines everything else into
+its consumers, then repeats until no inlined node is computed more often than it has elements
+in a way that costs real work:
+  - a reduction evaluated more times than it has elements is materialized (for example, the
+    scores of attention, read by a max, a sum and the output);
+  - an elementwise subtree with transcendental work (weight >= 4) evaluated at least four times
+    per element is materialized (for example, a GELU read through a broadcast by a matmul);
+  - a padded (masked) read of something that is not a buffer materializes that thing.
+A reduction whose result depends only on a kernel's outer output axes becomes a `Let` at that
+depth, so softmax, layernorm and rmsnorm each become one kernel per row: the row reductions are
+computed once per row, then the elementwise epilogue writes the row.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+from ir.graph import Graph
+from ir.kernel import (Buffer, Compute, Const, Kernel, KernelProgram, Let, Lin, Load, Reduce, Ref,
+                       Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars)
+from ir.node import Node
+from ir.ops import ELEMENTWISE, REDUCE, Op
+
+# work per element of an op, for deciding whether recomputing it is worth a buffer
+_OP_WEIGHT = {Op.EXP2: 4, Op.LOG2: 4, Op.SIN: 4, Op.SQRT: 4, Op.RECIP: 4}
+EXPENSIVE = 4          # an inlined subtree at least this heavy is not recomputed per broadcast...
+RECOMPUTE_FACTOR = 4   # ...this many times per element (softmax's exp, recomputed twice, stays fused)
+MAX_ROUNDS = 200
+
+# An index is ("flat", Lin) into a node's contiguous layout or ("multi", (Lin per axis)).
+Index = tuple
+
+
+def row_strides(shape) -> tuple[int, ...]:
+    """Contiguous element strides (size-1 axes keep their true stride, they are never used)."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= s
+    return tuple(reversed(out))
+
+
+def to_multi(shape, idx: Index) -> tuple[Lin, ...]:
+    if idx[0] == "multi":
+        return idx[1]
+    flat = idx[1]
+    return tuple(Lin() if s == 1 else mod(floordiv(flat, st), s) for s, st in zip(shape, row_strides(shape)))
+
+
+def to_flat(shape, idx: Index) -> Lin:
+    if idx[0] == "flat":
+        return idx[1]
+    out = Lin()
+    for i, st in zip(idx[1], row_strides(shape)):
+        out = out + i * st
+    return out
+
+
+def _fill_value(fill: float, dtype):
+    if dtype.is_float:
+        return float(fill)
+    if dtype.name == "bool":
+        return bool(fill)
+    return int(fill)
+
+
+class _KernelBuilder:
+    """Builds one kernel: the value of `root` at every index of its shape."""
+
+    def __init__(self, name: str, root: Node, buffers: dict[Node, str], needs: set[Node]):
+        self.name, self.root, self.buffers, self.needs = name, root, buffers, needs
+        self.memo: dict[tuple, Value] = {}
+        self.origin: dict[Value, Node] = {}
+        self.lets: list[Let] = []
+        self.let_vars: dict[str, set[Var]] = {}
+        self.let_of: dict[Value, Ref] = {}
+        self.counter = 0
+        self.axes = tuple(Var(f"i{a}", s) for a, s in enumerate(root.shape) if s != 1)
+        self.axis_pos = {v: p for p, v in enumerate(self.axes)}
+
+    def build(self, out_buffer: str) -> Kernel:
+        it = iter(self.axes)
+        idx = tuple(Lin() if s == 1 else as_lin(next(it)) for s in self.root.shape)
+        value = self.value(self.root, ("multi", idx), root=True)
+        store = Store(out_buffer, to_flat(self.root.shape, ("multi", idx)), value)
+        return Kernel(self.name, self.axes, tuple(self.lets), (store,))
+
+    # --- values -----------------------------------------------------------------------------
+    def value(self, n: Node, idx: Index, root: bool = False) -> Value:
+        key = (n, to_flat(n.shape, idx), root)   # one canonical key per element, however addressed
+        v = self.memo.get(key)
+        if v is None:
+            v = self._value(n, idx, root)
+            self.memo[key] = v
+            self.origin.setdefault(v, n)
+        return v
+
+    def _value(self, n: Node, idx: Index, root: bool) -> Value:
+        if n in self.buffers and not root:
+            return Load(self.buffers[n], n.dtype, to_flat(n.shape, idx))
+        if n.op == Op.CONST:
+            return Const(n.arg, n.dtype)
+        if n.op == Op.VIEW:
+            return self._view(n, idx)
+        if n.op == Op.CONTIGUOUS:
+            return self.value(n.srcs[0], idx)
+        if n.op in ELEMENTWISE:
+            return Compute(n.op, n.dtype, tuple(self.value(s, idx) for s in n.srcs))
+        if n.op in REDUCE:
+            return self._reduce(n, idx)
+        raise ValueError(f"cannot lower {n.op} (is an INPUT missing from the graph's inputs?)")
+
+    def _view(self, n: Node, idx: Index) -> Value:
+        st = n.arg
+        cur = to_multi(n.shape, idx)
+        valid = []
+        flat = Lin()
+        for k in range(len(st.views) - 1, -1, -1):
+            v = st.views[k]
+            if v.mask is not None:
+                for i, (lo, hi) in zip(cur, v.mask):
+                    b = bound(i, lo, hi)
+                    if b is False:
+                        return Const(_fill_value(st.fill, n.dtype), n.dtype)
+                    if b is not True:
+                        valid.append(b)
+            flat = Lin(const=v.offset)
+            for i, s in zip(cur, v.strides):
+                flat = flat + i * s
+            if k > 0:
+                cur = to_multi(st.views[k - 1].shape, ("flat", flat))
+        src = n.srcs[0]
+        if not valid:
+            return self.value(src, ("flat", flat))
+        if src in self.buffers:
+            return Load(self.buffers[src], src.dtype, flat, tuple(dict.fromkeys(valid)),
+                        _fill_value(st.fill, n.dtype))
+        self.needs.add(src)            # a padded read of a computed value: materialize it
+        return Const(_fill_value(st.fill, n.dtype), n.dtype)
+
+    def _reduce(self, n: Node, idx: Index) -> Value:
+        src = n.srcs[0]
+        src_idx = list(to_multi(n.shape, idx))
+        rvars = []
+        for a in n.arg:
+            if src.shape[a] == 1:
+                continue
+            v = Var(f"r{self.counter}", src.shape[a])
+            self.counter += 1
+            rvars.append(v)
+            src_idx[a] = as_lin(v)
+        body = self.value(src, ("multi", tuple(src_idx)))
+        if not rvars:
+            return body
+        if any(s == 0 for s in src.shape):
+            body = Const(0.0 if n.dtype.is_float else 0, n.dtype)
+        red = Reduce(n.op, n.dtype, tuple(rvars), body)
+        free = value_vars(red, self.let_vars)
+        if not free <= set(self.axes):
+            return red                 # depends on an enclosing reduction's variable: stays nested
+        if red in self.let_of:
+            return self.let_of[red]
+        depth = 1 + max((self.axis_pos[v] for v in free), default=-1)
+        name = f"acc{len(self.lets)}"
+        self.lets.append(Let(name, depth, red))
+        self.let_vars[name] = free
+        ref = Ref(name, n.dtype)
+        self.let_of[red] = ref
+        self.origin.setdefault(red, n)
+        return ref
+
+    # --- how often each inlined node is evaluated ------------------------------------------
+    def count_evaluations(self, kernel: Kernel, counts: dict[Node, int]) -> None:
+        """Add to counts[node] how often each inlined node is computed, assuming loop-invariant
+        code is hoisted to just inside the innermost loop it depends on (as LICM does)."""
+        memo: dict = {}
+        for let in kernel.lets:
+            self._count(let.value, kernel.axes[:let.depth], counts, memo)
+        for st in kernel.stores:
+            self._count(st.value, kernel.axes, counts, memo)
+
+    def _count(self, e: Value, loops: tuple[Var, ...], counts, memo) -> None:
+        stack, seen = [(e, loops)], set()
+        while stack:
+            e, loops = stack.pop()
+            if (e, loops) in seen or isinstance(e, Ref):
+                continue
+            seen.add((e, loops))
+            node = self.origin.get(e)
+            if node is not None and node is not self.root:
+                free = value_vars(e, self.let_vars, memo)
+                inner = max((p for p, v in enumerate(loops) if v in free), default=-1)
+                counts[node] += math.prod(v.extent for v in loops[:inner + 1])
+            if isinstance(e, Reduce):
+                stack.append((e.body, loops + e.vars))
+            else:
+                stack.extend((c, loops) for c in children(e))
+
+
+def _subtree_weight(n: Node, buffers, memo) -> int:
+    if n in memo:
+        return memo[n]
+    if n in buffers or n.op in (Op.CONST, Op.INPUT):
+        w = 0
+    else:
+        # a reduction is judged by its own count (it is hoisted into a Let where it can be)
+        w = 0 if n.op in REDUCE else _OP_WEIGHT.get(n.op, 1 if n.op in ELEMENTWISE else 0)
+        if n.op not in REDUCE:
+            w += sum(_subtree_weight(s, buffers, memo) for s in n.srcs)
+    memo[n] = w
+    return w
+
+
+def _inlined_below(n: Node, buffers) -> set[Node]:
+    out, stack = set(), list(n.srcs)
+    while stack:
+        x = stack.pop()
+        if x in out or x in buffers:
+            continue
+        out.add(x)
+        stack.extend(x.srcs)
+    return out
+
+
+def partition(graph: Graph) -> list[Node]:
+    """The nodes to materialize (besides inputs), in execution order."""
+    nodes = graph.nodes
+    topo = {n: i for i, n in enumerate(nodes)}
+    realized = {n for n in graph.outputs if n.op != Op.INPUT}
+    realized |= {n for n in nodes if n.op == Op.CONTIGUOUS}
+    for _ in range(MAX_ROUNDS):
+        buffers = {n: f"b{topo[n]}" for n in realized} | {n: "in" for n in graph.inputs}
+        needs: set[Node] = set()
+        counts: dict[Node, int] = defaultdict(int)
+        for n in realized:
+            b = _KernelBuilder("k", n, buffers, needs)
+            b.count_evaluations(b.build("out"), counts)
+        weights: dict[Node, int] = {}
+        violators = set(needs)
+        for n, c in counts.items():
+            if n in realized or n.op in (Op.CONST, Op.INPUT, Op.VIEW):
+                continue
+            if n.op in REDUCE and c > n.numel:
+                violators.add(n)
+            elif c >= RECOMPUTE_FACTOR * n.numel and _subtree_weight(n, buffers, weights) >= EXPENSIVE:
+                violators.add(n)
+        if not violators:
+            return sorted(realized, key=topo.__getitem__)
+        # realize the outermost violators first; the ones they contain are re-judged next round
+        below = set()
+        for v in violators:
+            below |= _inlined_below(v, buffers)
+        realized |= {v for v in violators if v not in below} or violators
+    raise RuntimeError("partitioning did not converge")
+
+
+def lower(graph: Graph) -> KernelProgram:
+    """The kernels that compute `graph`, in execution order, with their buffers."""
+    realized = partition(graph)
+    buffers: dict[Node, str] = {n: f"in{i}" for i, n in enumerate(graph.inputs)}
+    buffer_list = [Buffer(f"in{i}", n.dtype, n.numel, "input") for i, n in enumerate(graph.inputs)]
+    outputs: list[str] = []
+    out_names: dict[Node, str] = {}
+    copies: list[tuple[Node, str]] = []
+    for i, n in enumerate(graph.outputs):
+        if n in out_names:
+            outputs.append(out_names[n])
+            continue
+        name = f"out{i}"
+        out_names[n] = name
+        outputs.append(name)
+        buffer_list.append(Buffer(name, n.dtype, n.numel, "output"))
+        if n.op == Op.INPUT:
+            copies.append((n, name))
+    temps = 0
+    for n in realized:
+        if n in out_names:
+            buffers[n] = out_names[n]
+        else:
+            buffers[n] = f"t{temps}"
+            temps += 1
+            buffer_list.append(Buffer(buffers[n], n.dtype, n.numel, "temp"))
+    kernels = []
+    for n, name in copies:
+        b = _KernelBuilder(f"k{len(kernels)}_copy", n, {}, set())
+        it = iter(b.axes)
+        idx = tuple(Lin() if s == 1 else as_lin(next(it)) for s in n.shape)
+        flat = to_flat(n.shape, ("multi", idx))
+        kernels.append(Kernel(b.name, b.axes, (), (Store(name, flat, Load(buffers[n], n.dtype, flat)),)))
+    for n in realized:
+        kname = f"k{len(kernels)}_{n.op.value}"
+        needs: set[Node] = set()
+        kernels.append(_KernelBuilder(kname, n, buffers, needs).build(buffers[n]))
+        assert not needs, "partition left a padded read of a computed value"
+    return KernelProgram(tuple(buffer_list), tuple(kernels), tuple(buffers[n] for n in graph.inputs),
+                         tuple(outputs), tuple(n.shape for n in graph.outputs))

@@ -1,0 +1,642 @@
+"""The backend-neutral kernel IR: what `compiler.lower` produces and every code backend renders.
+
+A `KernelProgram` is a list of `Kernel`s over named `Buffer`s. A kernel is a loop nest over one
+output index space (`axes`, outer to inner). Per iteration it evaluates value expressions and
+stores them. Values are small trees: `Load` (through an index expression, guarded by bounds),
+`Const`, `Compute` (an elementwise primitive op), `Reduce` (a loop over its own reduction
+variables) and `Ref` (a named `Let`). A `Let` is computed once per iteration of the first
+`depth` axes and reused by everything deeper: that is how a softmax's row max and row sum are
+computed once per row inside the same kernel that writes the normalized row.
+
+Index expressions are integer affine forms (`Lin`) over loop variables and floor div/mod atoms,
+simplified on construction with the known ranges of the loop variables, so div/mod survive only
+where a view really needs them. Everything here is immutable and hashable.
+
+The algorithm (this file) and the schedule (`Schedule`, also here) are separate: one kernel can
+be rendered under many schedules.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+from ir.dtypes import DType
+from ir.ops import Op
+
+class Struct:
+    """Immutable value semantics with a cached hash (trees share sub-trees; hashing stays linear)."""
+
+    def _key(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def __hash__(self) -> int:
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((type(self).__name__,) + self._key())
+            object.__setattr__(self, "_hash", h)
+        return h
+
+    def __eq__(self, other) -> bool:
+        return self is other or (type(self) is type(other) and hash(self) == hash(other)
+                                 and self._key() == other._key())
+
+
+def struct(cls):
+    """A frozen dataclass with Struct's equality and cached hash."""
+    return dataclass(frozen=True, eq=False)(cls)
+
+
+# --------------------------------------------------------------------------------------------
+# index expressions
+# --------------------------------------------------------------------------------------------
+
+
+@struct
+class Var(Struct):
+    """A loop variable ranging over [0, extent)."""
+    name: str
+    extent: int
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@struct
+class Div(Struct):
+    """floor(arg / divisor), divisor > 0."""
+    arg: "Lin"
+    divisor: int
+
+    def __str__(self) -> str:
+        return f"({_paren(self.arg)} // {self.divisor})"
+
+
+@struct
+class Mod(Struct):
+    """arg - divisor * floor(arg / divisor), divisor > 0 (a floor modulo: never negative)."""
+    arg: "Lin"
+    divisor: int
+
+    def __str__(self) -> str:
+        return f"({_paren(self.arg)} % {self.divisor})"
+
+
+Atom = Var | Div | Mod
+
+
+def _paren(e: "Lin") -> str:
+    return str(e) if len(e.terms) + (e.const != 0) <= 1 else f"({e})"
+
+
+@struct
+class Lin(Struct):
+    """const + sum(coeff * atom): the one index-expression type. Build with the helpers below."""
+    terms: tuple[tuple[Atom, int], ...] = ()
+    const: int = 0
+
+    def __str__(self) -> str:
+        parts = [(str(a) if c == 1 else f"{c}*{a}") for a, c in self.terms]
+        if self.const or not parts:
+            parts.append(str(self.const))
+        return " + ".join(parts)
+
+    @property
+    def is_const(self) -> bool:
+        return not self.terms
+
+    def vars(self) -> set[Var]:
+        out: set[Var] = set()
+        for a, _ in self.terms:
+            out |= atom_vars(a)
+        return out
+
+    def coeff(self, v: Var) -> int:
+        """The coefficient of loop variable v when it appears only as a plain term, else 0."""
+        return sum(c for a, c in self.terms if a == v)
+
+    def __add__(self, other: "Lin | int") -> "Lin":
+        other = as_lin(other)
+        return _normalize(self.terms + other.terms, self.const + other.const)
+
+    __radd__ = __add__
+
+    def __mul__(self, k: int) -> "Lin":
+        if k == 0:
+            return Lin()
+        return _normalize(tuple((a, c * k) for a, c in self.terms), self.const * k)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, d: int) -> "Lin":
+        return floordiv(self, d)
+
+    def __mod__(self, d: int) -> "Lin":
+        return mod(self, d)
+
+
+def atom_vars(a: Atom) -> set[Var]:
+    return {a} if isinstance(a, Var) else a.arg.vars()
+
+
+def as_lin(x) -> Lin:
+    if isinstance(x, Lin):
+        return x
+    if isinstance(x, int):
+        return Lin((), x)
+    if isinstance(x, (Var, Div, Mod)):
+        return Lin(((x, 1),), 0)
+    raise TypeError(f"not an index expression: {x!r}")
+
+
+def _atom_key(a: Atom) -> str:
+    return f"{type(a).__name__}:{a}"
+
+
+def _normalize(terms, const: int) -> Lin:
+    merged: dict[Atom, int] = {}
+    for a, c in terms:
+        merged[a] = merged.get(a, 0) + c
+    # (x // d) * (k*d) + (x % d) * k -> x * k   (undo an unflatten/reflatten round trip)
+    changed = True
+    while changed:
+        changed = False
+        for a, c in list(merged.items()):
+            if isinstance(a, Mod) and c and a in merged:
+                div = Div(a.arg, a.divisor)
+                if merged.get(div, 0) == c * a.divisor:
+                    del merged[a], merged[div]
+                    inner = a.arg * c
+                    for ia, ic in inner.terms:
+                        merged[ia] = merged.get(ia, 0) + ic
+                    const += inner.const
+                    changed = True
+                    break
+    items = tuple(sorted(((a, c) for a, c in merged.items() if c), key=lambda t: _atom_key(t[0])))
+    return Lin(items, const)
+
+
+def atom_range(a: Atom) -> tuple[int, int]:
+    """Inclusive [lo, hi] of an atom."""
+    if isinstance(a, Var):
+        return 0, max(a.extent - 1, 0)
+    lo, hi = lin_range(a.arg)
+    if isinstance(a, Div):
+        return lo // a.divisor, hi // a.divisor
+    if lo >= 0 and hi < a.divisor:
+        return lo, hi
+    return 0, a.divisor - 1
+
+
+def lin_range(e: Lin) -> tuple[int, int]:
+    lo = hi = e.const
+    for a, c in e.terms:
+        alo, ahi = atom_range(a)
+        lo += min(c * alo, c * ahi)
+        hi += max(c * alo, c * ahi)
+    return lo, hi
+
+
+def floordiv(e: Lin | int, d: int) -> Lin:
+    e = as_lin(e)
+    if d <= 0:
+        raise ValueError("divisor must be positive")
+    if d == 1:
+        return e
+    q_terms, rest = [], []
+    for a, c in e.terms:
+        if c % d == 0:
+            q_terms.append((a, c // d))
+        else:
+            rest.append((a, c))
+    k, r = divmod(e.const, d)
+    rest_lin = _normalize(tuple(rest), r)
+    quotient = _normalize(tuple(q_terms), k)
+    lo, hi = lin_range(rest_lin)
+    if 0 <= lo and hi < d:
+        return quotient
+    if lo // d == hi // d:                      # constant quotient over the whole range
+        return quotient + lo // d
+    if len(rest_lin.terms) == 1 and rest_lin.const == 0:
+        a, c = rest_lin.terms[0]
+        if isinstance(a, Div) and c == 1:       # (x // a) // b -> x // (a*b)
+            return quotient + as_lin(Div(a.arg, a.divisor * d))
+        if c > 1 and d % c == 0:                # (c*x) // (c*m) -> x // m
+            return quotient + floordiv(as_lin(a), d // c)
+    return quotient + as_lin(Div(rest_lin, d))
+
+
+def mod(e: Lin | int, d: int) -> Lin:
+    e = as_lin(e)
+    if d <= 0:
+        raise ValueError("divisor must be positive")
+    if d == 1:
+        return Lin()
+    rest = tuple((a, c) for a, c in e.terms if c % d != 0)
+    rest_lin = _normalize(rest, e.const % d)
+    lo, hi = lin_range(rest_lin)
+    if 0 <= lo and hi < d:
+        return rest_lin
+    if lo // d == hi // d:                      # no wrap inside the range: subtract the offset
+        return rest_lin + (-(lo // d) * d)
+    if len(rest_lin.terms) == 1 and rest_lin.const == 0:
+        a, c = rest_lin.terms[0]
+        if isinstance(a, Mod) and c == 1 and a.divisor % d == 0:   # (x % (k*d)) % d -> x % d
+            return mod(a.arg, d)
+        if c > 1 and d % c == 0:                # (c*x) % (c*m) -> c * (x % m)
+            return mod(as_lin(a), d // c) * c
+    return as_lin(Mod(rest_lin, d))
+
+
+@struct
+class Bound(Struct):
+    """The condition lo <= expr < hi."""
+    expr: Lin
+    lo: int
+    hi: int
+
+    def __str__(self) -> str:
+        return f"{self.lo} <= {self.expr} < {self.hi}"
+
+
+def bound(expr: Lin, lo: int, hi: int) -> Bound | bool:
+    """A simplified bound: True if it always holds, False if it never does."""
+    elo, ehi = lin_range(expr)
+    if elo >= lo and ehi < hi:
+        return True
+    if ehi < lo or elo >= hi or hi <= lo:
+        return False
+    return Bound(expr, lo, hi)
+
+
+# --------------------------------------------------------------------------------------------
+# value expressions
+# --------------------------------------------------------------------------------------------
+
+
+@struct
+class Load(Struct):
+    """buffer[index] where every bound in `valid` holds, else `fill`. dtype: the buffer's."""
+    buffer: str
+    dtype: DType
+    index: Lin
+    valid: tuple[Bound, ...] = ()
+    fill: float = 0.0
+
+
+@struct
+class Const(Struct):
+    value: float | int | bool
+    dtype: DType
+
+    def _key(self) -> tuple:  # -0.0 differs from 0.0 and NaN equals itself
+        return (repr(self.value), self.dtype)
+
+
+@struct
+class Compute(Struct):
+    """An elementwise primitive op (ir.ops.ELEMENTWISE) producing `dtype`.
+
+    Half dtypes compute in f32 and round to the half type after the op (like the interpreter).
+    CAST converts srcs[0] to dtype; CMPLT compares in the operands' compute type.
+    """
+    op: Op
+    dtype: DType
+    srcs: tuple["Value", ...]
+
+
+@struct
+class Reduce(Struct):
+    """op (SUM or MAX) of `body` over all values of `vars` (in row-major order of vars).
+
+    Accumulates in `dtype.compute` (f32 for halves; f32 sums of f32 may use a wider or
+    reassociated accumulator only where the schedule allows) and yields `dtype`.
+    """
+    op: Op
+    dtype: DType
+    vars: tuple[Var, ...]
+    body: "Value"
+
+
+@struct
+class Ref(Struct):
+    """The value of the kernel's `Let` called `name`."""
+    name: str
+    dtype: DType
+
+
+Value = Load | Const | Compute | Reduce | Ref
+
+
+@struct
+class Let(Struct):
+    """`value`, computed once per iteration of the kernel's first `depth` axes."""
+    name: str
+    depth: int
+    value: Value
+
+
+@struct
+class Store(Struct):
+    buffer: str
+    index: Lin
+    value: Value
+
+
+@struct
+class Kernel(Struct):
+    """A loop nest over `axes` (outer to inner): lets at their depth, then the stores."""
+    name: str
+    axes: tuple[Var, ...]
+    lets: tuple[Let, ...]
+    stores: tuple[Store, ...]
+
+    @property
+    def numel(self) -> int:
+        return math.prod(v.extent for v in self.axes)
+
+    def reads(self) -> set[str]:
+        out: set[str] = set()
+        for e in [l.value for l in self.lets] + [s.value for s in self.stores]:
+            for node in walk(e):
+                if isinstance(node, Load):
+                    out.add(node.buffer)
+        return out
+
+    def writes(self) -> set[str]:
+        return {s.buffer for s in self.stores}
+
+    def __str__(self) -> str:
+        return format_kernel(self)
+
+
+@struct
+class Buffer(Struct):
+    """A flat array of `size` elements. kind: 'input' | 'output' | 'temp'."""
+    name: str
+    dtype: DType
+    size: int
+    kind: str
+
+
+@struct
+class KernelProgram(Struct):
+    """Kernels in execution order. `inputs`/`outputs` name buffers in the graph's call order
+    (an output name may repeat, or name an input buffer only via a copy kernel)."""
+    buffers: tuple[Buffer, ...]
+    kernels: tuple[Kernel, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+
+    def buffer(self, name: str) -> Buffer:
+        for b in self.buffers:
+            if b.name == name:
+                return b
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        lines = [f"buffers: " + ", ".join(f"{b.name}:{b.kind}:{b.dtype.value}[{b.size}]" for b in self.buffers)]
+        lines += [str(k) for k in self.kernels]
+        lines.append("outputs: " + ", ".join(self.outputs))
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# schedule (separate from the algorithm)
+# --------------------------------------------------------------------------------------------
+
+
+@struct
+class KernelSchedule(Struct):
+    """How one kernel runs.
+
+    parallel:     how many leading axes are collapsed into the loop that is split into chunks
+                  across threads (0: serial). Chunks never split a reduction, so results do not
+                  depend on the thread count.
+    vector_width: lanes for the innermost axis (1: scalar).
+    unroll:       unroll factor for the innermost loop.
+    tile:         (m, n, k) block sizes for the blocked matmul path; () lets the backend choose.
+    fast_math:    allow reassociating reductions (vectorized, still a fixed order per build).
+    """
+    parallel: int = 1
+    vector_width: int = 8
+    unroll: int = 1
+    tile: tuple[int, ...] = ()
+    fast_math: bool = True
+
+
+@struct
+class Schedule(Struct):
+    """A program-wide schedule: thread count, a default KernelSchedule and per-kernel overrides."""
+    threads: int = 0                       # 0: all cores
+    default: KernelSchedule = KernelSchedule()
+    overrides: tuple[tuple[str, KernelSchedule], ...] = ()
+    name: str = "default"
+
+    def for_kernel(self, name: str) -> KernelSchedule:
+        for k, s in self.overrides:
+            if k == name:
+                return s
+        return self.default
+
+
+# --------------------------------------------------------------------------------------------
+# traversal and printing
+# --------------------------------------------------------------------------------------------
+
+
+def children(e: Value) -> tuple[Value, ...]:
+    if isinstance(e, Compute):
+        return e.srcs
+    if isinstance(e, Reduce):
+        return (e.body,)
+    return ()
+
+
+def walk(e: Value):
+    """Every sub-expression of e (pre-order, shared sub-trees visited once)."""
+    seen, stack = set(), [e]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        yield x
+        stack.extend(reversed(children(x)))
+
+
+def value_vars(e: Value, let_vars: dict[str, set[Var]] | None = None, _memo=None) -> set[Var]:
+    """Loop variables a value depends on (reduction variables it binds itself excluded).
+
+    `let_vars` maps a Let's name to its own variables, so a Ref counts as depending on them.
+    """
+    memo = {} if _memo is None else _memo
+    if e in memo:
+        return memo[e]
+    if isinstance(e, Load):
+        out = set(e.index.vars())
+        for b in e.valid:
+            out |= b.expr.vars()
+    elif isinstance(e, Ref):
+        out = set(let_vars.get(e.name, ())) if let_vars else set()
+    elif isinstance(e, Reduce):
+        out = value_vars(e.body, let_vars, memo) - set(e.vars)
+    else:
+        out = set()
+        for c in children(e):
+            out |= value_vars(c, let_vars, memo)
+    memo[e] = out
+    return out
+
+
+def format_value(e: Value) -> str:
+    if isinstance(e, Load):
+        s = f"{e.buffer}[{e.index}]"
+        if e.valid:
+            s += " if " + " and ".join(map(str, e.valid)) + f" else {e.fill}"
+        return s
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, Ref):
+        return e.name
+    if isinstance(e, Reduce):
+        vs = ", ".join(f"{v.name}<{v.extent}" for v in e.vars)
+        return f"{e.op.value}[{vs}]({format_value(e.body)})"
+    args = ", ".join(format_value(s) for s in e.srcs)
+    if e.op == Op.CAST:
+        return f"cast<{e.dtype.value}>({args})"
+    return f"{e.op.value}({args})"
+
+
+def format_kernel(k: Kernel) -> str:
+    axes = ", ".join(f"{v.name}<{v.extent}" for v in k.axes)
+    lines = [f"kernel {k.name}({axes}):"]
+    for let in k.lets:
+        lines.append(f"  [{let.depth}] {let.name} = {format_value(let.value)}")
+    for st in k.stores:
+        lines.append(f"  {st.buffer}[{st.index}] = {format_value(st.value)}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# reference semantics: a numpy evaluator of kernel programs (slow; small shapes; for tests)
+# --------------------------------------------------------------------------------------------
+
+
+def evaluate_program(program: KernelProgram, args) -> list:
+    """Run `program` with numpy broadcasting (one array axis per loop variable)."""
+    import numpy as np
+
+    bufs = {}
+    for name, a in zip(program.inputs, args):
+        b = program.buffer(name)
+        bufs[name] = np.ascontiguousarray(a, dtype=b.dtype.np).reshape(-1)
+    for b in program.buffers:
+        if b.kind != "input":
+            bufs[b.name] = np.zeros(b.size, b.dtype.np)
+    for k in program.kernels:
+        _eval_kernel(k, bufs)
+    return [bufs[name].reshape(shape).copy() for name, shape in zip(program.outputs, program.output_shapes)]
+
+
+def _eval_kernel(k: Kernel, bufs) -> None:
+    import numpy as np
+
+    all_vars = list(k.axes)
+    for e in [l.value for l in k.lets] + [s.value for s in k.stores]:
+        for x in walk(e):
+            if isinstance(x, Reduce):
+                all_vars.extend(v for v in x.vars if v not in all_vars)
+    ndim = len(all_vars)
+    pos = {v: i for i, v in enumerate(all_vars)}
+
+    def var_array(v: Var):
+        shape = [1] * ndim
+        shape[pos[v]] = v.extent
+        return np.arange(v.extent, dtype=np.int64).reshape(shape)
+
+    def lin(e: Lin):
+        out = np.int64(e.const)
+        for a, c in e.terms:
+            if isinstance(a, Var):
+                x = var_array(a)
+            elif isinstance(a, Div):
+                x = np.floor_divide(lin(a.arg), a.divisor)
+            else:
+                x = np.mod(lin(a.arg), a.divisor)
+            out = out + c * x
+        return out
+
+    env: dict[str, object] = {}
+    memo: dict[Value, object] = {}
+
+    def ev(e: Value):
+        if e in memo:
+            return memo[e]
+        r = _eval_value(e, ev, lin, env, bufs, pos, ndim)
+        memo[e] = r
+        return r
+
+    for let in k.lets:
+        env[let.name] = ev(let.value)
+    for st in k.stores:
+        if any(v.extent == 0 for v in k.axes):
+            continue
+        shape = [v.extent for v in k.axes] + [1] * (ndim - len(k.axes))
+        val = np.broadcast_to(np.asarray(ev(st.value)), shape)
+        idx = np.broadcast_to(lin(st.index), shape)
+        bufs[st.buffer][idx.reshape(-1)] = val.reshape(-1).astype(bufs[st.buffer].dtype)
+
+
+def _eval_value(e: Value, ev, lin, env, bufs, pos, ndim):
+    import numpy as np
+
+    with np.errstate(all="ignore"):
+        if isinstance(e, Const):
+            return np.asarray(e.value, dtype=e.dtype.np)
+        if isinstance(e, Ref):
+            return env[e.name]
+        if isinstance(e, Load):
+            idx = lin(e.index)
+            buf = bufs[e.buffer]
+            if not e.valid:
+                return buf[idx] if np.ndim(idx) else np.asarray(buf[int(idx)])
+            ok = np.bool_(True)
+            for b in e.valid:
+                x = lin(b.expr)
+                ok = ok & (x >= b.lo) & (x < b.hi)
+            safe = np.where(ok, idx, 0)
+            return np.where(ok, buf[safe], np.asarray(e.fill, dtype=buf.dtype))
+        if isinstance(e, Reduce):
+            body = ev(e.body)
+            axes = tuple(pos[v] for v in e.vars)
+            shape = list(np.shape(body)) + [1] * (ndim - np.ndim(body))
+            for v in e.vars:
+                shape[pos[v]] = v.extent
+            body = np.broadcast_to(np.asarray(body).reshape(list(np.shape(body)) + [1] * (ndim - np.ndim(body))), shape)
+            if e.op == Op.SUM:
+                acc = np.float64 if e.dtype == DType.f32 else (np.float32 if e.dtype.is_float else np.int64)
+                r = body.astype(acc).sum(axis=axes, keepdims=True)
+            else:
+                r = body.max(axis=axes, keepdims=True)
+            return r.astype(e.dtype.np)
+        srcs = [np.asarray(ev(s)) for s in e.srcs]
+        op, dt = e.op, e.dtype
+        if op == Op.CAST:
+            x = srcs[0]
+            if dt == DType.bool:
+                return x != 0
+            if dt == DType.i32 and x.dtype.kind == "f":
+                return np.trunc(x.astype(np.float64)).astype(np.int32)
+            return x.astype(dt.np)
+        if op == Op.WHERE:
+            return np.where(srcs[0], srcs[1], srcs[2])
+        src_dt = e.srcs[0].dtype
+        xs = [x.astype(np.float32) if src_dt.compute != src_dt else x for x in srcs]
+        if op == Op.CMPLT:
+            return xs[0] < xs[1]
+        r = {Op.EXP2: lambda: np.exp2(xs[0]), Op.LOG2: lambda: np.log2(xs[0]),
+             Op.SIN: lambda: np.sin(xs[0]), Op.SQRT: lambda: np.sqrt(xs[0]),
+             Op.RECIP: lambda: np.float32(1) / xs[0], Op.ADD: lambda: xs[0] + xs[1],
+             Op.MUL: lambda: xs[0] * xs[1], Op.MOD: lambda: np.fmod(xs[0], xs[1])}[op]()
+        return np.asarray(r).astype(dt.np)
