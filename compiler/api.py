@@ -13,7 +13,8 @@ from backends import get_backend
 from compiler import cache as cache_mod
 from compiler.errors import DTypeError, ShapeError
 from compiler.progress import Progress
-from compiler.search import SearchOptions, SearchResult, describe_schedule, search
+from compiler.search import SearchOptions, SearchResult, ShapeVariant, describe_schedule, search
+from compiler.verify import odd_specs
 from compiler.trace import Spec, as_spec, trace
 from ir.graph import Graph
 
@@ -83,6 +84,17 @@ def _saturn_version() -> str:
     return getattr(compiler, "__version__", "0")
 
 
+def _odd_variant(fn, specs) -> ShapeVariant | None:
+    """`fn` traced at odd shapes, if it is shape-generic (tracing there succeeds)."""
+    odd = odd_specs(specs)
+    if [s.shape for s in odd] == [s.shape for s in specs]:
+        return None
+    try:
+        return ShapeVariant(trace(fn, *odd))
+    except Exception:  # the function only works at its own shapes
+        return None
+
+
 def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet: bool = False,  # noqa: A001
             cache=None, seed: int = 0, candidates=None, backend=None, **options) -> CompiledFunction:
     """Trace `fn` on inputs described by `specs` and build the fastest verified program for `target`.
@@ -131,7 +143,8 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     name = getattr(fn, "__name__", "function")
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
                     device=device, candidates=candidates, options=opts,
-                    progress=Progress(f"{name} for {target}", quiet=quiet))
+                    progress=Progress(f"{name} for {target}", quiet=quiet),
+                    variant=_odd_variant(fn, specs) if opts.odd_shapes else None)
     state = "off"
     if use_cache:
         result.cache = "miss" + (f" ({why_not})" if why_not not in ("", "miss") else "")

@@ -45,6 +45,7 @@ class SearchOptions:
     workers: int = 0               # 0: one per core, at most 4
     isolate: bool = True           # run candidates in worker processes (off only for debugging)
     quiet: bool = False
+    odd_shapes: bool = True        # also verify at odd shapes where the program can be retraced there
     min_repeat: int = 3
     max_repeat: int = 200
 
@@ -65,6 +66,8 @@ class TrialRecord:
     max_error: float = 0.0
     rounds: list = field(default_factory=list)   # (repeat, median seconds) per timing round
     worker: int = -1
+    variant_graph: Graph | None = None           # this program at odd shapes, when known
+    note: str = ""
 
     @property
     def median(self) -> float:
@@ -80,6 +83,12 @@ def describe_schedule(schedule) -> str:
         return "default"
     text = getattr(schedule, "name", None) or str(schedule)
     return text if len(text) <= 48 else text[:45] + "..."
+
+
+@dataclass
+class ShapeVariant:
+    """The user's program traced again at odd shapes (no size a multiple of a tile)."""
+    graph: Graph
 
 
 @dataclass
@@ -212,13 +221,19 @@ def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes
 class _Runner:
     """Sends verify/time requests to isolated workers (or runs them in-process)."""
 
-    def __init__(self, options: SearchOptions, data_request):
-        self.options, self.data_request = options, data_request
+    def __init__(self, options: SearchOptions, data_requests: list):
+        self.options, self.data_requests = options, data_requests
         n = options.workers or min(os.cpu_count() or 1, 4)
         self.pool = WorkerPool(n) if options.isolate else None
         self.local = None if options.isolate else _WorkerState()
         if self.local is not None:
-            handle(self.local, data_request)
+            for req in data_requests:
+                handle(self.local, req)
+
+    def _worker(self, i: int):
+        for req in self.data_requests:
+            w = self.pool.ensure_data(i, req, self.options.timeout)
+        return w
 
     @property
     def size(self) -> int:
@@ -246,7 +261,7 @@ class _Runner:
                     break
                 t = queue.popleft()
                 try:
-                    w = self.pool.ensure_data(i, self.data_request, self.options.timeout)
+                    w = self._worker(i)
                     w.start(("verify", self._msg(t, backend_spec)))
                     running[i] = (t, time.perf_counter())
                 except WorkerFailure as e:
@@ -275,11 +290,13 @@ class _Runner:
 
     @staticmethod
     def _msg(t: TrialRecord, backend_spec) -> Trial:
-        return Trial(t.id, backend_spec, t.graph, t.schedule, "main")
+        return Trial(t.id, backend_spec, t.graph, t.schedule, "main", t.variant_graph,
+                     "odd" if t.variant_graph is not None else "")
 
     @staticmethod
     def _record_check(t: TrialRecord, res: verify.CheckResult):
         t.build_s, t.run_s, t.max_error = res.build_s, res.run_s, res.max_error
+        t.note = getattr(res, "note", "") or t.note
         t.status, t.reason = ("verified", "") if res.ok else ("rejected", res.reason)
 
     def time(self, t: TrialRecord, backend_spec, warmup: int, repeat: int) -> list[float]:
@@ -287,18 +304,20 @@ class _Runner:
         if self.local is not None:
             return handle(self.local, req)
         i = t.worker if t.worker >= 0 else 0
-        w = self.pool.ensure_data(i, self.data_request, self.options.timeout)
+        w = self._worker(i)
         budget = max(self.options.timeout, 20 * (warmup + repeat) * max(t.run_s, 1e-4))
         return w.call(req, budget)
 
 
 def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str = "",
-           candidates=None, options: SearchOptions | None = None, progress: Progress | None = None) -> SearchResult:
+           candidates=None, options: SearchOptions | None = None, progress: Progress | None = None,
+           variant: ShapeVariant | None = None) -> SearchResult:
     """Search candidates of `graph` on `backend`; return the verified fastest, built here.
 
     `candidates` (objects with .graph, .cost, .description) replace the e-graph's;
     `backend_spec` is what workers use to get the backend (the target name, or a picklable
-    backend object); it defaults to `target`.
+    backend object); it defaults to `target`. `variant`: the program at odd shapes; every
+    candidate that has a counterpart there is verified at those shapes too.
     """
     options = options or SearchOptions()
     backend_spec = target if backend_spec is None else backend_spec
@@ -309,7 +328,8 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
     result = SearchResult(target, device, options, [], notes=notes)
 
     progress.phase("saturating")
-    if candidates is None:
+    explored = candidates is None
+    if explored:
         candidates, result.phases, result.exploration_text = explore_candidates(graph, options, notes)
     t_explore = time.perf_counter()
     result.seconds["explore"] = t_explore - t_start
@@ -325,7 +345,12 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
     input_sets = verify.verification_inputs(graph, options.seed)
     expected = [evaluate(graph, s) for s in input_sets]
     out_dtypes = [o.dtype for o in graph.outputs]
-    runner = _Runner(options, ("data", "main", input_sets, expected, out_dtypes))
+    data = [("data", "main", input_sets, expected, out_dtypes)]
+    if variant is not None:
+        _attach_variants(todo, graph, variant, explored, options, notes)
+        odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
+        data.append(("data", "odd", odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs], out_dtypes))
+    runner = _Runner(options, data)
     counts = {"tried": 0, "verified": 0, "rejected": 0}
     progress.update(total=len(todo), **counts)
 
@@ -364,6 +389,29 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
                    f"{counts['tried']} tried, {counts['verified']} verified, {counts['rejected']} rejected, "
                    f"best {format_seconds(result.winner.median)}")
     return result
+
+
+def _attach_variants(trials, graph: Graph, variant: ShapeVariant, explored: bool, options, notes) -> None:
+    """Give each trial its program at odd shapes: the retraced original, or the e-graph's
+    candidate with the same description when the odd-shaped program is explored too."""
+    counterparts = {graph.structural_hash(): variant.graph}
+    rewritten = [t for t in trials if t.graph is not graph]
+    if rewritten and explored:
+        opts = SearchOptions(**{**options.__dict__, "budget": options.budget * 0.5})
+        odd_cands, _, _ = explore_candidates(variant.graph, opts, [])
+        by_desc = {str(getattr(c, "description", "")): c.graph for c in odd_cands}
+        for t in rewritten:
+            g = by_desc.get(t.description)
+            if g is not None and _same_interface(variant.graph, g) is None:
+                counterparts[t.graph.structural_hash()] = g
+    missing = 0
+    for t in trials:
+        t.variant_graph = counterparts.get(t.graph.structural_hash())
+        if t.variant_graph is None:
+            missing += 1
+            t.note = "odd shapes not checked: no counterpart of this program there"
+    if missing:
+        notes.append(f"{missing} trials had no odd-shape counterpart and were verified at the compiled shapes only")
 
 
 def _final_key(t: TrialRecord):
@@ -448,6 +496,6 @@ def format_report(r: SearchResult) -> str:
         if base is not None and base is not w and base.rounds:
             speed = f"; the original program under the default schedule: {format_seconds(base.median)}"
         lines.append(f"chosen: trial {w.id} ({w.description}, schedule {w.schedule_text}), "
-                     f"median {format_seconds(w.median)}{speed}")
+                     f"median {format_seconds(w.median)}{speed}" + (f"; {w.note}" if w.note else ""))
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

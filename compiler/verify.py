@@ -86,6 +86,19 @@ class CheckResult:
     build_s: float = 0.0
     run_s: float = 0.0          # one run on the first input set (a rough static hint)
     max_error: float = 0.0
+    note: str = ""
+
+
+def odd_shape(n: int) -> int:
+    """A size near n that is no multiple of any power-of-two tile (1 and odd sizes stay)."""
+    return n + 1 if n >= 2 and n % 2 == 0 else n
+
+
+def odd_specs(specs):
+    """The same inputs with every even size n mapped to n + 1, consistently across inputs
+    (so sizes that must agree, like a matmul's inner axis, still agree)."""
+    from compiler.trace import Spec
+    return [Spec(tuple(odd_shape(n) for n in s.shape), s.dtype, s.name) for s in specs]
 
 
 def _as_list(outs) -> list:

@@ -61,6 +61,8 @@ class Trial:
     graph: object            # ir.graph.Graph
     schedule: object
     data_key: str
+    variant_graph: object = None   # the same program at odd shapes, checked too when given
+    variant_key: str = ""
 
 
 class _WorkerState:
@@ -108,6 +110,8 @@ def handle(state: _WorkerState, request):
         except Exception as e:
             res = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
         res.build_s = build_s
+        if res.ok and trial.variant_graph is not None:
+            res = _check_variant(state, trial, res)
         if not res.ok:
             state.exes.pop(trial.id, None)
         return res
@@ -119,6 +123,27 @@ def handle(state: _WorkerState, request):
     if kind == "source":
         return getattr(state.build(request[1]), "source", "")
     raise ValueError(f"unknown request {kind!r}")
+
+
+def _check_variant(state: _WorkerState, trial: Trial, res):
+    """Check the candidate again at odd shapes (sizes that are no multiple of any tile)."""
+    from compiler import verify
+    shapes = ", ".join(str(list(n.shape)) for n in trial.variant_graph.inputs)
+    try:
+        exe = state.backend(trial.backend).build(trial.variant_graph, trial.schedule)
+    except Exception as e:  # the schedule may be specific to the original shapes
+        res.note = f"odd shapes ({shapes}) not checked: the schedule does not build there ({type(e).__name__})"
+        return res
+    input_sets, expected_sets, out_dtypes = state.data[trial.variant_key]
+    try:
+        odd = verify.check_executable(exe, input_sets, expected_sets, out_dtypes)
+    except Exception as e:
+        odd = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
+    if not odd.ok:
+        return verify.CheckResult(False, f"at odd shapes ({shapes}): {odd.reason}", build_s=res.build_s,
+                                  run_s=res.run_s)
+    res.note = f"also verified at odd shapes ({shapes})"
+    return res
 
 
 def _first_line(e: BaseException) -> str:

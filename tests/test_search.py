@@ -40,13 +40,17 @@ class FakeExecutable:
             o = outs[0].copy()
             o.reshape(-1)[0] = np.nan
             return [o] + outs[1:]
+        if s == "tail_bug" and outs[0].shape[-1] % 32:  # forgets the tail of a tiled axis
+            o = outs[0].copy()
+            o[..., -(o.shape[-1] % 32):] = 0
+            return [o] + outs[1:]
         if s == "flaky":        # within tolerance, but different every run
             return [o + np.float32(1e-7 * self.calls) for o in outs]
         return outs
 
     def benchmark(self, args, warmup, repeat):
         # the planted candidates claim to be far faster than the honest one
-        fast = self.schedule in ("wrong_fast", "nan", "flaky")
+        fast = self.schedule in ("wrong_fast", "nan", "flaky", "tail_bug")
         times = []
         for _ in range(repeat):
             t0 = time.perf_counter()
@@ -123,6 +127,19 @@ def test_crash_hang_nan_build_error_and_nondeterminism_are_rejected_with_reasons
     assert f.result.winner.schedule == "ok" and trials["ok"].status == "chosen"
     _check_correct(f)
     assert time.perf_counter() - t0 < 60  # the hang cost one timeout, not the whole compile
+
+
+def test_schedule_that_is_right_only_at_the_compiled_shape_is_rejected_at_odd_shapes():
+    spec = saturn.spec((8, 64))  # a multiple of the tile: tail_bug is exact here
+    kw = dict(target="fake", backend=FakeBackend(["tail_bug", "ok"]), quiet=True, budget=2.0, timeout=3.0)
+    f = saturn.compile(softmax, spec, **kw)
+    trials = _by_schedule(f)
+    assert trials["tail_bug"].status == "rejected"
+    assert "at odd shapes ([9, 65])" in trials["tail_bug"].reason
+    assert f.result.winner.schedule == "ok" and "odd shapes" in f.result.winner.note
+    # without the odd-shape check the planted schedule passes and, being fastest, wins
+    g = saturn.compile(softmax, spec, odd_shapes=False, **kw)
+    assert g.result.winner.schedule == "tail_bug"
 
 
 def _wrong_softmax(x):
