@@ -1,0 +1,140 @@
+"""The things being timed: Saturn's compiled function and the PyTorch formulations of a case.
+
+Each contender has `prepare() -> compile seconds`, `output() -> numpy array` and
+`time(n) -> list[float]` (seconds per run). PyTorch is imported lazily: without it, only
+Saturn runs.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+from benchmarks.timing import wall_clock
+from benchmarks.workloads import Case
+
+
+def import_torch():
+    """The torch module, or None with the reason it could not be imported."""
+    # Inductor's pool of compile workers slows later eager calls of this process ~1000x
+    # (8 ms per tiny op measured on 2 cores): compile in-process instead.
+    os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
+    try:
+        import torch
+    except ImportError as e:
+        return None, f"PyTorch is not installed ({e}); install the bench extra: pip install -e '.[bench]'"
+    return torch, None
+
+
+class TorchEnv:
+    """PyTorch on one device: array conversion and honest timing (CUDA events on the GPU)."""
+
+    def __init__(self, torch, device: str, threads: int):
+        self.torch, self.device = torch, device
+        if device == "cuda":
+            if not torch.cuda.is_available():
+                raise RuntimeError("PyTorch cannot see a CUDA device")
+            # f32 means f32: no TF32 in matrix products, for eager, torch.compile and the reference alike
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        else:
+            torch.set_num_threads(threads)
+        try:  # in case torch was imported before import_torch set the variable
+            import torch._inductor.config as inductor_config
+            inductor_config.compile_threads = 1
+        except (ImportError, AttributeError):
+            pass
+
+    def tensor(self, a: np.ndarray, dtype: str | None = None):
+        """numpy -> torch on this device (bf16 arrays go through their int16 bits)."""
+        t = self.torch
+        if a.dtype.name == "bfloat16":
+            x = t.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(t.bfloat16)
+        else:
+            x = t.from_numpy(np.ascontiguousarray(a))
+        return x.to(self.device)
+
+    def numpy(self, x) -> np.ndarray:
+        return x.detach().float().cpu().numpy()
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+
+    def time(self, fn, n: int) -> list[float]:
+        """Seconds per call of `fn`: CUDA events around each call on the GPU, wall clock on the CPU."""
+        if self.device != "cuda":
+            return wall_clock(fn, n)
+        cuda = self.torch.cuda
+        starts = [cuda.Event(enable_timing=True) for _ in range(n)]
+        ends = [cuda.Event(enable_timing=True) for _ in range(n)]
+        for s, e in zip(starts, ends):
+            s.record()
+            fn()
+            e.record()
+        cuda.synchronize()
+        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+
+    def free(self) -> None:
+        if self.device == "cuda":
+            self.torch.cuda.empty_cache()
+
+
+class SaturnContender:
+    """`compiler.compile(case.saturn_fn, ...)` for one target, timed by its executable where it can."""
+    name = "saturn"
+
+    def __init__(self, case: Case, target: str, arrays: list[np.ndarray], options: dict):
+        self.case, self.target, self.arrays, self.options = case, target, arrays, options
+        self.fn = None
+        self.how = ""
+
+    def prepare(self) -> float:
+        import compiler
+        specs = [compiler.spec(i.shape, i.dtype, i.name) for i in self.case.inputs]
+        t0 = time.perf_counter()
+        self.fn = compiler.compile(self.case.saturn_fn, *specs, target=self.target, **self.options)
+        seconds = time.perf_counter() - t0
+        bench = getattr(self.fn.executable, "benchmark", None)
+        self.how = "executable.benchmark" if callable(bench) else "wall clock around the call"
+        return seconds
+
+    def output(self) -> np.ndarray:
+        out = self.fn(*self.arrays)
+        return np.asarray(out[0] if isinstance(out, tuple) else out)
+
+    def time(self, n: int) -> list[float]:
+        bench = getattr(self.fn.executable, "benchmark", None)
+        if callable(bench):
+            return [float(s) for s in bench(self.arrays, 0, n)]
+        return wall_clock(lambda: self.fn(*self.arrays), n)
+
+
+class TorchContender:
+    """One PyTorch formulation of a case (eager, torch.compile'd, or another such as SDPA)."""
+
+    def __init__(self, name: str, fn, env: TorchEnv, tensors: list, compile_it: bool = False):
+        self.name, self.env, self.tensors = name, env, tensors
+        self.raw_fn, self.compile_it = fn, compile_it
+        self.fn = fn
+
+    def prepare(self) -> float:
+        """Build (torch.compile) and run once; returns the seconds that took when compiling, else 0."""
+        torch = self.env.torch
+        t0 = time.perf_counter()
+        if self.compile_it:
+            torch._dynamo.reset()
+            self.fn = torch.compile(self.raw_fn, dynamic=False)
+        with torch.no_grad():
+            self.fn(*self.tensors)
+        self.env.sync()
+        return time.perf_counter() - t0 if self.compile_it else 0.0
+
+    def output(self) -> np.ndarray:
+        with self.env.torch.no_grad():
+            return self.env.numpy(self.fn(*self.tensors))
+
+    def time(self, n: int) -> list[float]:
+        with self.env.torch.no_grad():
+            return self.env.time(lambda: self.fn(*self.tensors), n)

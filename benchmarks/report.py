@@ -1,0 +1,176 @@
+"""Render bench results (the JSON dict) as a readable table, a Markdown report and a bar chart.
+
+`python3 -m benchmarks.report RESULTS.json [--md FILE] [--plot FILE]` re-renders a saved run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+PEER_TITLES = {"saturn": "Saturn", "eager": "eager", "compile": "torch.compile", "sdpa": "SDPA"}
+PEER_ORDER = ["eager", "compile", "sdpa"]
+
+
+def _ms(d: dict) -> str:
+    if d.get("status") == "n/a":
+        return "n/a"
+    if "error" in d:
+        return "error"
+    if not d.get("median_s"):
+        return "—"
+    med = d["median_s"] * 1e3
+    spread = 50.0 * (d["p75_s"] - d["p25_s"]) / d["median_s"]
+    return f"{med:.3g} ±{spread:.0f}%" if med < 1000 else f"{med:.0f} ±{spread:.0f}%"
+
+
+def _num(x, fmt="{:.3g}") -> str:
+    return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
+
+
+def _check(rec: dict) -> str:
+    c = rec["check"]
+    if c["status"] == "ok":
+        return "ok"
+    if c["status"] == "FAIL":
+        return f"FAIL ({_num(c['max_err'], '{:.1e}')})"
+    if c["status"] == "error":
+        return "ERROR"
+    return "unchecked"
+
+
+def peers_in(results: list[dict]) -> list[str]:
+    present = {p for r in results for p in r["peers"]}
+    return [p for p in PEER_ORDER if p in present]
+
+
+def table(results: list[dict]) -> str:
+    """A Markdown table (aligned, so it reads in a terminal too)."""
+    peers = peers_in(results)
+    head = (["workload", "check", "Saturn ms"] + [f"{PEER_TITLES[p]} ms" for p in peers]
+            + (["Saturn × eager"] if "eager" in peers else [])
+            + [f"{PEER_TITLES[p]} × eager" for p in peers if p != "eager"]
+            + ["Saturn GB/s", "Saturn GFLOP/s", "Saturn % of floor", "Saturn compile s"])
+    rows = []
+    for r in results:
+        s = r["saturn"]
+        sp = r.get("speedup_vs_eager", {})
+        row = [r["label"], _check(r), _ms(s) if r["check"]["status"] != "FAIL" else "not timed"]
+        row += [_ms(r["peers"].get(p, {})) for p in peers]
+        if "eager" in peers:
+            row.append(_num(sp.get("saturn"), "{:.2f}×"))
+        row += [_num(sp.get(p), "{:.2f}×") for p in peers if p != "eager"]
+        row += [_num(s.get("GBps"), "{:.3g}"), _num(s.get("GFLOPs"), "{:.3g}"),
+                _num(s.get("pct_of_floor"), "{:.2g}%"), _num(s.get("compile_s"), "{:.2g}")]
+        rows.append(row)
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
+
+    def line(cells):
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(head), sep] + [line(r) for r in rows])
+
+
+def notes(data: dict) -> list[str]:
+    """The lines under the table: device, ceilings, threads, what was missing and why."""
+    out = []
+    dev, ver = data.get("device", {}), data.get("versions", {})
+    out.append(f"Device: {dev.get('name', '?')}; target '{data['target']}', suite '{data['suite']}', "
+               f"date {data.get('date', '?')}.")
+    out.append("Versions: " + ", ".join(f"{k} {v}" for k, v in ver.items() if v))
+    c = data.get("ceilings", {})
+    mm = ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in c.get("matmul_GFLOPs", {}).items())
+    if c.get("copy_GBps"):
+        out.append(f"Ceilings measured in this run: copy {c['copy_GBps']:.1f} GB/s ({c.get('copy_how', '')}); "
+                   f"matmul {mm or 'n/a'} ({c.get('matmul_how', '')}).")
+    else:
+        out.append(f"Ceilings: {c.get('copy_how') or 'not measured'}.")
+    out.append("Times are medians over alternating rounds (± is half the interquartile range); "
+               "'× eager' is eager time / contender time; '% of floor' is the floor time (bytes at the copy "
+               "ceiling or FLOPs at the matmul ceiling, whichever is larger) over Saturn's time. "
+               "Compile time is Saturn's compile() call, not part of the per-run time.")
+    out += data.get("notes", [])
+    reasons = {}
+    for r in data["results"]:
+        for p, d in r["peers"].items():
+            if d.get("status") == "n/a":
+                reasons.setdefault(f"{PEER_TITLES.get(p, p)} n/a: {d['reason']}", []).append(r["label"])
+        if "error" in r["saturn"]:
+            reasons.setdefault(f"Saturn error: {r['saturn']['error']}", []).append(r["label"])
+    out += [f"{msg} ({', '.join(labels)})" for msg, labels in reasons.items()]
+    if data.get("skipped"):
+        out.append(f"Not run (time limit): {', '.join(data['skipped'])}.")
+    return out
+
+
+def markdown(data: dict, source: str | None = None) -> str:
+    title = f"# saturn bench: {data.get('device', {}).get('name', '?')}, {data.get('date', '?')}"
+    parts = [title, ""]
+    if source:
+        parts += [f"Results file: `{source}`. Command: `{data.get('command', '?')}`", ""]
+    parts += [table(data["results"]), ""] + [f"- {n}" for n in notes(data)]
+    return "\n".join(parts) + "\n"
+
+
+def plot(data: dict, path: str) -> str | None:
+    """Write a bar chart of speedup over PyTorch eager per case; returns a reason if it cannot."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not installed, so no plot was written (pip install matplotlib)"
+    results = data["results"]
+    series = ["saturn"] + [p for p in peers_in(results) if p != "eager"]
+    labels = [r["label"] for r in results]
+    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) * len(series) / 2 + 1.8))
+    h = 0.8 / len(series)
+    colors = {"saturn": "#d62728", "compile": "#1f77b4", "sdpa": "#2ca02c"}
+    for j, name in enumerate(series):
+        ys = [i + (j - (len(series) - 1) / 2) * h for i in range(len(results))]
+        xs = [r.get("speedup_vs_eager", {}).get(name, 0.0) for r in results]
+        drawn = [(y, x) for y, x in zip(ys, xs) if x > 0]
+        ax.barh([y for y, _ in drawn], [x for _, x in drawn], height=h,
+                label=PEER_TITLES.get(name, name), color=colors.get(name))
+        for y, x, r in zip(ys, xs, results):
+            if name == "saturn" and r["check"]["status"] in ("FAIL", "error"):
+                ax.text(0.01, y, r["check"]["status"], va="center", fontsize=7, transform=ax.get_yaxis_transform())
+            elif x:
+                ax.text(x, y, f" {x:.2f}×", va="center", fontsize=7)
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.set_yticks(range(len(results)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("speedup over PyTorch eager (higher is better; 1× = eager)")
+    ax.set_title(f"saturn bench — {data.get('device', {}).get('name', '?')} — {data.get('date', '?')}", fontsize=10)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return None
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m benchmarks.report", description=__doc__)
+    p.add_argument("json_file")
+    p.add_argument("--md", help="write the Markdown report here")
+    p.add_argument("--plot", help="write the bar chart (PNG) here")
+    args = p.parse_args(argv)
+    with open(args.json_file) as f:
+        data = json.load(f)
+    text = markdown(data, args.json_file)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(text)
+    else:
+        print(text)
+    if args.plot:
+        reason = plot(data, args.plot)
+        if reason:
+            print(reason, file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

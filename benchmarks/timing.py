@@ -1,0 +1,90 @@
+"""Timing: per-run samples, summary statistics, and alternating rounds across contenders.
+
+Every contender exposes `time(n) -> list[float]` (seconds per run). The runner warms each one
+up, sizes a batch so it lasts about `batch_s`, then runs rounds in which every contender
+times one batch, in an order that rotates each round, so slow drift (thermal, other load)
+hits all of them alike.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+
+class Timed(Protocol):
+    name: str
+
+    def time(self, n: int) -> list[float]: ...
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Summary of per-run times in seconds."""
+    median: float
+    p25: float
+    p75: float
+    min: float
+    max: float
+    n: int
+
+    @staticmethod
+    def of(samples: list[float]) -> "Stats":
+        s = sorted(samples)
+        if len(s) >= 4:
+            q = statistics.quantiles(s, n=4, method="inclusive")
+            p25, p75 = q[0], q[2]
+        else:
+            p25, p75 = s[0], s[-1]
+        return Stats(statistics.median(s), p25, p75, s[0], s[-1], len(s))
+
+    @property
+    def iqr_pct(self) -> float:
+        """Half the interquartile range as a percentage of the median (a '±' figure)."""
+        return 50.0 * (self.p75 - self.p25) / self.median if self.median > 0 else 0.0
+
+    def to_json(self) -> dict:
+        return {"median_s": self.median, "p25_s": self.p25, "p75_s": self.p75,
+                "min_s": self.min, "max_s": self.max, "samples": self.n}
+
+
+def wall_clock(fn: Callable[[], object], n: int) -> list[float]:
+    """Time `n` calls of `fn` one by one with perf_counter (CPU work, or work that synchronizes)."""
+    out = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def alternate(contenders: list[Timed], *, rounds: int, batch_s: float, warmup: int = 2,
+              max_batch: int = 100) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Warm up each contender, then run `rounds` rounds of one batch each, rotating the order.
+
+    Returns (name -> all per-run samples, name -> error message). A contender that raises
+    is dropped from later rounds; its samples are discarded.
+    """
+    batch: dict[str, int] = {}
+    samples: dict[str, list[float]] = {}
+    errors: dict[str, str] = {}
+    for c in contenders:
+        try:
+            warm = c.time(warmup)
+            per_run = max(min(warm), 1e-7)
+            batch[c.name] = max(1, min(max_batch, int(batch_s / per_run)))
+            samples[c.name] = []
+        except Exception as e:  # noqa: BLE001 - one contender failing must not stop the others
+            errors[c.name] = f"{type(e).__name__}: {e}"
+    live = [c for c in contenders if c.name in batch]
+    for r in range(rounds):
+        k = r % len(live) if live else 0
+        for c in live[k:] + live[:k]:
+            if c.name in errors:
+                continue
+            try:
+                samples[c.name].extend(c.time(batch[c.name]))
+            except Exception as e:  # noqa: BLE001
+                errors[c.name] = f"{type(e).__name__}: {e}"
+    return {name: s for name, s in samples.items() if name not in errors and s}, errors

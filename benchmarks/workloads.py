@@ -1,0 +1,283 @@
+"""The benchmark workloads, each defined once with the Saturn frontend and once in PyTorch.
+
+A `Workload` has a name, a builder that turns size parameters into a `Case` (input specs,
+the Saturn function, the PyTorch function, bytes moved and FLOPs), and the sizes to run per
+target family ("cpu" or "cuda") and per suite ("full", "odd", "quick", "tiny"). "odd" sizes
+are not multiples of any tile (e.g. 1000x4097) and run with the full suite.
+
+PyTorch functions receive torch tensors and are only called when torch is installed; this
+module imports neither torch nor any backend, so it loads on a bare install.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+from compiler import nn
+
+DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+
+
+@dataclass(frozen=True)
+class Input:
+    """One input array: shape, dtype, name, and the scale of its random values (normal * scale + shift)."""
+    shape: tuple[int, ...]
+    dtype: str
+    name: str
+    scale: float = 1.0
+    shift: float = 0.0
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One workload at one size: everything the runner needs to check and time it."""
+    workload: str
+    variant: str                 # "full", "odd", "quick" or "tiny"
+    label: str                   # e.g. "softmax f32 2048x2048"
+    inputs: tuple[Input, ...]
+    saturn_fn: Callable          # lazy Tensors -> Tensor
+    torch_fn: Callable           # torch tensors -> torch tensor
+    out_shape: tuple[int, ...]
+    out_dtype: str
+    flops: int | None            # useful floating-point operations (None for memory-bound work)
+    extra_peers: dict = field(default_factory=dict)  # other PyTorch formulations, e.g. {"sdpa": fn}
+
+    @property
+    def bytes(self) -> int:
+        """The fewest bytes any implementation must move: each input read once, the output written once."""
+        return sum(i.nbytes for i in self.inputs) + math.prod(self.out_shape) * DTYPE_BYTES[self.out_dtype]
+
+    @property
+    def dtype(self) -> str:
+        return self.inputs[0].dtype
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    build: Callable[..., Case]                  # build(variant, **params) -> Case
+    sizes: dict[str, dict[str, dict | None]]    # sizes[family][suite] -> params (None: not run)
+
+    def case(self, family: str, suite: str) -> Case | None:
+        params = self.sizes.get(family, {}).get(suite)
+        return None if params is None else self.build(suite, **params)
+
+
+def _dims(shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def _torch():
+    import torch
+    return torch
+
+
+def _F():
+    import torch.nn.functional as F
+    return F
+
+
+# --- elementwise chain: gelu(1.7 x + 0.3) -----------------------------------------------------
+def elementwise(variant: str, shape, dtype="f32") -> Case:
+    shape = tuple(shape)
+    return Case("elementwise", variant, f"gelu(1.7x+0.3) {dtype} {_dims(shape)}",
+                (Input(shape, dtype, "x"),),
+                lambda x: (x * 1.7 + 0.3).gelu(),
+                lambda x: _F().gelu(x * 1.7 + 0.3),
+                shape, dtype, None)
+
+
+# --- softmax over the last axis -----------------------------------------------------------------
+def softmax(variant: str, rows: int, cols: int, dtype="f32") -> Case:
+    return Case("softmax", variant, f"softmax {dtype} {rows}x{cols}",
+                (Input((rows, cols), dtype, "x", 2.0),),
+                lambda x: x.softmax(-1),
+                lambda x: _torch().softmax(x, -1),
+                (rows, cols), dtype, None)
+
+
+# --- layernorm with weight and bias -------------------------------------------------------------
+def layernorm(variant: str, rows: int, cols: int, dtype="f32") -> Case:
+    return Case("layernorm", variant, f"layernorm {dtype} {rows}x{cols}",
+                (Input((rows, cols), dtype, "x", 1.0, 0.5), Input((cols,), dtype, "w", 0.1, 1.0),
+                 Input((cols,), dtype, "b", 0.1)),
+                lambda x, w, b: x.layer_norm((cols,), w, b, eps=1e-5),
+                lambda x, w, b: _F().layer_norm(x, (cols,), w, b, 1e-5),
+                (rows, cols), dtype, None)
+
+
+# --- rmsnorm with weight ------------------------------------------------------------------------
+def _torch_rmsnorm(x, w, eps=1e-6):
+    F = _F()
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), w, eps)
+    return x * _torch().rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def rmsnorm(variant: str, rows: int, cols: int, dtype="f16") -> Case:
+    return Case("rmsnorm", variant, f"rmsnorm {dtype} {rows}x{cols}",
+                (Input((rows, cols), dtype, "x"), Input((cols,), dtype, "w", 0.1, 1.0)),
+                lambda x, w: x.rms_norm((cols,), w, eps=1e-6),
+                lambda x, w: _torch_rmsnorm(x, w, 1e-6),
+                (rows, cols), dtype, None)
+
+
+# --- matmul -------------------------------------------------------------------------------------
+def matmul(variant: str, m: int, k: int, n: int, dtype="f32") -> Case:
+    return Case(f"matmul_{dtype}", variant, f"matmul {dtype} {m}x{k}x{n}",
+                (Input((m, k), dtype, "a"), Input((k, n), dtype, "b", 1.0 / math.sqrt(k))),
+                lambda a, b: a @ b,
+                lambda a, b: a @ b,
+                (m, n), dtype, 2 * m * n * k)
+
+
+# --- attention: naive softmax(q k^T / sqrt(d)) v ------------------------------------------------
+def _torch_attention(q, k, v):
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return _torch().softmax((q @ k.transpose(-1, -2)) * scale, -1) @ v
+
+
+def _torch_sdpa(q, k, v):
+    return _F().scaled_dot_product_attention(q, k, v)
+
+
+def attention(variant: str, b: int, h: int, s: int, d: int, dtype="f32") -> Case:
+    shape = (b, h, s, d)
+    return Case("attention", variant, f"attention {dtype} b{b} h{h} s{s} d{d}",
+                tuple(Input(shape, dtype, name) for name in "qkv"),
+                nn.attention, _torch_attention,
+                shape, dtype, 4 * b * h * s * s * d, {"sdpa": _torch_sdpa})
+
+
+# --- MLP: gelu(x @ w1 + b1) @ w2 + b2 -------------------------------------------------------------
+def _torch_mlp(x, w1, b1, w2, b2):
+    return _F().gelu(x @ w1 + b1) @ w2 + b2
+
+
+def mlp(variant: str, m: int, d: int, hidden: int, dtype="f32") -> Case:
+    return Case("mlp", variant, f"mlp {dtype} {m}x{d}x{hidden}",
+                (Input((m, d), dtype, "x"), Input((d, hidden), dtype, "w1", 1.0 / math.sqrt(d)),
+                 Input((hidden,), dtype, "b1", 0.1), Input((hidden, d), dtype, "w2", 1.0 / math.sqrt(hidden)),
+                 Input((d,), dtype, "b2", 0.1)),
+                nn.mlp, _torch_mlp,
+                (m, d), dtype, 4 * m * d * hidden)
+
+
+# --- pre-norm transformer block (compiler.nn.transformer_block) --------------------------------
+def _torch_block(x, ln1_w, ln1_b, wq, wk, wv, wo, ln2_w, ln2_b, w1, b1, w2, b2, heads: int):
+    F = _F()
+    bsz, s, d = x.shape
+    hd = d // heads
+
+    def split(t):
+        return t.reshape(bsz, s, heads, hd).permute(0, 2, 1, 3)
+
+    h = F.layer_norm(x, (d,), ln1_w, ln1_b, 1e-5)
+    q, k, v = split(h @ wq), split(h @ wk), split(h @ wv)
+    a = _torch_attention(q, k, v).permute(0, 2, 1, 3).reshape(bsz, s, d)
+    x = x + a @ wo
+    return x + _torch_mlp(F.layer_norm(x, (d,), ln2_w, ln2_b, 1e-5), w1, b1, w2, b2)
+
+
+def block(variant: str, b: int, s: int, d: int, heads: int, hidden: int, dtype="f32") -> Case:
+    scales = {"x": 1.0, "ln1_w": 0.1, "ln1_b": 0.1, "ln2_w": 0.1, "ln2_b": 0.1, "b1": 0.1, "b2": 0.1,
+              "w1": 1.0 / math.sqrt(d), "w2": 1.0 / math.sqrt(hidden)}
+    shifts = {"ln1_w": 1.0, "ln2_w": 1.0}
+    inputs = tuple(Input(sp.shape, dtype, sp.name, scales.get(sp.name, 1.0 / math.sqrt(d)), shifts.get(sp.name, 0.0))
+                   for sp in nn.transformer_block_specs(b, s, d, hidden, dtype))
+
+    def saturn_block(*xs):
+        return nn.transformer_block(*xs, heads=heads)
+
+    def torch_block(*xs):
+        return _torch_block(*xs, heads=heads)
+
+    flops = 8 * b * s * d * d + 4 * b * s * s * d + 4 * b * s * d * hidden
+    return Case("block", variant, f"transformer block {dtype} b{b} s{s} d{d} heads{heads} ff{hidden}",
+                inputs, saturn_block, torch_block, (b, s, d), dtype, flops)
+
+
+# --- the suite ----------------------------------------------------------------------------------
+# Sizes: "cpu" for this 2-core machine (and the reference target), "cuda" for an H200.
+# full/odd run together by default; quick is the --quick suite; tiny is for smoke tests.
+WORKLOADS: list[Workload] = [
+    Workload("elementwise", "elementwise chain gelu(1.7x+0.3), f32", elementwise, {
+        "cpu": {"full": dict(shape=(4 << 20,)), "odd": dict(shape=(1000, 4097)),
+                "quick": dict(shape=(1 << 20,)), "tiny": dict(shape=(1000,))},
+        "cuda": {"full": dict(shape=(64 << 20,)), "odd": dict(shape=(8191, 4097)),
+                 "quick": dict(shape=(16 << 20,)), "tiny": dict(shape=(1000,))}}),
+    Workload("softmax", "softmax over the last axis, f32", softmax, {
+        "cpu": {"full": dict(rows=2048, cols=2048), "odd": dict(rows=1000, cols=4097),
+                "quick": dict(rows=1000, cols=1027), "tiny": dict(rows=4, cols=37)},
+        "cuda": {"full": dict(rows=8192, cols=8192), "odd": dict(rows=8191, cols=8193),
+                 "quick": dict(rows=4096, cols=4096), "tiny": dict(rows=4, cols=37)}}),
+    Workload("layernorm", "layernorm with weight and bias, f32", layernorm, {
+        "cpu": {"full": dict(rows=4096, cols=1024), "odd": dict(rows=1000, cols=4097),
+                "quick": dict(rows=1024, cols=1024), "tiny": dict(rows=8, cols=33)},
+        "cuda": {"full": dict(rows=16384, cols=4096), "odd": dict(rows=16383, cols=4097),
+                 "quick": dict(rows=4096, cols=4096), "tiny": dict(rows=8, cols=33)}}),
+    Workload("rmsnorm", "rmsnorm with weight, f16", rmsnorm, {
+        "cpu": {"full": dict(rows=4096, cols=1024), "odd": dict(rows=1000, cols=4097),
+                "quick": dict(rows=1024, cols=1024), "tiny": dict(rows=8, cols=33)},
+        "cuda": {"full": dict(rows=16384, cols=4096), "odd": dict(rows=16383, cols=4097),
+                 "quick": dict(rows=4096, cols=4096), "tiny": dict(rows=8, cols=33)}}),
+    Workload("matmul_f32", "matrix product, f32", matmul, {
+        "cpu": {"full": dict(m=1024, k=1024, n=1024), "odd": dict(m=1000, k=1023, n=1025),
+                "quick": dict(m=256, k=256, n=256), "tiny": dict(m=9, k=17, n=13)},
+        "cuda": {"full": dict(m=4096, k=4096, n=4096), "odd": dict(m=4095, k=4097, n=4099),
+                 "quick": dict(m=2048, k=2048, n=2048), "tiny": dict(m=9, k=17, n=13)}}),
+    Workload("matmul_f16", "matrix product, f16", matmul, {
+        "cpu": {"full": dict(m=512, k=512, n=512, dtype="f16"), "odd": dict(m=500, k=511, n=513, dtype="f16"),
+                "quick": dict(m=255, k=256, n=257, dtype="f16"), "tiny": dict(m=9, k=17, n=13, dtype="f16")},
+        "cuda": {"full": dict(m=4096, k=4096, n=4096, dtype="f16"),
+                 "odd": dict(m=4095, k=4097, n=4099, dtype="f16"),
+                 "quick": dict(m=2048, k=2048, n=2048, dtype="f16"), "tiny": dict(m=9, k=17, n=13, dtype="f16")}}),
+    Workload("attention", "naive attention softmax(q k^T / sqrt(d)) v", attention, {
+        "cpu": {"full": dict(b=1, h=8, s=1024, d=64), "odd": dict(b=1, h=8, s=1001, d=64),
+                "quick": dict(b=1, h=4, s=256, d=64), "tiny": dict(b=1, h=2, s=16, d=8)},
+        "cuda": {"full": dict(b=4, h=16, s=2048, d=64, dtype="f16"), "odd": dict(b=4, h=16, s=2047, d=64, dtype="f16"),
+                 "quick": dict(b=2, h=8, s=1024, d=64, dtype="f16"), "tiny": dict(b=1, h=2, s=16, d=8, dtype="f16")}}),
+    Workload("mlp", "MLP gelu(x @ w1 + b1) @ w2 + b2", mlp, {
+        "cpu": {"full": dict(m=512, d=512, hidden=2048), "odd": dict(m=1000, d=511, hidden=2047),
+                "quick": dict(m=256, d=256, hidden=1024), "tiny": dict(m=8, d=16, hidden=32)},
+        "cuda": {"full": dict(m=4096, d=1024, hidden=4096, dtype="f16"),
+                 "odd": dict(m=4095, d=1023, hidden=4097, dtype="f16"),
+                 "quick": dict(m=2048, d=1024, hidden=4096, dtype="f16"), "tiny": dict(m=8, d=16, hidden=32, dtype="f16")}}),
+    Workload("block", "pre-norm transformer block (layernorm, attention, MLP, residuals)", block, {
+        "cpu": {"full": dict(b=1, s=256, d=512, heads=8, hidden=2048),
+                "odd": dict(b=1, s=250, d=384, heads=6, hidden=1537),
+                "quick": dict(b=1, s=64, d=128, heads=4, hidden=512),
+                "tiny": dict(b=1, s=8, d=16, heads=2, hidden=32)},
+        "cuda": {"full": dict(b=4, s=1024, d=1024, heads=16, hidden=4096, dtype="f16"),
+                 "odd": dict(b=1, s=1000, d=1024, heads=16, hidden=4097, dtype="f16"),
+                 "quick": dict(b=1, s=512, d=512, heads=8, hidden=2048, dtype="f16"),
+                 "tiny": dict(b=1, s=8, d=16, heads=2, hidden=32, dtype="f16")}}),
+]
+
+SUITES = {"full": ("full", "odd"), "quick": ("quick",), "tiny": ("tiny",)}
+
+
+def workload_names() -> list[str]:
+    return [w.name for w in WORKLOADS]
+
+
+def select_cases(family: str, suite: str, names: list[str] | None = None) -> list[Case]:
+    """The cases to run, main sizes first (so a time limit cuts odd sizes before main ones)."""
+    if names:
+        unknown = sorted(set(names) - set(workload_names()))
+        if unknown:
+            raise ValueError(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(workload_names())}")
+    chosen = [w for w in WORKLOADS if not names or w.name in names]
+    cases = []
+    for sub in SUITES[suite]:
+        for w in chosen:
+            c = w.case(family, sub)
+            if c is not None:
+                cases.append(c)
+    return cases

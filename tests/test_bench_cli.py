@@ -1,0 +1,163 @@
+"""`saturn bench` end to end on tiny shapes, with and without PyTorch, and its timing helpers."""
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks import cli
+from benchmarks.suite import Settings, rel_error, run_case
+from benchmarks.timing import Stats, alternate
+from benchmarks.workloads import WORKLOADS, Case, Input, select_cases
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _targets():
+    """reference always; cpu too where that backend exists here."""
+    from backends import get_backend
+    out = ["reference"]
+    try:
+        get_backend("cpu")
+        out.append("cpu")
+    except Exception:  # noqa: BLE001 - unavailable, or still being built
+        pass
+    return out
+
+
+def _validate(data: dict, n_results: int) -> None:
+    assert data["schema"] == "saturn-bench/1"
+    for key in ("date", "device", "versions", "ceilings", "settings", "notes", "results"):
+        assert key in data
+    assert data["versions"]["numpy"] and data["versions"]["saturn"]
+    assert len(data["results"]) == n_results
+    for r in data["results"]:
+        assert r["check"]["status"] == "ok", r["check"]
+        assert r["check"]["max_err"] <= r["check"]["tol"]
+        s = r["saturn"]
+        assert s["compile_s"] >= 0 and s["samples"] >= 2
+        assert 0 < s["p25_s"] <= s["median_s"] <= s["p75_s"]
+        assert r["bytes"] > 0 and s["GBps"] > 0
+
+
+@pytest.mark.parametrize("target", _targets())
+def test_bench_tiny_without_torch(target, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now fails, as on a bare install
+    out = tmp_path / "out.json"
+    rc = cli.main(["--target", target, "--tiny", "--workloads", "elementwise,softmax", "--json", str(out)])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "PyTorch is not installed" in text and "Saturn ms" in text
+    data = json.loads(out.read_text())
+    _validate(data, 2)
+    for r in data["results"]:
+        assert r["peers"] == {} and r["speedup_vs_eager"] == {}
+        assert "interpreter" in r["check"]["reference"]
+    assert data["ceilings"]["copy_GBps"] > 0  # numpy measures the ceilings without torch
+
+
+def test_bench_tiny_with_torch(tmp_path, capsys):
+    pytest.importorskip("torch")
+    out, md = tmp_path / "out.json", tmp_path / "out.md"
+    rc = cli.main(["--target", "reference", "--tiny", "--workloads", "softmax", "matmul_f16", "--peers", "eager",
+                   "--json", str(out), "--md", str(md)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    _validate(data, 2)
+    for r in data["results"]:
+        assert r["peers"]["eager"]["median_s"] > 0
+        assert r["speedup_vs_eager"]["saturn"] > 0
+        assert "PyTorch" in r["check"]["reference"]
+    assert "matmul f16 9x17x13" in md.read_text()
+    assert "× eager" in capsys.readouterr().out
+
+
+def test_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "out.json", tmp_path / "out.png"
+    assert cli.main(["--target", "reference", "--tiny", "--workloads", "softmax", "--peers", "eager",
+                     "--json", str(out), "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mismatch_is_reported_as_fail_and_not_timed():
+    torch = pytest.importorskip("torch")
+    from benchmarks.contenders import TorchEnv
+    wrong = Case("wrong", "tiny", "wrong softmax", (Input((4, 9), "f32", "x"),),
+                 lambda x: x.softmax(-1) * 1.01, lambda x: torch.softmax(x, -1), (4, 9), "f32", None)
+    s = Settings(target="reference", family="cpu", suite="tiny", rounds=1, batch_s=0.001, peers=["eager"])
+    rec = run_case(wrong, 0, s, TorchEnv(torch, "cpu", 1), {}, lambda m: None)
+    assert rec["check"]["status"] == "FAIL"
+    assert "median_s" not in rec["saturn"] and "saturn" not in rec["speedup_vs_eager"]
+    assert rec["peers"]["eager"]["median_s"] > 0
+
+
+def test_unavailable_target_and_unknown_workload_give_messages(capsys):
+    from backends import get_backend
+    try:
+        get_backend("cuda")
+        pytest.skip("a CUDA target is available here")
+    except Exception:  # noqa: BLE001 - unavailable, or still being built
+        pass
+    assert cli.main(["--target", "cuda", "--tiny"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("saturn bench: target 'cuda'") and "Traceback" not in err
+    assert cli.main(["--target", "reference", "--tiny", "--workloads", "nope"]) == 2
+    assert "unknown workload" in capsys.readouterr().err
+
+
+def test_runs_as_python_module(tmp_path):
+    out = tmp_path / "m.json"
+    p = subprocess.run([sys.executable, "-m", "benchmarks.cli", "--target", "reference", "--tiny",
+                        "--workloads", "layernorm", "--peers", "eager", "--json", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    _validate(json.loads(out.read_text()), 1)
+
+
+def test_every_workload_has_all_sizes_and_traces():
+    import compiler
+    for family in ("cpu", "cuda"):
+        for suite in ("full", "quick", "tiny"):
+            cases = select_cases(family, suite)
+            # full runs main and odd sizes of every workload
+            assert len(cases) == len(WORKLOADS) * (2 if suite == "full" else 1)
+    for case in select_cases("cpu", "tiny") + select_cases("cuda", "tiny"):
+        g = compiler.trace(case.saturn_fn, *[compiler.spec(i.shape, i.dtype) for i in case.inputs])
+        assert g.outputs[0].shape == case.out_shape
+        assert g.outputs[0].dtype.value == case.out_dtype
+
+
+def test_stats_and_errors():
+    s = Stats.of([4.0, 1.0, 3.0, 2.0, 5.0])
+    assert (s.median, s.min, s.max, s.n) == (3.0, 1.0, 5.0, 5)
+    assert s.p25 == 2.0 and s.p75 == 4.0
+    a = np.ones((3, 3), np.float32)
+    assert rel_error(a, a) == 0.0
+    assert rel_error(a * 1.5, a) == pytest.approx(0.5)
+    assert rel_error(np.full((3, 3), np.nan, np.float32), a) == math.inf
+    assert rel_error(a[:2], a) == math.inf
+
+
+class _Fake:
+    def __init__(self, name, fail_after=None):
+        self.name, self.calls, self.fail_after = name, [], fail_after
+
+    def time(self, n):
+        self.calls.append(n)
+        if self.fail_after is not None and len(self.calls) > self.fail_after:
+            raise RuntimeError("boom")
+        return [1e-3] * n
+
+
+def test_alternate_rotates_and_isolates_failures():
+    a, b = _Fake("a"), _Fake("b", fail_after=2)
+    samples, errors = alternate([a, b], rounds=3, batch_s=0.01, warmup=1)
+    assert a.calls == [1, 10, 10, 10]
+    assert "a" in samples and len(samples["a"]) == 30
+    assert "b" not in samples and "boom" in errors["b"]
