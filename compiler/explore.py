@@ -1,0 +1,143 @@
+"""The e-graph stage: a program in, several equivalent programs out, ranked by a static cost.
+
+    exp = explore(graph)                 # bounded saturation, K-candidate extraction
+    exp.candidates[0].graph              # an ordinary primitive Graph (same inputs)
+    print(exp)                           # phases, e-graph sizes, times, candidates
+
+Saturation runs in phases, one per rule family (each phase also keeps the earlier families
+on), one iteration at a time, stopping at the iteration, node or wall-clock limit (egglog
+has no limit of its own). The original program is always a candidate.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from ir.graph import Graph
+from ir.ops import REDUCE
+
+
+@dataclass
+class Limits:
+    """Bounds of one exploration. `seconds` is the wall-clock budget of the saturation."""
+    seconds: float = 20.0
+    node_limit: int = 30000          # e-nodes (the shape table not counted)
+    iterations: int = 12             # per phase
+    tiles: tuple[int, ...] | None = None   # None: derived from the program's reduction lengths
+
+
+@dataclass
+class Phase:
+    name: str
+    iterations: int
+    enodes: int
+    eclasses: int
+    seconds: float
+    stopped: str = ""
+
+
+@dataclass
+class Candidate:
+    graph: Graph
+    cost: float
+    description: str
+
+
+@dataclass
+class Exploration:
+    candidates: list[Candidate]
+    phases: list[Phase]
+    tiles: tuple[int, ...] = ()
+    seconds: float = 0.0
+    extracted: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def __str__(self) -> str:
+        lines = [f"e-graph exploration: {len(self.candidates)} candidates from {self.extracted} distinct "
+                 f"extractions in {self.seconds:.2f} s; tiles {list(self.tiles)}"]
+        for p in self.phases:
+            lines.append(f"  phase {p.name:<16} {p.iterations:>3} iterations  {p.enodes:>7} e-nodes  "
+                         f"{p.eclasses:>7} e-classes  {p.seconds:6.2f} s  ({p.stopped})")
+        for i, c in enumerate(self.candidates):
+            lines.append(f"  #{i} cost {c.cost:12.0f}  {c.graph.num_compute_ops():>4} ops  {c.description}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def default_tiles(graph: Graph) -> tuple[int, ...]:
+    """One tile size per distinct long reduction length: a power of two near sqrt(n), 16..128."""
+    tiles = set()
+    for n in graph.nodes:
+        if n.op in REDUCE:
+            for a in n.arg:
+                length = n.srcs[0].shape[a]
+                if length >= 32:
+                    t = 2 ** round(math.log2(math.sqrt(length)))
+                    tiles.add(min(128, max(16, t)))
+    return tuple(sorted(tiles))[:2]
+
+
+def _describe(profile: str, g: Graph) -> str:
+    reds = [n for n in g.nodes if n.op in REDUCE]
+    counts = g.op_counts()
+    two_level = sum(1 for n in reds if n.srcs[0].op in REDUCE or any(s.op in REDUCE for s in n.srcs[0].srcs))
+    return (f"{profile}: {len(reds)} reductions ({two_level} two-level), "
+            f"{counts.get('contiguous', 0)} materialized, {counts.get('exp2', 0)} exp2")
+
+
+def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int = 8, rules=None,
+            progress: Callable[[str], None] | None = None) -> Exploration:
+    """Saturate `graph` under the rule families (or just `rules`) and extract up to
+    `max_candidates` distinct programs, ranked by `rewrites.cost.static_cost`."""
+    from rewrites import bridge, registry
+    from rewrites.cost import static_cost
+    from rewrites.extract import extract_candidates
+
+    limits = limits or Limits()
+    t0 = time.perf_counter()
+    deadline = t0 + limits.seconds
+    tiles = tuple(limits.tiles) if limits.tiles is not None else default_tiles(graph)
+    say = progress or (lambda msg: None)
+    session = bridge.EGraphSession(graph, tiles)
+    phases: list[Phase] = []
+    if rules is not None:
+        plan = [("custom", [bridge.cached_ruleset("custom", list(rules))])]
+    else:
+        fam = {f: bridge.cached_ruleset(f, registry.family_rules(f)) for f in registry.families()}
+        user = [fam["user"]] if "user" in fam else []
+        plan = [("algebra", [fam["algebra"]] + user),
+                ("reduction", [fam["reduction"], fam["algebra"]] + user),
+                ("online_softmax", [fam["online_softmax"], fam["reduction"], fam["algebra"]] + user),
+                ("fusion+matmul", [fam["fusion"], fam["matmul"]] + user)]
+    notes = []
+    for name, rulesets in plan:
+        rulesets = [r for r in rulesets if r is not None]
+        if not rulesets:
+            continue
+        say(f"saturating {name}")
+        rep = session.run_phase(name, rulesets, max_iterations=limits.iterations,
+                                node_limit=limits.node_limit, deadline=deadline)
+        phases.append(Phase(name, rep.iterations, rep.enodes, rep.eclasses, rep.seconds, rep.stopped))
+        if rep.stopped in ("node limit", "time limit"):
+            notes.append(f"stopped in phase {name}: {rep.stopped}")
+            break
+    say("extracting candidates")
+    ser = session.serialize()
+    for p in phases:
+        p.eclasses = p.eclasses if p.eclasses >= 0 else 0
+    if phases:
+        phases[-1].eclasses = ser.num_eclasses
+    extracted = extract_candidates(ser, max_candidates)
+    want = [(o.shape, o.dtype) for o in graph.outputs]
+    cands = [Candidate(graph, static_cost(graph), "original program")]
+    seen = {graph.structural_hash()}
+    for prof, g in extracted:
+        if [(o.shape, o.dtype) for o in g.outputs] != want or g.structural_hash() in seen:
+            continue
+        seen.add(g.structural_hash())
+        cands.append(Candidate(g, static_cost(g), _describe(prof, g)))
+    original, rest = cands[0], sorted(cands[1:], key=lambda c: c.cost)
+    chosen = sorted([original] + rest[:max(0, max_candidates - 1)], key=lambda c: c.cost)
+    return Exploration(chosen, phases, tiles, time.perf_counter() - t0, len(extracted), notes)

@@ -1,0 +1,63 @@
+"""Algebra family: exp2/log2 identities, reciprocal and constant folding, distributivity,
+identities of mul/add, common factors pulled out of reductions."""
+from rewrites.pattern import (Rule, ToFloat, add, exp2, expand, log2, max_, mul, mulc, addc, recip,
+                              sum_)
+from rewrites.vars import a, c, d, g, n, x, y, z
+
+F = "algebra"
+RULES = [
+    # log2(exp2(x)) -> x
+    Rule("log2-exp2", log2(exp2(x)), x, family=F),
+    # exp2(x + y) -> exp2(x) * exp2(y)
+    Rule("exp2-of-add", exp2(add(x, y)), mul(exp2(x), exp2(y)), family=F),
+    # exp2(x) * exp2(y) -> exp2(x + y)
+    Rule("mul-of-exp2", mul(exp2(x), exp2(y)), exp2(add(x, y)), family=F),
+    # recip(exp2(x)) -> exp2(x * -1)
+    Rule("recip-exp2", recip(exp2(x)), exp2(mulc(x, -1.0)), family=F),
+    # recip(recip(x)) -> x
+    Rule("recip-recip", recip(recip(x)), x, family=F),
+    # recip(x * y) -> recip(x) * recip(y)
+    Rule("recip-of-mul", recip(mul(x, y)), mul(recip(x), recip(y)), family=F),
+    # (x * c) * d -> x * (c * d)
+    Rule("fold-mulc", mulc(mulc(x, c), d), mulc(x, c * d), family=F),
+    # (x + c) + d -> x + (c + d)
+    Rule("fold-addc", addc(addc(x, c), d), addc(x, c + d), family=F),
+    # x * 1 -> x
+    Rule("mul-one", mulc(x, 1.0), x, family=F),
+    # x + 0 -> x
+    Rule("add-zero", addc(x, 0.0), x, family=F),
+    # (x + c) * d -> x * d + c * d
+    Rule("distribute-mulc-addc", mulc(addc(x, c), d), addc(mulc(x, d), c * d), family=F),
+    # (x + y) * c -> x * c + y * c
+    Rule("distribute-mulc", mulc(add(x, y), c), add(mulc(x, c), mulc(y, c)), family=F),
+    # x * c + y * c -> (x + y) * c
+    Rule("factor-mulc", add(mulc(x, c), mulc(y, c)), mulc(add(x, y), c), family=F),
+    # (x + y) * z -> x * z + y * z
+    Rule("distribute-right", mul(add(x, y), z), add(mul(x, z), mul(y, z)), family=F),
+    # x * (y + z) -> x * y + x * z
+    Rule("distribute-left", mul(x, add(y, z)), add(mul(x, y), mul(x, z)), family=F),
+    # x * y + x * z -> x * (y + z)
+    Rule("factor-left", add(mul(x, y), mul(x, z)), mul(x, add(y, z)), family=F),
+    # (x * c) * y -> (x * y) * c
+    Rule("mulc-out-left", mul(mulc(x, c), y), mulc(mul(x, y), c), family=F),
+    # x * (y * c) -> (x * y) * c
+    Rule("mulc-out-right", mul(x, mulc(y, c)), mulc(mul(x, y), c), family=F),
+    # sum(x * c, a) -> sum(x, a) * c
+    Rule("sum-of-mulc", sum_(mulc(x, c), a), mulc(sum_(x, a), c), family=F),
+    # sum(x + y, a) -> sum(x, a) + sum(y, a)
+    Rule("sum-of-add", sum_(add(x, y), a), add(sum_(x, a), sum_(y, a)), family=F),
+    # sum(x * expand(g, a, n), a) -> sum(x, a) * g
+    Rule("sum-factor-right", sum_(mul(x, expand(g, a, n)), a), mul(sum_(x, a), g), family=F),
+    # sum(expand(g, a, n) * x, a) -> g * sum(x, a)
+    Rule("sum-factor-left", sum_(mul(expand(g, a, n), x), a), mul(g, sum_(x, a)), family=F),
+    # sum((x * expand(g, a, n)) * y, a) -> sum(x * y, a) * g
+    Rule("sum-factor-nested-right", sum_(mul(mul(x, expand(g, a, n)), y), a), mul(sum_(mul(x, y), a), g), family=F),
+    # sum((expand(g, a, n) * x) * y, a) -> sum(x * y, a) * g
+    Rule("sum-factor-nested-left", sum_(mul(mul(expand(g, a, n), x), y), a), mul(sum_(mul(x, y), a), g), family=F),
+    # sum(expand(g, a, n), a) -> g * n
+    Rule("sum-of-broadcast", sum_(expand(g, a, n), a), mulc(g, ToFloat(n)), family=F),
+    # max(x + c, a) -> max(x, a) + c
+    Rule("max-of-addc", max_(addc(x, c), a), addc(max_(x, a), c), family=F),
+    # max(x + expand(g, a, n), a) -> max(x, a) + g
+    Rule("max-of-add-broadcast", max_(add(x, expand(g, a, n)), a), add(max_(x, a), g), family=F),
+]

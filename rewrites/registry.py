@@ -1,0 +1,56 @@
+"""Every rule Saturn knows, by family, plus user rules (checked before they are used)."""
+from __future__ import annotations
+
+import importlib
+
+from rewrites.pattern import Rule
+
+# family name -> module with a RULES list; order is the order of the saturation phases
+FAMILY_MODULES = {
+    "algebra": "rewrites.algebra",
+    "reduction": "rewrites.reduction",
+    "online_softmax": "rewrites.online_softmax",
+    "fusion": "rewrites.fusion",
+    "matmul": "rewrites.matmul",
+}
+_user_rules: list[Rule] = []
+
+
+class UnsoundRule(ValueError):
+    """A rule whose two sides disagree on some input (the message shows the counterexample)."""
+
+
+def family_rules(family: str) -> list[Rule]:
+    if family == "user":
+        return list(_user_rules)
+    try:
+        mod = importlib.import_module(FAMILY_MODULES[family])
+    except ModuleNotFoundError:
+        return []
+    return list(mod.RULES)
+
+
+def families() -> list[str]:
+    return list(FAMILY_MODULES) + (["user"] if _user_rules else [])
+
+
+def all_rules() -> list[Rule]:
+    return [r for f in families() for r in family_rules(f)]
+
+
+def register(rule: Rule, *, check: bool = True, trials: int = 20) -> Rule:
+    """Add a user rule to the search after checking it on random inputs (raises UnsoundRule)."""
+    from rewrites.check import check_rule
+    if rule.family != "user":
+        rule = Rule(rule.name, rule.lhs, rule.rhs, rule.guard, "user", rule.doc, rule.tolerance)
+    if check:
+        result = check_rule(rule, trials=trials)
+        if not result.ok:
+            raise UnsoundRule(f"rule {rule.name} is unsound: {result.message}")
+    unregister(rule.name)
+    _user_rules.append(rule)
+    return rule
+
+
+def unregister(name: str) -> None:
+    _user_rules[:] = [r for r in _user_rules if r.name != name]
