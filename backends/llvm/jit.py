@@ -1,0 +1,132 @@
+"""LLVM IR text -> machine code in this process: verify, optimize at O3 for the host CPU, cache
+object files on disk by source hash, load them with MCJIT and hand back function addresses."""
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+import llvmlite
+import llvmlite.binding as llvm
+
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _init():
+    if not _state:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        target = llvm.Target.from_default_triple()
+        cpu = llvm.get_host_cpu_name()
+        features = llvm.get_host_cpu_features().flatten()
+        _state["cpu"], _state["features"] = cpu, features
+        _state["target"] = target
+        _state["tm"] = _new_target_machine()
+        _state["triple"] = llvm.get_process_triple()
+    return _state
+
+
+def _new_target_machine():
+    s = _state
+    return s["target"].create_target_machine(cpu=s["cpu"], features=s["features"], opt=3, codemodel="jitdefault")
+
+
+def host_description() -> str:
+    s = _init()
+    return f"{s['cpu']} ({s['triple']})"
+
+
+def target_info() -> tuple[str, str, str]:
+    """(triple, datalayout, cpu name) for modules built for this machine."""
+    s = _init()
+    return s["triple"], str(s["tm"].target_data), s["cpu"]
+
+
+def cache_dir() -> Path:
+    """SATURN_CACHE_DIR, else the user cache directory."""
+    root = os.environ.get("SATURN_CACHE_DIR")
+    if root:
+        base = Path(root)
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "saturn"
+    return base / "llvm"
+
+
+def _key(ir_text: str) -> str:
+    s = _init()
+    h = hashlib.sha256()
+    for part in (ir_text, s["cpu"], s["features"], llvmlite.__version__, "v1"):
+        h.update(part.encode())
+        h.update(b"\0")
+    return h.hexdigest()[:40]
+
+
+def _compile_object(ir_text: str) -> bytes:
+    s = _init()
+    mod = llvm.parse_assembly(ir_text)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(s["tm"], pto)
+    pb.getModulePassManager().run(mod, pb)
+    mod.verify()
+    return s["tm"].emit_object(mod)
+
+
+def optimized_ir(ir_text: str) -> str:
+    """The module after the O3 pipeline (for inspection and tests)."""
+    s = _init()
+    mod = llvm.parse_assembly(ir_text)
+    mod.verify()
+    pto = llvm.create_pipeline_tuning_options(speed_level=3)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pb = llvm.create_pass_builder(s["tm"], pto)
+    pb.getModulePassManager().run(mod, pb)
+    return str(mod)
+
+
+def assembly(ir_text: str) -> str:
+    s = _init()
+    mod = llvm.parse_assembly(optimized_ir(ir_text))
+    return s["tm"].emit_assembly(mod)
+
+
+def load(ir_text: str, names: list[str], use_cache: bool = True):
+    """Compile (or fetch from the disk cache) and load a module.
+
+    Returns ({name: address}, cache hit, engine); the code lives as long as the engine object.
+    """
+    with _lock:
+        s = _init()
+        key = _key(ir_text)
+        path = cache_dir() / f"{key}.o"
+        obj, hit = None, False
+        if use_cache and path.exists():
+            try:
+                obj, hit = path.read_bytes(), True
+            except OSError:
+                obj = None
+        if obj is None:
+            obj = _compile_object(ir_text)
+            if use_cache:
+                try:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                    tmp.write_bytes(obj)
+                    os.replace(tmp, path)
+                except OSError:
+                    pass
+        empty = llvm.parse_assembly(f'target triple = "{s["triple"]}"\n')
+        engine = llvm.create_mcjit_compiler(empty, _new_target_machine())  # the engine owns it
+        engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
+        engine.finalize_object()
+        addrs = {n: engine.get_function_address(n) for n in names}
+        missing = [n for n, a in addrs.items() if not a]
+        if missing:
+            raise RuntimeError(f"compiled module lacks functions {missing}")
+        return addrs, hit, engine

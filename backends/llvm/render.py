@@ -1,0 +1,369 @@
+"""Render kernel IR to LLVM IR with llvmlite's IR builder.
+
+Every kernel becomes `void @name(ptr noalias %buf..., i64 %start, i64 %end)`: the leading
+`parallel` axes are collapsed into one loop over [start, end), so the runtime can hand chunks of
+it to threads; deeper axes are ordinary loops; the innermost one is left for LLVM's loop
+vectorizer (contiguous loads, no aliasing, math that vectorizes: see mathfns.py). Values live in
+their compute type: f32 for every float dtype (halves are rounded after each op), i32, i1.
+"""
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+
+from llvmlite import ir
+
+from backends.llvm import jit, mathfns
+from ir.dtypes import DType
+from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Lin, Load, Mod,
+                       Reduce, Ref, Schedule, Value, Var)
+from ir.ops import Op
+
+F32, F16, I1, I8, I16, I32, I64 = (ir.FloatType(), ir.HalfType(), ir.IntType(1), ir.IntType(8),
+                                   ir.IntType(16), ir.IntType(32), ir.IntType(64))
+PTR = ir.PointerType()
+STORAGE = {DType.f32: F32, DType.f16: F16, DType.bf16: I16, DType.i32: I32, DType.bool: I8}
+COMPUTE = {DType.f32: F32, DType.f16: F32, DType.bf16: F32, DType.i32: I32, DType.bool: I1}
+FAST = ("reassoc", "nsz", "contract")
+
+
+def _i64(v: int) -> ir.Constant:
+    return ir.Constant(I64, v)
+
+
+@contextmanager
+def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
+    """for (i = start; i < stop; i++) { body }: yields i (an i64)."""
+    pre = b.block
+    head = b.append_basic_block(f"{name}.head")
+    body = b.append_basic_block(f"{name}.body")
+    done = b.append_basic_block(f"{name}.done")
+    b.branch(head)
+    b.position_at_end(head)
+    i = b.phi(I64, name)
+    i.add_incoming(start, pre)
+    b.cbranch(b.icmp_signed("<", i, stop), body, done)
+    b.position_at_end(body)
+    yield i
+    nxt = b.add(i, _i64(1), name=f"{name}.next", flags=("nsw",))
+    i.add_incoming(nxt, b.block)
+    b.branch(head)
+    b.position_at_end(done)
+
+
+def parallel_depth(k: Kernel) -> int:
+    """How many leading axes form the chunked parallel loop: never past a Let's depth (so no
+    row reduction is recomputed per element) and never the innermost (vector) axis unless it is
+    the only one."""
+    if not k.axes:
+        return 0
+    depth = len(k.axes) - 1 if len(k.axes) > 1 else 1
+    for let in k.lets:
+        if let.depth >= 1:
+            depth = min(depth, let.depth)
+    return max(depth, 1)
+
+
+class KernelRenderer:
+    def __init__(self, module: ir.Module, program: KernelProgram, kernel: Kernel, ks: KernelSchedule):
+        self.module, self.program, self.k, self.ks = module, program, kernel, ks
+        self.buffers = sorted(kernel.reads() | kernel.writes())
+        self.scopes: list[dict] = []
+        self.refs: dict[str, ir.Value] = {}
+        self.vars: dict[Var, ir.Value] = {}
+
+    # --- the function ---------------------------------------------------------------------
+    def render(self) -> None:
+        k = self.k
+        fnty = ir.FunctionType(ir.VoidType(), [PTR] * len(self.buffers) + [I64, I64])
+        fn = ir.Function(self.module, fnty, k.name)
+        fn.attributes.add("nounwind")
+        for a in fn.args[:len(self.buffers)]:
+            a.add_attribute("noalias")
+        self.fn = fn
+        self.ptrs = dict(zip(self.buffers, fn.args))
+        start, end = fn.args[-2], fn.args[-1]
+        self.entry = fn.append_basic_block("entry")
+        body = fn.append_basic_block("body")
+        b = self.b = ir.IRBuilder(body)
+        self.scopes.append({})
+        P = parallel_depth(k)
+        self._emit_lets(0)
+        if not k.axes:
+            with b.if_then(b.icmp_signed("<", start, end)):
+                self.scopes.append({})
+                self._emit_stores()
+                self.scopes.pop()
+        else:
+            with for_range(b, start, end, "p") as p:
+                self.scopes.append({})
+                rest = p
+                for v in reversed(k.axes[:P]):
+                    if v is k.axes[0]:
+                        self.vars[v] = rest
+                    else:
+                        self.vars[v] = b.srem(rest, _i64(v.extent))
+                        rest = b.sdiv(rest, _i64(v.extent))
+                for d in range(1, P + 1):
+                    self._emit_lets(d)
+                self._nest(P)
+                self.scopes.pop()
+        b.ret_void()
+        ir.IRBuilder(self.entry).branch(body)
+
+    def _nest(self, depth: int) -> None:
+        k = self.k
+        if depth == len(k.axes):
+            self._emit_stores()
+            return
+        v = k.axes[depth]
+        with for_range(self.b, _i64(0), _i64(v.extent), v.name) as i:
+            self.scopes.append({})
+            self.vars[v] = i
+            self._emit_lets(depth + 1)
+            self._nest(depth + 1)
+            self.scopes.pop()
+
+    def _emit_lets(self, depth: int) -> None:
+        for let in self.k.lets:
+            if let.depth == depth:
+                self.refs[let.name] = self.value(let.value)
+
+    def _emit_stores(self) -> None:
+        for st in self.k.stores:
+            v = self.value(st.value)
+            dt = self.program.buffer(st.buffer).dtype
+            ptr = self.b.gep(self.ptrs[st.buffer], [self.index(st.index)], inbounds=True, source_etype=STORAGE[dt])
+            self.b.store(self.to_storage(v, dt), ptr)
+
+    # --- index expressions ----------------------------------------------------------------
+    def index(self, e: Lin) -> ir.Value:
+        b = self.b
+        out = _i64(e.const)
+        first = True
+        for a, c in e.terms:
+            if isinstance(a, Var):
+                x = self.vars[a]
+            elif isinstance(a, Div):
+                x = b.sdiv(self.index(a.arg), _i64(a.divisor))
+            else:
+                x = b.srem(self.index(a.arg), _i64(a.divisor))
+            t = x if c == 1 else b.mul(x, _i64(c), flags=("nsw",))
+            out = t if first and e.const == 0 else b.add(out, t, flags=("nsw",))
+            first = False
+        return out
+
+    # --- values ---------------------------------------------------------------------------
+    def value(self, e: Value) -> ir.Value:
+        for scope in reversed(self.scopes):
+            if e in scope:
+                return scope[e]
+        v = self._value(e)
+        self.scopes[-1][e] = v
+        return v
+
+    def _value(self, e: Value) -> ir.Value:
+        b = self.b
+        if isinstance(e, Const):
+            return const(e.value, e.dtype)
+        if isinstance(e, Ref):
+            return self.refs[e.name]
+        if isinstance(e, Load):
+            return self._load(e)
+        if isinstance(e, Reduce):
+            return self._reduce(e)
+        return self._compute(e)
+
+    def _load(self, e: Load) -> ir.Value:
+        b = self.b
+        idx = self.index(e.index)
+        ok = None
+        for bd in e.valid:
+            x = self.index(bd.expr)
+            c = b.and_(b.icmp_signed(">=", x, _i64(bd.lo)), b.icmp_signed("<", x, _i64(bd.hi)))
+            ok = c if ok is None else b.and_(ok, c)
+        if ok is not None:
+            idx = b.select(ok, idx, _i64(0))
+        ptr = b.gep(self.ptrs[e.buffer], [idx], inbounds=True, source_etype=STORAGE[e.dtype])
+        v = self.from_storage(b.load(ptr, typ=STORAGE[e.dtype]), e.dtype)
+        if ok is not None:
+            v = b.select(ok, v, const(e.fill, e.dtype))
+        return v
+
+    def _reduce(self, e: Reduce) -> ir.Value:
+        b = self.b
+        ty = COMPUTE[e.dtype]
+        slot = ir.IRBuilder(self.entry).alloca(ty)
+        if e.op == Op.SUM:
+            init = ir.Constant(ty, 0.0 if ty == F32 else 0)
+        else:
+            init = ir.Constant(ty, float("-inf")) if ty == F32 else ir.Constant(ty, -2 ** 31 if ty == I32 else 0)
+        b.store(init, slot)
+        flags = FAST if self.ks.fast_math else ()
+
+        def loop(vs):
+            if not vs:
+                x = self.value(e.body)
+                acc = b.load(slot, typ=ty)
+                if e.op == Op.SUM:
+                    new = b.fadd(acc, x, flags=flags) if ty == F32 else (b.add(acc, x) if ty == I32 else b.or_(acc, x))
+                elif ty == F32:
+                    new = b.call(self._intrinsic("llvm.maximum.f32", F32, 2), [acc, x])
+                    if flags:
+                        new.fastmath.add("nsz")
+                else:
+                    new = b.select(b.icmp_signed(">", x, acc) if ty == I32 else b.icmp_unsigned(">", x, acc), x, acc)
+                b.store(new, slot)
+                return
+            with for_range(b, _i64(0), _i64(vs[0].extent), vs[0].name) as i:
+                self.scopes.append({})
+                self.vars[vs[0]] = i
+                loop(vs[1:])
+                self.scopes.pop()
+
+        loop(list(e.vars))
+        return self.round(b.load(slot, typ=ty), e.dtype)
+
+    def _intrinsic(self, name: str, ty, nargs: int = 1) -> ir.Function:
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name)
+        return fn
+
+    def _compute(self, e: Compute) -> ir.Value:
+        b = self.b
+        op, dt = e.op, e.dtype
+        xs = [self.value(s) for s in e.srcs]
+        src_dt = e.srcs[0].dtype
+        if op == Op.CAST:
+            return self.round(cast(b, xs[0], src_dt, dt), dt)
+        if op == Op.WHERE:
+            return b.select(xs[0], xs[1], xs[2])
+        ty = COMPUTE[src_dt]
+        if op == Op.CMPLT:
+            if ty == F32:
+                return b.fcmp_ordered("<", xs[0], xs[1])
+            return b.icmp_signed("<", xs[0], xs[1]) if ty == I32 else b.icmp_unsigned("<", xs[0], xs[1])
+        if ty == F32:
+            if op == Op.ADD:
+                r = b.fadd(xs[0], xs[1])
+            elif op == Op.MUL:
+                r = b.fmul(xs[0], xs[1])
+            elif op == Op.MOD:
+                r = b.frem(xs[0], xs[1])
+            elif op == Op.RECIP:
+                r = b.fdiv(ir.Constant(F32, 1.0), xs[0])
+            elif op == Op.EXP2:
+                r = b.call(mathfns.define_exp2(self.module), [xs[0]])
+            elif op == Op.LOG2:
+                r = b.call(mathfns.define_log2(self.module), [xs[0]])
+            elif op == Op.SQRT:
+                r = b.call(self._intrinsic("llvm.sqrt.f32", F32), [xs[0]])
+            elif op == Op.SIN:
+                r = b.call(self._intrinsic("llvm.sin.f32", F32), [xs[0]])
+            else:
+                raise NotImplementedError(op)
+            return self.round(r, dt)
+        if ty == I32:
+            if op == Op.ADD:
+                return b.add(xs[0], xs[1])
+            if op == Op.MUL:
+                return b.mul(xs[0], xs[1])
+            if op == Op.MOD:   # C remainder; x % 0 is 0 (like numpy), never undefined behaviour
+                zero = b.icmp_signed("==", xs[1], ir.Constant(I32, 0))
+                safe = b.select(zero, ir.Constant(I32, 1), xs[1])
+                return b.select(zero, ir.Constant(I32, 0), b.srem(xs[0], safe))
+        if ty == I1:
+            if op == Op.ADD:
+                return b.or_(xs[0], xs[1])
+            if op == Op.MUL:
+                return b.and_(xs[0], xs[1])
+        raise NotImplementedError(f"{op} on {src_dt}")
+
+    # --- dtype conversions ----------------------------------------------------------------
+    def round(self, v: ir.Value, dt: DType) -> ir.Value:
+        """Round an f32 compute value to a half storage type and back (per-op rounding)."""
+        if dt in (DType.f16, DType.bf16):
+            return self.from_storage(self.to_storage(v, dt), dt)
+        return v
+
+    def from_storage(self, v: ir.Value, dt: DType) -> ir.Value:
+        b = self.b
+        if dt == DType.f16:
+            return b.fpext(v, F32)
+        if dt == DType.bf16:
+            return b.bitcast(b.shl(b.zext(v, I32), ir.Constant(I32, 16)), F32)
+        if dt == DType.bool:
+            return b.icmp_unsigned("!=", v, ir.Constant(I8, 0))
+        return v
+
+    def to_storage(self, v: ir.Value, dt: DType) -> ir.Value:
+        b = self.b
+        if dt == DType.f16:
+            return b.fptrunc(v, F16)
+        if dt == DType.bf16:   # round to nearest even; NaN stays a quiet NaN
+            bits = b.bitcast(v, I32)
+            lsb = b.and_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 1))
+            rounded = b.lshr(b.add(bits, b.add(lsb, ir.Constant(I32, 0x7FFF))), ir.Constant(I32, 16))
+            nan = b.or_(b.lshr(bits, ir.Constant(I32, 16)), ir.Constant(I32, 0x40))
+            r = b.select(b.fcmp_unordered("uno", v, v), nan, rounded)
+            return b.trunc(r, I16)
+        if dt == DType.bool:
+            return b.zext(v, I8)
+        return v
+
+
+def const(value, dt: DType) -> ir.Constant:
+    ty = COMPUTE[dt]
+    if ty == F32:
+        v = float(value)
+        if dt in (DType.f16, DType.bf16):   # constants are rounded to the storage type too
+            import numpy as np
+            v = float(np.asarray(v, dtype=dt.np).astype(np.float32))
+        return ir.Constant(F32, v)
+    if ty == I32:
+        return ir.Constant(I32, int(value))
+    return ir.Constant(I1, int(bool(value)))
+
+
+def cast(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
+    s, d = COMPUTE[src], COMPUTE[dst]
+    if s == d:
+        return v
+    if d == I1:
+        return b.fcmp_unordered("!=", v, ir.Constant(F32, 0.0)) if s == F32 else b.icmp_unsigned("!=", v, ir.Constant(s, 0))
+    if s == F32 and d == I32:
+        return b.fptosi(v, I32)
+    if s == I32 and d == F32:
+        return b.sitofp(v, F32)
+    if s == I1 and d == F32:
+        return b.uitofp(v, F32)
+    if s == I1 and d == I32:
+        return b.zext(v, I32)
+    raise NotImplementedError(f"cast {src} -> {dst}")
+
+
+def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dict[str, list[str]]]:
+    """LLVM IR text of the whole program, and each kernel's buffer argument order."""
+    module = ir.Module(name="saturn")
+    triple, layout, _ = jit.target_info()
+    module.triple, module.data_layout = triple, layout
+    args: dict[str, list[str]] = {}
+    widths: dict[str, int] = {}
+    for k in program.kernels:
+        if any(v.extent == 0 for v in k.axes):
+            continue
+        ks = schedule.for_kernel(k.name)
+        r = KernelRenderer(module, program, k, ks)
+        r.render()
+        args[k.name] = r.buffers
+        widths[k.name] = ks.vector_width
+    text = str(module)
+    # llvmlite has no API for string attributes: add the vector-width preference to each header
+    lines = text.split("\n")
+    for i, line in enumerate(lines):
+        m = re.match(r'define void @"?([\w.]+)"?\(', line)
+        if m and m.group(1) in widths:
+            bits = max(32 * widths[m.group(1)], 128)
+            lines[i] = line + f' "prefer-vector-width"="{bits}" "min-legal-vector-width"="0"'
+    return "\n".join(lines), args

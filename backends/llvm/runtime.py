@@ -1,0 +1,149 @@
+"""Run compiled kernel programs: buffers, a reusing allocator, and a thread pool over chunks.
+
+Each kernel's parallel loop [0, n) is cut into contiguous chunks; chunks run on a thread pool
+(ctypes releases the GIL during the call). A chunk holds whole output rows, so every reduction
+runs in one thread in one fixed order: results never depend on the thread count.
+"""
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from backends.llvm.render import parallel_depth
+from ir.kernel import KernelProgram, Schedule
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+MIN_CHUNK_WORK = 1 << 15       # below this many inner operations a kernel runs on one thread
+
+
+def cpu_count() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def _pool(threads: int) -> ThreadPoolExecutor:
+    if threads not in _POOLS:
+        _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="saturn-cpu")
+    return _POOLS[threads]
+
+
+def _work(k) -> int:
+    """Rough operations per kernel (output elements x reduction extents)."""
+    from ir.kernel import Reduce, walk
+    red = 1
+    for e in [l.value for l in k.lets] + [s.value for s in k.stores]:
+        for x in walk(e):
+            if isinstance(x, Reduce):
+                red = max(red, math.prod(v.extent for v in x.vars))
+    return k.numel * red
+
+
+class _Launch:
+    """One kernel ready to run: function pointer, buffer names, parallel extent, chunking."""
+
+    def __init__(self, kernel, fn, buffers: list[str], threads: int, chunks_per_thread: int = 4):
+        self.kernel, self.fn, self.buffers = kernel, fn, buffers
+        P = parallel_depth(kernel)
+        self.n = math.prod(v.extent for v in kernel.axes[:P]) if kernel.axes else 1
+        work = _work(kernel)
+        if threads <= 1 or self.n <= 1 or work < MIN_CHUNK_WORK:
+            self.chunks = [(0, self.n)]
+        else:
+            count = min(self.n, threads * chunks_per_thread, max(1, work // MIN_CHUNK_WORK))
+            bounds = [self.n * i // count for i in range(count + 1)]
+            self.chunks = [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+
+
+class LLVMExecutable:
+    """A compiled program: call it with numpy arrays, get numpy arrays back."""
+
+    def __init__(self, program: KernelProgram, schedule: Schedule, source: str, addrs: dict[str, int],
+                 args: dict[str, list[str]], engine, cache_hit: bool, compile_seconds: float):
+        self.program, self.schedule, self.source = program, schedule, source
+        self.cache_hit, self.compile_seconds = cache_hit, compile_seconds
+        self._engine = engine   # owns the machine code
+        self.threads = schedule.threads or cpu_count()
+        self.launches = []
+        for k in program.kernels:
+            if k.name not in addrs:
+                continue   # an empty kernel
+            names = args[k.name]
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(names)), ctypes.c_int64, ctypes.c_int64)
+            self.launches.append(_Launch(k, proto(addrs[k.name]), names, self.threads))
+        self._plan_temps()
+        self._free: dict[tuple, list[np.ndarray]] = {}
+
+    def _plan_temps(self) -> None:
+        """For each launch, which temps to allocate before it and which to free after it."""
+        last: dict[str, int] = {}
+        first: dict[str, int] = {}
+        for i, l in enumerate(self.launches):
+            for name in l.buffers:
+                last[name] = i
+                first.setdefault(name, i)
+        temps = {b.name: b for b in self.program.buffers if b.kind == "temp"}
+        self.alloc_before = [[temps[n] for n in l.buffers if n in temps and first[n] == i]
+                             for i, l in enumerate(self.launches)]
+        self.free_after = [[n for n in l.buffers if n in temps and last[n] == i]
+                           for i, l in enumerate(self.launches)]
+
+    def _take(self, buf) -> np.ndarray:
+        key = (buf.dtype, buf.size)
+        free = self._free.get(key)
+        if free:
+            return free.pop()
+        return np.empty(max(buf.size, 1), buf.dtype.np)
+
+    def __call__(self, *args) -> list[np.ndarray]:
+        p = self.program
+        if len(args) != len(p.inputs):
+            raise ValueError(f"expected {len(p.inputs)} inputs, got {len(args)}")
+        env: dict[str, np.ndarray] = {}
+        for name, a in zip(p.inputs, args):
+            b = p.buffer(name)
+            arr = np.ascontiguousarray(a, dtype=b.dtype.np).reshape(-1)
+            env[name] = arr if arr.size else np.empty(1, b.dtype.np)
+        for b in p.buffers:
+            if b.kind == "output":
+                env[b.name] = np.empty(max(b.size, 1), b.dtype.np)
+        pool = _pool(self.threads) if self.threads > 1 else None
+        for i, l in enumerate(self.launches):
+            for buf in self.alloc_before[i]:
+                env[buf.name] = self._take(buf)
+            ptrs = [env[n].ctypes.data for n in l.buffers]
+            if len(l.chunks) == 1 or pool is None:
+                for a, b in l.chunks:
+                    l.fn(*ptrs, a, b)
+            else:
+                futures = [pool.submit(l.fn, *ptrs, a, b) for a, b in l.chunks[1:]]
+                a, b = l.chunks[0]
+                l.fn(*ptrs, a, b)
+                for f in futures:
+                    f.result()
+            for name in self.free_after[i]:
+                buf = p.buffer(name)
+                self._free.setdefault((buf.dtype, buf.size), []).append(env.pop(name))
+        outs, seen = [], set()
+        for name, shape in zip(p.outputs, p.output_shapes):
+            arr = env[name][:math.prod(shape)].reshape(shape)
+            outs.append(arr.copy() if name in seen else arr)
+            seen.add(name)
+        return outs
+
+    def benchmark(self, args, warmup: int = 3, repeat: int = 20) -> list[float]:
+        """Wall-clock seconds per call, one entry per timed run (after `warmup` untimed runs)."""
+        for _ in range(warmup):
+            self(*args)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            self(*args)
+            times.append(time.perf_counter() - t0)
+        return times

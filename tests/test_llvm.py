@@ -1,0 +1,216 @@
+"""The CPU backend (llvmlite) against the reference interpreter: every frontend op, views,
+dtypes, the transformer block, determinism, the disk cache, schedules and benchmark()."""
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import compiler as saturn
+from compiler import nn
+from ir.interpreter import evaluate
+
+llvm_backend = pytest.importorskip("backends.llvm")
+pytest.importorskip("llvmlite")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _cache_dir(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SATURN_CACHE_DIR", str(tmp_path_factory.mktemp("saturn-cache")))
+    yield
+    mp.undo()
+
+
+BACKEND = llvm_backend.LLVMBackend()
+TOL = {"f32": dict(rtol=2e-5, atol=2e-5), "f16": dict(rtol=1e-2, atol=1e-2), "bf16": dict(rtol=5e-2, atol=5e-2),
+       "i32": dict(rtol=0, atol=0), "bool": dict(rtol=0, atol=0)}
+
+
+def _args(shapes, dtypes, seed=0, positive=False):
+    rng = np.random.default_rng(seed)
+    out = []
+    for s, d in zip(shapes, dtypes):
+        if d == "i32":
+            out.append(rng.integers(-9, 10, s).astype(np.int32))
+        elif d == "bool":
+            out.append(rng.random(s) < 0.5)
+        else:
+            x = rng.standard_normal(s)
+            out.append((np.abs(x) + 0.1 if positive else x).astype(saturn.spec((), d).dtype.np))
+    return out
+
+
+def check(fn, shapes, dtypes="f32", positive=False, schedule=None):
+    dtypes = [dtypes] * len(shapes) if isinstance(dtypes, str) else dtypes
+    g = saturn.trace(fn, *[saturn.spec(s, d) for s, d in zip(shapes, dtypes)])
+    args = _args(shapes, dtypes, positive=positive)
+    exe = BACKEND.build(g, schedule)
+    got = exe(*args)
+    want = evaluate(g, args)
+    assert len(got) == len(want)
+    for w, o in zip(want, got):
+        assert o.shape == w.shape and o.dtype == w.dtype
+        tol = TOL[saturn.spec((), str(w.dtype) if w.dtype != np.bool_ else "bool").dtype.value]
+        np.testing.assert_allclose(o.astype(np.float64), w.astype(np.float64), equal_nan=True, **tol)
+    return exe
+
+
+UNARY = {
+    "neg": lambda x: -x, "exp": lambda x: x.exp(), "exp2": lambda x: x.exp2(), "sin": lambda x: x.sin(),
+    "cos": lambda x: x.cos(), "sigmoid": lambda x: x.sigmoid(), "tanh": lambda x: x.tanh(),
+    "relu": lambda x: x.relu(), "silu": lambda x: x.silu(), "abs": lambda x: x.abs(),
+    "square": lambda x: x.square(), "erf": lambda x: x.erf(), "gelu": lambda x: x.gelu(),
+    "gelu_tanh": lambda x: x.gelu("tanh"), "pow3": lambda x: x ** 3, "clamp": lambda x: x.clamp(-0.5, 0.7),
+    "rdiv": lambda x: 2.0 / (x.abs() + 1), "mod": lambda x: x % 0.7, "rsub": lambda x: 1 - x,
+    "min_all": lambda x: x.min(), "mean": lambda x: x.mean(), "var": lambda x: x.var(0),
+    "softmax": lambda x: x.softmax(-1), "softmax0": lambda x: x.softmax(0), "log_softmax": lambda x: x.log_softmax(-1),
+    "rms_norm": lambda x: x.rms_norm(), "layer_norm": lambda x: x.layer_norm(), "max_keep": lambda x: x.max(-1, keepdim=True),
+    "cmp": lambda x: ((x > 0.2).logical_and(x <= 1.0)).logical_or(x == 0.0).logical_not().astype("f32"),
+    "ne_ge": lambda x: (x != 0.5).where(x >= -0.1, False).astype("i32"),
+    "to_i32": lambda x: (x * 4).astype("i32") % 3, "contiguous_T": lambda x: x.T.contiguous() * 2,
+}
+POSITIVE = {"log": lambda x: x.log(), "log2": lambda x: x.log2(), "sqrt": lambda x: x.sqrt(),
+            "rsqrt": lambda x: x.rsqrt(), "recip": lambda x: x.reciprocal(), "pow": lambda x: x ** 1.7,
+            "pow_half": lambda x: x ** 0.5, "pow_neg": lambda x: x ** -2}
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+def test_unary_and_reductions(name):
+    check(UNARY[name], [(3, 7)])
+
+
+@pytest.mark.parametrize("name", list(POSITIVE))
+def test_positive_domain(name):
+    check(POSITIVE[name], [(7, 3)], positive=True)
+
+
+BINARY = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+          "div": lambda a, b: a / (b.abs() + 0.5), "maximum": lambda a, b: a.maximum(b),
+          "minimum": lambda a, b: a.minimum(b), "where": lambda a, b: (a < b).where(a, b * 2),
+          "lt_gt": lambda a, b: ((a < b).astype("f32") + (a > b).astype("f32")), "mod": lambda a, b: a % (b.abs() + 1)}
+
+
+@pytest.mark.parametrize("name", list(BINARY))
+def test_binary_broadcasting(name):
+    check(BINARY[name], [(4, 1, 7), (3, 1)])
+
+
+def test_matmul_family():
+    check(lambda a, b: a @ b, [(7, 5), (5, 3)])
+    check(lambda a, b: a @ b, [(2, 1, 4, 5), (3, 5, 6)])
+    check(lambda a, b: a @ b, [(5,), (5, 3)])
+    check(lambda a, b: a @ b, [(4, 5), (5,)])
+    check(lambda x, w, b: x.linear(w, b), [(3, 8), (6, 8), (6,)])
+
+
+def test_movement_ops():
+    check(lambda x: x.reshape(3, 2, 7).permute(2, 0, 1).flatten(1) + 1, [(6, 7)])
+    check(lambda x: x.unsqueeze(1).expand(6, 4, 7).transpose(0, 2).squeeze() * 2, [(6, 7)])
+    check(lambda x: x[1:5:2, ::3] + x[None, -1, 2:5].sum(), [(6, 7)])
+    check(lambda x: x.slice(1, 1, 6, 2).pad(((2, 1), (0, 3)), -1.5).exp(), [(6, 7)])
+    check(lambda a, b: saturn.cat([a, b.exp(), a * 2], 0), [(2, 7), (3, 7)])
+
+
+@pytest.mark.parametrize("dtype", ["i32", "bool"])
+def test_int_and_bool(dtype):
+    if dtype == "i32":
+        check(lambda a, b: (a * b + a % (b.abs() + 1)).sum(0) + a.max(1, keepdim=True), [(5, 4), (5, 4)], "i32")
+        check(lambda a: (a < 2).where(a, -a).astype("f32").softmax(-1), [(3, 6)], "i32")
+    else:
+        check(lambda a, b: (a.logical_or(b).logical_and(a.logical_not())).sum(1), [(5, 4), (5, 4)], "bool")
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_half_storage(dtype):
+    check(lambda x, w: (x @ w).softmax(-1) * 2 + x.sum(1, keepdim=True).exp(), [(5, 6), (6, 6)], dtype)
+    check(lambda x, w, b: x.layer_norm((6,), w, b).gelu(), [(4, 6), (6,), (6,)], dtype)
+
+
+def test_transformer_block():
+    specs = nn.transformer_block_specs(2, 7, 16, 32)
+    shapes = [s.shape for s in specs]
+    g = saturn.trace(lambda *a: nn.transformer_block(*a, heads=2), *specs)
+    args = [a * 0.3 for a in _args(shapes, ["f32"] * len(shapes))]
+    got = BACKEND.build(g)(*args)[0]
+    np.testing.assert_allclose(got, evaluate(g, args)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_attention_and_mlp_sizes():
+    check(lambda q, k, v: nn.attention(q, k, v), [(2, 7, 8)] * 3)
+    check(lambda x, w1, b1, w2, b2: nn.mlp(x, w1, b1, w2, b2), [(7, 8), (8, 16), (16,), (16, 8), (8,)])
+
+
+def test_multiple_outputs_and_input_passthrough():
+    check(lambda x, y: (x, x + y, x + y, y.sum()), [(3, 4), (3, 4)])
+
+
+def test_large_and_one_sized():
+    check(lambda x: (x * 2).exp().sum(), [(1000,)])
+    check(lambda x: x.softmax(-1) + 1, [(1, 1)])
+    check(lambda x: x.softmax(-1), [(3, 1000)])
+
+
+def test_deterministic_and_thread_independent():
+    g = saturn.trace(lambda x, w: (x @ w).softmax(-1).sum(0), saturn.spec((300, 200)), saturn.spec((200, 100)))
+    args = _args([(300, 200), (200, 100)], ["f32", "f32"], seed=3)
+    from ir.kernel import Schedule
+    multi = BACKEND.build(g, Schedule(threads=2))
+    single = BACKEND.build(g, Schedule(threads=1))
+    a, b, c = multi(*args)[0], multi(*args)[0], single(*args)[0]
+    assert a.tobytes() == b.tobytes() == c.tobytes()
+
+
+def test_disk_cache_and_benchmark(tmp_path, monkeypatch):
+    monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path))
+    g = saturn.trace(lambda x: (x * 3 + 1).sin(), saturn.spec((10, 10)))
+    first = BACKEND.build(g)
+    second = BACKEND.build(g)
+    assert not first.cache_hit and second.cache_hit
+    assert list((tmp_path / "llvm").glob("*.o"))
+    x = _args([(10, 10)], ["f32"])
+    np.testing.assert_array_equal(first(*x)[0], second(*x)[0])
+    times = second.benchmark(x, warmup=1, repeat=3)
+    assert len(times) == 3 and all(t > 0 for t in times)
+
+
+def test_schedules_all_match():
+    g = saturn.trace(lambda x, w: (x @ w + 1).softmax(-1), saturn.spec((9, 12)), saturn.spec((12, 7)))
+    args = _args([(9, 12), (12, 7)], ["f32", "f32"])
+    want = evaluate(g, args)[0]
+    for s in BACKEND.schedules(g):
+        np.testing.assert_allclose(BACKEND.build(g, s)(*args)[0], want, rtol=2e-5, atol=2e-5)
+
+
+def test_compile_api_target_cpu():
+    f = saturn.compile(lambda x: x.softmax(-1), saturn.spec((4, 9)), target="cpu")
+    x = _args([(4, 9)], ["f32"])[0]
+    np.testing.assert_allclose(f(x), evaluate(f.graph, [x])[0], rtol=2e-5, atol=1e-6)
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.sampled_from([1, 2, 7, 13]), min_size=1, max_size=3), st.data())
+def test_random_views_elementwise_reductions(shape, data):
+    shape = tuple(shape)
+    perm = tuple(data.draw(st.permutations(range(len(shape)))))
+    axis = data.draw(st.integers(0, len(shape) - 1))
+    step = data.draw(st.integers(1, 3))
+    pad = data.draw(st.integers(0, 2))
+    op = data.draw(st.sampled_from(["softmax", "sum", "max", "norm"]))
+
+    def fn(x):
+        z = x.permute(perm)
+        z = z.slice(axis, 0, None, step)
+        z = z.pad(tuple((pad, 1) if a == axis else (0, 0) for a in range(z.ndim)), 0.5)
+        if op == "softmax":
+            return z.softmax(axis)
+        if op == "sum":
+            return (z.exp() * 2).sum(axis)
+        if op == "max":
+            return z.max(axis) + z.sum()
+        return z.rms_norm() if axis == z.ndim - 1 else z - z.mean(axis, keepdim=True)
+    check(fn, [shape])
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.sampled_from([1, 7, 1000]), st.sampled_from([1, 3]), st.sampled_from(["f32", "f16"]))
+def test_elementwise_chain_sizes(n, m, dtype):
+    check(lambda x, y: ((x * y + 1).sigmoid() * x).tanh() - y, [(m, n), (1, n)], dtype)
