@@ -8,8 +8,6 @@ F = "algebra"
 RULES = [
     # log2(exp2(x)) -> x
     Rule("log2-exp2", log2(exp2(x)), x, family=F),
-    # exp2(x + y) -> exp2(x) * exp2(y)
-    Rule("exp2-of-add", exp2(add(x, y)), mul(exp2(x), exp2(y)), family=F),
     # exp2(x) * exp2(y) -> exp2(x + y)
     Rule("mul-of-exp2", mul(exp2(x), exp2(y)), exp2(add(x, y)), family=F),
     # recip(exp2(x)) -> exp2(x * -1)

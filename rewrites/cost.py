@@ -9,10 +9,12 @@ Model (one number, roughly "bytes moved + a little compute"):
 - Each materialized value is one kernel: it reads the memory-resident tensors its fused cone
   touches (inputs and other materialized values, at their own size, not the broadcast size)
   and writes its result.
-- Reductions that share a pass are charged their reads once: reductions over the same input
-  shape and axis either fit a tile (axis length <= TILE_LIMIT: a tile is loaded once and all
-  its statistics computed from registers) or are independent streaming passes at the same
-  dependency depth (e.g. sum(x) and sum(x*x) in single-pass layernorm statistics).
+- Reductions over the same operand shape and axes at the same dependency depth share a pass
+  and are charged their reads once: e.g. sum(x) and sum(x*x) (single-pass layernorm
+  statistics), or a tile's max m_b and its sum of exp(x - m_b) (online softmax). The depth
+  grows by one when a kernel reads a value that folded more than TILE_LIMIT elements (a
+  whole long row: x - max(x) needs the max of the row before the second pass can start);
+  statistics of the same tile do not count.
 - Compute adds 1/4 per element per elementwise op (recomputation is charged per consumer).
 Measured runtime decides in the end; this only orders candidates.
 """
@@ -38,20 +40,20 @@ def static_cost(graph: Graph) -> float:
     materialized = [n for n in nodes if n.op in REDUCE or n.op == Op.CONTIGUOUS or n in outputs]
     mat_set = set(materialized)
     depth: dict[Node, int] = {}
-    groups: dict[tuple, set] = {}
+    folded: dict[Node, int] = {}
+    group_of: dict[Node, tuple] = {}
+    charged: dict[tuple, set] = {}
     total = 0.0
     for m in materialized:  # toposorted: producers first
         reads: set[Node] = set()
-        flops = 0.0
+        flops = float(_numel(m)) if m.op in ELEMENTWISE else 0.0
         stack, seen = list(m.srcs), set()
-        if m.op in ELEMENTWISE:
-            flops += _numel(m)
         while stack:
             n = stack.pop()
             if n in seen:
                 continue
             seen.add(n)
-            if n.op == Op.INPUT or (n in mat_set and n is not m):
+            if n.op == Op.INPUT or n in mat_set:
                 reads.add(n)
                 continue
             if n.op == Op.CONST:
@@ -59,25 +61,25 @@ def static_cost(graph: Graph) -> float:
             if n.op in ELEMENTWISE:
                 flops += _numel(n)
             stack.extend(n.srcs)
-        long_deps = [depth[r] for r in reads if r in depth]
-        d = 1 + max(long_deps, default=0)
+        shape_key = (m.srcs[0].shape, m.arg) if m.op in REDUCE else ("own", id(m))
+        # statistics of the same tiles (same operand shape and axes) share a pass
+        same = [r for r in reads if r in group_of and group_of[r][:2] == shape_key
+                and folded[r] <= TILE_LIMIT]
+        other = [r for r in reads if r not in same]
+        d = max([depth.get(r, 0) + (1 if folded.get(r, 1) > TILE_LIMIT else 0) for r in other] +
+                [depth[r] for r in same], default=0)
+        f = max([folded.get(r, 1) for r in other], default=1)
         if m.op in REDUCE:
             src = m.srcs[0]
-            length = max(src.shape[a] for a in m.arg)
             flops += _numel(src)
-            if length <= TILE_LIMIT:
-                key = ("tile", src.shape, m.arg)
-                depth[m] = max(long_deps, default=0)
-            else:
-                key = ("long", src.shape, m.arg, d)
-                depth[m] = d
-        else:
-            key = ("own", id(m))
-            depth[m] = max(long_deps, default=0)
-        charged = groups.setdefault(key, set())
+            f *= math.prod(src.shape[a] for a in m.arg)
+        depth[m], folded[m] = d, f
+        key = shape_key + (d,)
+        group_of[m] = key
+        seen_reads = charged.setdefault(key, set())
         for r in reads:
-            if r not in charged:
-                charged.add(r)
+            if r not in seen_reads:
+                seen_reads.add(r)
                 total += _numel(r) * r.dtype.itemsize
         total += _numel(m) * m.dtype.itemsize + COMPUTE_WEIGHT * flops
     return total

@@ -95,16 +95,18 @@ class Profile:
     long_axis: int = 128         # longer reduced axes count as a separate pass over memory
     view: float = 0.05           # views are index arithmetic
     materialize: float = 2.0     # CONTIGUOUS writes and re-reads
+    second_pass: float = 0.0     # per element, for a reduction over an already long-folded operand
     jitter: float = 0.0          # random factor range for diversity
     seed: int = 0
 
 
 PROFILES = (
     Profile("compute", long_reduce=0.0),
-    Profile("stream", long_reduce=16.0),
-    Profile("stream-materialize", long_reduce=16.0, materialize=0.2),
-    Profile("balanced", long_reduce=4.0),
-    Profile("stream-wide", long_reduce=16.0, long_axis=512),
+    Profile("one-pass", long_reduce=4.0, second_pass=32.0),
+    Profile("one-pass-light", long_reduce=0.0, second_pass=16.0),
+    Profile("tiled", long_reduce=16.0),
+    Profile("materialize", long_reduce=4.0, second_pass=32.0, materialize=-0.5),
+    Profile("balanced", long_reduce=4.0, second_pass=4.0),
 )
 
 
@@ -126,9 +128,15 @@ def node_cost(e: ENode, info: Info, infos: dict, prof: Profile) -> float:
 
 
 def choose(eg: SerializedEGraph, infos: dict, prof: Profile) -> dict[str, ENode]:
-    """Best e-node per class under `prof` (fixed point of the tree cost)."""
+    """Best e-node per class under `prof` (fixed point of the tree cost).
+
+    Besides its tree cost each choice carries `folded`: how many elements a reduction chain
+    has folded into one value. A reduction whose operand already depends on a long fold
+    (folded > long_axis, e.g. x - max(x) over a whole row) is a second sequential pass over
+    that operand and pays `prof.second_pass` per element; per-tile statistics (the online
+    form) fold only a tile before they are reused, so they do not pay it."""
     rng = random.Random(prof.seed)
-    best: dict[str, tuple[float, ENode]] = {}
+    best: dict[str, tuple[float, ENode, int]] = {}
     own: dict[int, float] = {}
     for cid, nodes in eg.classes.items():
         if cid not in infos:
@@ -148,10 +156,16 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile) -> dict[str, ENode]
                 if id(e) not in own or any(c not in best for c in e.children):
                     continue
                 total = own[id(e)] + sum(best[c][0] for c in e.children)
+                folded = max((best[c][2] for c in e.children), default=1)
+                if e.op in ("sum", "max"):
+                    cshape = infos[e.children[0]][0]
+                    if folded > prof.long_axis:
+                        total += prof.second_pass * (math.prod(cshape) or 1)
+                    folded *= cshape[e.ints[0]]
                 if cid not in best or total < best[cid][0] - 1e-9:
-                    best[cid] = (total, e)
+                    best[cid] = (total, e, folded)
                     changed = True
-    return {cid: e for cid, (_, e) in best.items()}
+    return {cid: v[1] for cid, v in best.items()}
 
 
 def rebuild(eg: SerializedEGraph, choice: dict[str, ENode]) -> Graph:
@@ -193,7 +207,7 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
     for i in range(random_rounds):
         p = base[i % len(base)]
         plan.append(Profile(f"{p.name}~{i}", p.long_reduce, p.long_axis, p.view, p.materialize,
-                            jitter=0.7, seed=i + 1))
+                            p.second_pass, jitter=0.7, seed=i + 1))
     for prof in plan:
         if len(out) >= 3 * k:
             break
