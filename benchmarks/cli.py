@@ -46,6 +46,9 @@ def add_arguments(p) -> None:
                    help="CPU threads for PyTorch (default: all cores, as Saturn's CPU code uses)")
     p.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="start no new workload after this many seconds (results so far are kept)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help="Saturn's search budget per workload (compile's default otherwise)")
+    p.add_argument("--cold", action="store_true", help="bypass Saturn's compile cache, so compile time is a full search")
+    p.add_argument("--verbose", action="store_true", help="show Saturn's compile progress lines")
     p.add_argument("--saturn-option", action="append", default=[], metavar="KEY=VALUE",
                    help="pass an option to compiler.compile (repeatable; values parsed as JSON where they can be)")
     p.add_argument("--list", action="store_true", help="list the workloads and their sizes, then exit")
@@ -60,6 +63,33 @@ def _parse_options(items: list[str]) -> dict:
         except json.JSONDecodeError:
             out[key] = value
     return out
+
+
+def saturn_options(args) -> dict:
+    """Keyword options for compiler.compile from the command line (only those compile() names)."""
+    import inspect
+
+    import compiler
+    named = inspect.signature(compiler.compile).parameters
+    opts = {}
+    if "quiet" in named and not args.verbose:
+        opts["quiet"] = True
+    if args.cold:
+        opts["cache"] = False
+    if args.budget is not None:
+        opts["budget"] = args.budget
+    unsupported = [k for k in ("cache", "budget") if k in opts and k not in named]
+    if unsupported:
+        raise ValueError(f"this compiler.compile() takes no {', '.join(unsupported)} option")
+    opts.update(_parse_options(args.saturn_option))
+    return opts
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
 
 
 def _version(name: str) -> str | None:
@@ -171,13 +201,18 @@ def run(args) -> int:
     else:
         peers = list(ALL_PEERS)
 
+    try:
+        options = saturn_options(args)
+    except ValueError as e:
+        print(f"saturn bench: {e}", file=sys.stderr)
+        return 2
     rounds, batch_s = DEFAULTS[suite]
     settings = Settings(target=args.target, family=family, suite=suite,
                         rounds=args.rounds or rounds, batch_s=(args.batch_ms / 1e3) if args.batch_ms else batch_s,
-                        peers=peers if env is not None else [], saturn_options=_parse_options(args.saturn_option),
+                        peers=peers if env is not None else [], saturn_options=options,
                         time_limit_s=args.time_limit)
 
-    started = time.time()
+    started, load_start = time.time(), _load()
     data = {
         "schema": "saturn-bench/1",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -199,31 +234,37 @@ def run(args) -> int:
     except Exception as e:  # noqa: BLE001 - a failed ceiling must not lose the run
         data["ceilings"] = {"copy_how": f"failed: {type(e).__name__}: {e}", "matmul_GFLOPs": {}}
 
-    def save():
+    def save(final: bool = False):
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(data, f, indent=1, default=float)
+        if args.md:
+            with open(args.md, "w") as f:
+                f.write(report.markdown(data, args.json))
+        if args.plot and (final or len(data["results"]) % 4 == 0):
+            return report.plot(data, args.plot)
+        return None
 
     def on_result(rec):
         data["results"].append(rec)
         data["elapsed_s"] = time.time() - started
-        save()  # after every case, so a run that is cut short still leaves its results
+        save()  # after every case, so a run that is cut short (or killed) still leaves its results
 
     data["skipped"] = run_suite(cases, settings, env, data["ceilings"], on_result, log)
     data["elapsed_s"] = time.time() - started
-    save()
+    load_end = _load()
+    data["load_average"] = {"start": load_start, "end": load_end}
+    if family == "cpu" and load_start is not None and max(load_start, load_end or 0) > 0.5 * (os.cpu_count() or 1):
+        notes.append(f"Other processes were using the CPU (1-minute load average {load_start:.1f} at the start, "
+                     f"{load_end:.1f} at the end, on {os.cpu_count()} cores): expect noisy times.")
+    plot_problem = save(final=True)
 
     print(report.table(data["results"]))
     print()
     for line in report.notes(data):
         print(f"- {line}")
-    if args.md:
-        with open(args.md, "w") as f:
-            f.write(report.markdown(data, args.json))
-    if args.plot:
-        reason = report.plot(data, args.plot)
-        if reason:
-            print(f"- {reason}")
+    if plot_problem:
+        print(f"- {plot_problem}")
     failed = [r["label"] for r in data["results"] if r["check"]["status"] in ("FAIL", "error")]
     if failed:
         print(f"- {len(failed)} case(s) failed the check or errored: {', '.join(failed)}")

@@ -100,6 +100,15 @@ class SaturnContender:
         self.how = "executable.benchmark" if callable(bench) else "wall clock around the call"
         return seconds
 
+    def compile_info(self) -> dict:
+        """Whether compile() hit its cache, and its own breakdown of the time, where it reports them."""
+        info = {}
+        if isinstance(getattr(self.fn, "cache", None), str):
+            info["cache"] = self.fn.cache
+        if isinstance(getattr(self.fn, "timings", None), dict):
+            info["compile_parts_s"] = {k: float(v) for k, v in self.fn.timings.items()}
+        return info
+
     def output(self) -> np.ndarray:
         out = self.fn(*self.arrays)
         return np.asarray(out[0] if isinstance(out, tuple) else out)

@@ -29,6 +29,17 @@ def _num(x, fmt="{:.3g}") -> str:
     return "—" if x is None or (isinstance(x, float) and not math.isfinite(x)) else fmt.format(x)
 
 
+def _pct(x) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.0f}%" if x >= 10 else f"{x:.2g}%"
+
+
+def _compile(s: dict) -> str:
+    text = _num(s.get("compile_s"), "{:.2g}")
+    return text + " (cached)" if s.get("cache") == "hit" else text
+
+
 def _check(rec: dict) -> str:
     c = rec["check"]
     if c["status"] == "ok":
@@ -62,7 +73,7 @@ def table(results: list[dict]) -> str:
             row.append(_num(sp.get("saturn"), "{:.2f}×"))
         row += [_num(sp.get(p), "{:.2f}×") for p in peers if p != "eager"]
         row += [_num(s.get("GBps"), "{:.3g}"), _num(s.get("GFLOPs"), "{:.3g}"),
-                _num(s.get("pct_of_floor"), "{:.2g}%"), _num(s.get("compile_s"), "{:.2g}")]
+                _pct(s.get("pct_of_floor")), _compile(s)]
         rows.append(row)
     widths = [max(len(str(x)) for x in col) for col in zip(head, *rows)]
 
@@ -90,6 +101,9 @@ def notes(data: dict) -> list[str]:
                "'× eager' is eager time / contender time; '% of floor' is the floor time (bytes at the copy "
                "ceiling or FLOPs at the matmul ceiling, whichever is larger) over Saturn's time. "
                "Compile time is Saturn's compile() call, not part of the per-run time.")
+    if any((r["saturn"].get("pct_of_floor") or 0) > 100 for r in data["results"]):
+        out.append("Above 100% of floor means the data stayed in the CPU/GPU caches, which are faster than "
+                   "the memory the large copy measures.")
     out += data.get("notes", [])
     reasons = {}
     for r in data["results"]:

@@ -86,6 +86,7 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
     try:
         rec["saturn"]["compile_s"] = saturn.prepare()
         rec["saturn"]["timing"] = saturn.how
+        rec["saturn"].update(saturn.compile_info())
         out = saturn.output()
     except Exception as e:  # noqa: BLE001 - one failing case must not stop the suite
         rec["saturn"]["error"] = _first_line(e)

@@ -49,7 +49,8 @@ def _validate(data: dict, n_results: int) -> None:
 def test_bench_tiny_without_torch(target, tmp_path, monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now fails, as on a bare install
     out = tmp_path / "out.json"
-    rc = cli.main(["--target", target, "--tiny", "--workloads", "elementwise,softmax", "--json", str(out)])
+    rc = cli.main(["--target", target, "--tiny", "--workloads", "elementwise,softmax", "--json", str(out),
+                   "--cold", "--budget", "1"])
     assert rc == 0
     text = capsys.readouterr().out
     assert "PyTorch is not installed" in text and "Saturn ms" in text
