@@ -1,0 +1,78 @@
+"""The CUDA target: primitive graphs -> CUDA C++ kernels (templates for matrix products,
+attention, row reductions and elementwise work; a generic kernel for the rest), compiled with
+nvcc for the device's own architecture, loaded and launched with pycuda.
+
+`import backends.cuda` needs neither pycuda nor a GPU; `CUDABackend.unavailable_reason()`
+says what is missing. `render(graph)` works anywhere (it is what CPU-only tests check).
+"""
+from __future__ import annotations
+
+from ir.graph import Graph
+from backends.cuda.render import Schedule
+
+
+def render(graph: Graph, schedule: Schedule | None = None, prefix: str = "", prelude: bool = True):
+    """(CUDA C++ source, launches) for `graph`; needs no GPU, no pycuda and no nvcc.
+    `prefix` names the kernels apart when several graphs share one translation unit."""
+    from backends.cuda.plan import plan
+    from backends.cuda.render import render_program
+    steps = plan(graph)
+    M = {s.output for s in steps}
+    return render_program(steps, M, schedule or Schedule(), prefix, prelude)
+
+
+class CUDABackend:
+    name = "cuda"
+
+    def unavailable_reason(self) -> str | None:
+        try:
+            import pycuda.driver as drv  # noqa: F401
+        except Exception as e:  # ImportError, or a pycuda built against a missing libcuda
+            return f"pycuda is not importable ({type(e).__name__}: {e}); install it with pip install 'saturn-tensor[cuda]'"
+        from backends.cuda.toolchain import find_nvcc
+        if find_nvcc() is None:
+            return "nvcc (the CUDA toolkit's compiler) was not found; set SATURN_NVCC or put it on PATH"
+        try:
+            drv.init()
+            if drv.Device.count() == 0:
+                return "no CUDA device is visible"
+        except Exception as e:
+            return f"the CUDA driver did not initialize ({e})"
+        return None
+
+    def schedules(self, graph: Graph) -> list[Schedule]:
+        """Candidate schedules; the first is the default heuristic."""
+        from backends.cuda.plan import plan
+        from backends.cuda.templates.attention import ATTN_CONFIGS
+        from backends.cuda.templates.gemm_tc import TC_CONFIGS
+        kinds = {s.kind for s in plan(graph)}
+        out = [Schedule()]
+        if "gemm" in kinds:
+            out += [Schedule(tc=c, name=f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}") for c in TC_CONFIGS]
+        if "attention" in kinds:
+            out += [Schedule(attn=c, name=f"attn_w{c.warps}_kv{c.bkv}") for c in ATTN_CONFIGS]
+        if "row" in kinds:
+            out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
+        return out
+
+    def build(self, graph: Graph, schedule: Schedule | None = None):
+        """Compile and load `graph`. Raises runtime.CUDAFailure (with .stage/.reason/.log) when
+        the candidate cannot run: a compile error, too many registers or too much shared memory."""
+        from backends.cuda import toolchain
+        from backends.cuda.executable import CUDAExecutable
+        from backends.cuda.runtime import CUDAFailure, get_runtime
+        rt = get_runtime()
+        source, launches = render(graph, schedule)
+        res = toolchain.compile_source(source, rt.info.arch)
+        if res.error:
+            raise CUDAFailure("compile", res.error, res.log)
+        module = rt.load(res.binary)
+        return CUDAExecutable(graph, launches, source, module, rt, res.log)
+
+    def try_build(self, graph: Graph, schedule: Schedule | None = None):
+        """(executable, None) or (None, reason): failures as data."""
+        from backends.cuda.runtime import CUDAFailure
+        try:
+            return self.build(graph, schedule), None
+        except CUDAFailure as e:
+            return None, str(e)

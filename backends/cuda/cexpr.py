@@ -1,0 +1,245 @@
+"""Render primitive-IR expressions to CUDA C, with the interpreter's exact semantics.
+
+Values are held in their compute type (float for f32/f16/bf16, int for i32, bool for bool);
+half types round to storage after every op (as `ir.interpreter` does). Views become index
+arithmetic on the source: a ShapeTracker's views are applied last to first, masks become a
+validity test that selects the fill value.
+
+`Emitter.value(node, idx)` returns the name of a C variable holding `node` at the multi-index
+`idx` (a tuple of C integer expressions), emitting the statements that compute it. Nodes held
+in buffers are loaded; `hooks` lets a template supply a node's value itself (an accumulator,
+a per-row reduction result, a register-cached element).
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from ir.dtypes import DType
+from ir.node import Node
+from ir.ops import Op
+from ir.view import ShapeTracker, View, contiguous_strides
+
+C_STORAGE = {DType.f32: "float", DType.f16: "__half", DType.bf16: "__nv_bfloat16", DType.i32: "int",
+             DType.bool: "bool"}
+C_COMPUTE = {DType.f32: "float", DType.f16: "float", DType.bf16: "float", DType.i32: "int", DType.bool: "bool"}
+
+
+def c_literal(value, dtype: DType) -> str:
+    """An exact C literal of `value` stored as `dtype`, in its compute type."""
+    if dtype == DType.bool:
+        return "true" if value else "false"
+    if dtype == DType.i32:
+        return f"({int(value)})"
+    v = float(np.asarray(value, dtype=dtype.np).astype(np.float32))
+    if math.isnan(v):
+        return "__int_as_float(0x7fc00000)"
+    if math.isinf(v):
+        return "__int_as_float(0x7f800000)" if v > 0 else "__int_as_float(0xff800000)"
+    return f"{v.hex()}f"
+
+
+def round_to(expr: str, dtype: DType) -> str:
+    """Round a float compute value to `dtype`'s precision (identity for f32)."""
+    if dtype == DType.f16:
+        return f"__half2float(__float2half_rn({expr}))"
+    if dtype == DType.bf16:
+        return f"__bfloat162float(__float2bfloat16_rn({expr}))"
+    return expr
+
+
+def load_expr(buf: str, offset: str, dtype: DType) -> str:
+    """Read element `offset` of buffer `buf` (storage type) as the compute type."""
+    if dtype == DType.f16:
+        return f"__half2float({buf}[{offset}])"
+    if dtype == DType.bf16:
+        return f"__bfloat162float({buf}[{offset}])"
+    return f"{buf}[{offset}]"
+
+
+def store_value(expr: str, dtype: DType) -> str:
+    """Convert a compute value to its storage type for a store."""
+    if dtype == DType.f16:
+        return f"__float2half_rn({expr})"
+    if dtype == DType.bf16:
+        return f"__float2bfloat16_rn({expr})"
+    return expr
+
+
+def unflatten(flat: str, shape: tuple[int, ...]) -> tuple[str, ...]:
+    """C expressions for the multi-index of the contiguous flat index `flat` in `shape`."""
+    out = []
+    for i, s in enumerate(shape):
+        if s == 1:
+            out.append("0")
+            continue
+        inner = math.prod(shape[i + 1:])
+        e = flat if inner == 1 else f"({flat} / {inner})"
+        if math.prod(shape[:i]) > 1:   # a leading axis needs no modulo
+            e = f"({e} % {s})"
+        out.append(e)
+    return tuple(out)
+
+
+def flat_offset(idx: tuple[str, ...], strides: tuple[int, ...], offset: int = 0) -> str:
+    terms = [f"{i} * {st}" if st != 1 else i for i, st in zip(idx, strides) if st != 0 and i != "0"]
+    if offset:
+        terms.append(str(offset))
+    return "(" + " + ".join(terms) + ")" if terms else "0"
+
+
+def mask_test(idx: tuple[str, ...], v: View) -> list[str]:
+    if v.mask is None:
+        return []
+    tests = []
+    for i, (lo, hi), s in zip(idx, v.mask, v.shape):
+        if lo == 0 and hi == s:
+            continue
+        if hi <= lo:
+            return ["false"]
+        if lo > 0:
+            tests.append(f"({i} >= {lo})")
+        if hi < s:
+            tests.append(f"({i} < {hi})")
+    return tests
+
+
+def apply_tracker(st: ShapeTracker, idx: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(flat offset into the source's contiguous layout, validity tests) for output index idx."""
+    tests: list[str] = []
+    cur = idx
+    off = "0"
+    for k in range(len(st.views) - 1, -1, -1):
+        v = st.views[k]
+        tests += mask_test(cur, v)
+        off = flat_offset(cur, v.strides, v.offset)
+        if k > 0:
+            cur = unflatten(off, st.views[k - 1].shape)
+    return off, tests
+
+
+class Emitter:
+    """Emits C statements computing node values; common sub-expressions are shared per scope."""
+
+    def __init__(self, buffers: dict[Node, str], hooks: dict[Node, Callable[[tuple[str, ...]], str]] | None = None,
+                 indent: str = "    ", prefix: str = "v"):
+        self.buffers = buffers          # node -> C name of the buffer holding it (contiguous, row-major)
+        self.hooks = dict(hooks or {})
+        self.lines: list[str] = []
+        self.indent = indent
+        self.prefix = prefix
+        self._n = 0
+        self._memo: list[dict] = [{}]
+
+    # --- statement helpers ----------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append(self.indent + line)
+
+    def tmp(self, ctype: str, expr: str) -> str:
+        name = f"{self.prefix}{self._n}"
+        self._n += 1
+        self.emit(f"{ctype} {name} = {expr};")
+        return name
+
+    def push(self, extra_indent: str = "    ") -> None:
+        self._memo.append(dict(self._memo[-1]))
+        self.indent += extra_indent
+
+    def pop(self, extra_indent: str = "    ") -> None:
+        self._memo.pop()
+        self.indent = self.indent[: len(self.indent) - len(extra_indent)]
+
+    def code(self) -> str:
+        return "\n".join(self.lines)
+
+    # --- values ---------------------------------------------------------------------------
+    def value(self, n: Node, idx: tuple[str, ...]) -> str:
+        key = (n, idx)
+        for memo in reversed(self._memo):
+            if key in memo:
+                return memo[key]
+            break
+        name = self._value(n, idx)
+        self._memo[-1][key] = name
+        return name
+
+    def _value(self, n: Node, idx: tuple[str, ...]) -> str:
+        ct = C_COMPUTE[n.dtype]
+        if n in self.hooks:
+            return self.hooks[n](idx)
+        if n in self.buffers:
+            off = flat_offset(idx, contiguous_strides(n.shape))
+            return self.tmp(ct, load_expr(self.buffers[n], off, n.dtype))
+        op = n.op
+        if op == Op.CONST:
+            return c_literal(n.arg, n.dtype)
+        if op == Op.INPUT:
+            raise KeyError(f"input {n.arg} has no buffer")
+        if op == Op.VIEW:
+            return self._view(n, idx)
+        if op == Op.CONTIGUOUS:
+            return self.value(n.srcs[0], idx)
+        if op in (Op.SUM, Op.MAX):
+            raise ValueError(f"a {op.value} reduction must be materialized or supplied by a hook")
+        if op == Op.CAST:
+            return self.tmp(ct, self._cast(self.value(n.srcs[0], idx), n.srcs[0].dtype, n.dtype))
+        if op == Op.WHERE:
+            c, a, b = (self.value(s, idx) for s in n.srcs)
+            return self.tmp(ct, f"({c} ? {a} : {b})")
+        if op == Op.CMPLT:
+            a, b = (self.value(s, idx) for s in n.srcs)
+            return self.tmp("bool", f"({a} < {b})")
+        xs = [self.value(s, idx) for s in n.srcs]
+        return self.tmp(ct, self.math(op, xs, n.dtype))
+
+    @staticmethod
+    def math(op: Op, xs: list[str], dtype: DType) -> str:
+        """The C expression of an arithmetic op on compute values, rounded to `dtype`."""
+        if dtype == DType.i32:
+            e = {Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "({1} == 0 ? 0 : {0} % {1})"}[op]
+            return e.format(*xs)
+        if dtype == DType.bool:
+            e = {Op.ADD: "({0} || {1})", Op.MUL: "({0} && {1})"}[op]
+            return e.format(*xs)
+        e = {
+            Op.EXP2: "exp2f({0})", Op.LOG2: "log2f({0})", Op.SIN: "sinf({0})", Op.SQRT: "sqrtf({0})",
+            Op.RECIP: "(1.0f / {0})", Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "fmodf({0}, {1})",
+        }[op].format(*xs)
+        return round_to(e, dtype)
+
+    @staticmethod
+    def _cast(x: str, src: DType, dst: DType) -> str:
+        if dst == DType.bool:
+            return f"({x} != 0)"
+        if dst == DType.i32:
+            return f"((int)truncf({x}))" if src.is_float else f"((int){x})"
+        # to a float type: via float, rounded to the target's precision
+        return round_to(f"((float){x})", dst)
+
+    def _view(self, n: Node, idx: tuple[str, ...]) -> str:
+        st: ShapeTracker = n.arg
+        src = n.srcs[0]
+        off, tests = apply_tracker(st, idx)
+        ct = C_COMPUTE[n.dtype]
+        fill = c_literal(st.fill if n.dtype.is_float else int(st.fill), n.dtype)
+        if "false" in tests:
+            return fill
+        if src in self.buffers and src not in self.hooks:
+            load = load_expr(self.buffers[src], off, src.dtype)
+            if not tests:
+                return self.tmp(ct, load)
+            return self.tmp(ct, f"(({' && '.join(tests)}) ? {load} : {fill})")
+        src_idx = unflatten(off, src.shape)
+        if not tests:
+            return self.value(src, src_idx)
+        # masked read of a computed value: compute it only where valid
+        name = self.tmp(ct, fill)
+        self.emit(f"if ({' && '.join(tests)}) {{")
+        self.push()
+        v = self.value(src, src_idx)
+        self.emit(f"{name} = {v};")
+        self.pop()
+        self.emit("}")
+        return name

@@ -1,0 +1,277 @@
+"""Partition a primitive Graph into CUDA kernel steps.
+
+Which values reach device memory: graph outputs, CONTIGUOUS nodes, matrix products (and their
+operands), and any value read through an expanding view (recomputing it per broadcast copy
+would multiply its cost); everything else is fused into the kernel that consumes it. Each
+materialized value becomes one step, by the first template that fits:
+
+  attention   softmax(c * Q K^T) V, f16/bf16 -> flash kernel (tensor cores, online softmax)
+  gemm        SUM(MUL(a, b)) over one axis -> tensor-core GEMM (f16/bf16, aligned) or SIMT
+              GEMM; an elementwise consumer (bias, activation) is fused as its epilogue
+  row         reductions over the last axis plus elementwise work on those rows (softmax,
+              layernorm, rmsnorm) -> one block-per-row kernel with warp-shuffle reductions
+  elementwise no reductions -> vectorized one-thread-per-VEC-elements kernel
+  generic     anything else -> one thread per output element, reductions as loops
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ir.graph import Graph
+from ir.node import Node
+from ir.ops import ELEMENTWISE, Op
+from ir.dtypes import HALVES, DType
+from backends.cuda.match import (AttentionMatch, GemmMatch, is_pure_reshape, is_row_broadcast, match_attention,
+                                 match_gemm)
+
+
+def is_lossless_cast(n: Node) -> bool:
+    return n.op == Op.CAST and n.dtype == DType.f32 and n.srcs[0].dtype in HALVES
+
+
+def base_of(x: Node) -> Node:
+    """x with views and lossless up-casts peeled off: the value that must sit in memory."""
+    while x.op == Op.VIEW or is_lossless_cast(x):
+        x = x.srcs[0]
+    return x
+
+
+def is_buffer_read(n: Node, materialized: set[Node]) -> bool:
+    """n is a buffer read through views and lossless casts only."""
+    b = base_of(n)
+    return b.op == Op.INPUT or b in materialized
+
+
+@dataclass
+class Step:
+    kind: str                       # attention | gemm | row | elementwise | generic | copy
+    output: Node                    # the value this step writes (contiguous, row-major)
+    inputs: list[Node]              # buffers it reads: graph inputs or earlier steps' outputs
+    gemm: GemmMatch | None = None   # gemm: the product (its SUM may be fused away into `output`)
+    attention: AttentionMatch | None = None
+    reductions: list[Node] = field(default_factory=list)   # row: last-axis reductions, in order
+
+    def describe(self) -> str:
+        return f"{self.kind} -> {self.output.dtype.value}{list(self.output.shape)}"
+
+
+def tree(root: Node, materialized: set[Node], stop: frozenset = frozenset()) -> list[Node]:
+    """Nodes computed inside root's kernel (root first), stopping at buffers and leaves."""
+    out, seen, stack = [], set(), [root]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        out.append(n)
+        for s in n.srcs:
+            if s not in materialized and s.op != Op.INPUT and s not in stop:
+                stack.append(s)
+    return out
+
+
+def reads(nodes: list[Node], materialized: set[Node], operands: tuple[Node, ...] = ()) -> list[Node]:
+    """Buffers (graph inputs and materialized nodes) read by the given kernel nodes and product
+    operands (an operand is itself a buffer or a view of one), in a stable order."""
+    found: dict[Node, None] = {}
+    inside = set(nodes)
+    for side in operands:
+        for n in tree(side, materialized):
+            for s in n.srcs:
+                if s.op == Op.INPUT or s in materialized:
+                    found[s] = None
+        if side.op == Op.INPUT or side in materialized:
+            found[side] = None
+    for n in nodes:
+        for s in n.srcs:
+            if (s.op == Op.INPUT or s in materialized) and s not in inside:
+                found[s] = None
+    return list(found)
+
+
+def _row_shape(root: Node, nodes: list[Node], materialized: set[Node]) -> tuple | None:
+    """The row shape S if root's kernel is a valid row region, else None."""
+    reds = [n for n in nodes if n.op in (Op.SUM, Op.MAX)]
+    if not reds:
+        return None
+    S = reds[0].srcs[0].shape
+    if not S:
+        return None
+    P = S[:-1] + (1,)
+    last = (len(S) - 1,)
+    for r in reds:
+        if r.srcs[0].shape != S or r.arg != last:
+            return None
+    if root.shape not in (S, P):
+        return None
+    for n in nodes:
+        if n.op in (Op.SUM, Op.MAX, Op.CONST) or (n is not root and is_buffer_read(n, materialized)):
+            continue
+        if n.op == Op.VIEW:
+            src = n.srcs[0]
+            if n.shape == S and is_row_broadcast(n) and src.shape == P:
+                continue
+            return None
+        if n.op in ELEMENTWISE or n.op == Op.CONTIGUOUS:
+            if n.shape not in (S, P):
+                return None
+            continue
+        return None
+    return S
+
+
+def attention_access(am: AttentionMatch):
+    """(q, k, v) strided half-precision reads for the flash kernel, or None if it cannot take them."""
+    from backends.cuda.resolve import resolve
+    acc = []
+    for side in (am.qk.a, am.qk.b, am.out.b):
+        base = base_of(side)
+        a = resolve(side, lambda n, base=base: n is base)
+        if a is None or a.dtype not in HALVES:
+            return None
+        acc.append(a)
+    q, k, v = acc
+    r2 = am.out.reduce
+    nd = len(r2.shape)
+    # q, k: head dim (the QK reduction axis) contiguous; v: output dim contiguous
+    if q.dtype != k.dtype or k.dtype != v.dtype or q.strides[nd - 2] != 1 or k.strides[nd - 2] != 1 \
+            or v.strides[nd - 1] != 1:
+        return None
+    d, dv = am.qk.mul.shape[nd - 2], r2.shape[nd - 1]
+    if d % 16 or dv % 16 or d > 128 or dv > 128:
+        return None
+    # 16-byte cp.async rows: every row start 8-element aligned
+    rows = [q.offset, k.offset, v.offset, q.strides[nd - 3], k.strides[nd - 1], v.strides[nd - 2]]
+    rows += [a.strides[i] for a in acc for i in range(nd - 3)]
+    if any(x % 8 for x in rows):
+        return None
+    return q, k, v
+
+
+def plan(graph: Graph) -> list[Step]:
+    nodes = graph.nodes
+    consumers: dict[Node, list[Node]] = {n: [] for n in nodes}
+    for n in nodes:
+        for s in n.srcs:
+            consumers[s].append(n)
+    outputs = set(graph.outputs)
+
+    gemms: dict[Node, GemmMatch] = {}
+    for n in nodes:
+        g = match_gemm(n)
+        if g is not None:
+            gemms[n] = g
+    attns: dict[Node, AttentionMatch] = {}
+    for r, g in gemms.items():
+        am = match_attention(g)
+        if am is None or attention_access(am) is None:
+            continue
+        ok = all(c in am.internal or c is r for x in am.internal for c in consumers.get(x, ()))
+        if ok and not (am.internal & outputs):
+            attns[r] = am
+    internal = frozenset().union(*(a.internal for a in attns.values())) if attns else frozenset()
+
+    M: set[Node] = set()
+    for o in graph.outputs:
+        if o.op != Op.INPUT:          # an output that is an input is copied by the executable
+            M.add(o)
+    for n in nodes:
+        if n in internal:
+            continue
+        if n.op == Op.CONTIGUOUS or n in gemms or n in attns:
+            M.add(n)
+    # operands of products are read from memory
+    for r, g in gemms.items():
+        if r in internal or r in attns:
+            continue
+        for side in (g.a, g.b):
+            src = base_of(side)
+            if src.op not in (Op.INPUT, Op.CONST):
+                M.add(src)
+    for r, a in attns.items():
+        for side in (a.qk.a, a.qk.b, a.out.b):
+            src = base_of(side)
+            if src.op not in (Op.INPUT, Op.CONST):
+                M.add(src)
+    # values read through an expanding view (other than a per-row broadcast) are materialized
+    for n in nodes:
+        if n.op == Op.VIEW and n not in internal:
+            src = base_of(n.srcs[0])
+            if src.op in (Op.INPUT, Op.CONST):
+                continue
+            if n.numel > src.numel and not is_row_broadcast(n):
+                M.add(src)
+            if src.op in (Op.SUM, Op.MAX) and not is_row_broadcast(n):
+                M.add(src)
+    # reductions that are not over the last axis get their own kernel
+    for n in nodes:
+        if n.op in (Op.SUM, Op.MAX) and n not in internal and n.arg != (len(n.shape) - 1,):
+            M.add(n)
+
+    # fixed point: a kernel whose inner reductions do not form a row region gets them materialized
+    changed = True
+    while changed:
+        changed = False
+        for o in [n for n in nodes if n in M]:
+            if o in gemms or o in attns:
+                continue
+            t = tree(o, M)
+            inner = [n for n in t if n.op in (Op.SUM, Op.MAX) and n is not o]
+            if inner and _row_shape(o, t, M) is None:
+                M.update(inner)
+                changed = True
+
+    # epilogue fusion: an elementwise kernel reading exactly one product through a reshape
+    trees = {o: tree(o, M) for o in M if o not in gemms and o not in attns}
+    in_trees: dict[Node, int] = {}
+    for t in trees.values():
+        for n in t:
+            in_trees[n] = in_trees.get(n, 0) + 1
+    fused: dict[Node, Node] = {}       # epilogue output -> product it absorbs
+    for o, t in trees.items():
+        if any(n.op in (Op.SUM, Op.MAX) for n in t):
+            continue
+        cands = [n for n in t if n.op == Op.VIEW and n.srcs[0] in gemms]
+        if len(cands) != 1:
+            continue
+        v = cands[0]
+        r = v.srcs[0]
+        if r in attns and not (len(t) == 2 and o.op == Op.CAST and o.srcs[0] is v):
+            continue                   # the flash kernel takes a cast as its epilogue, nothing more
+        if (r in outputs or len(consumers[r]) != 1 or not is_pure_reshape(v) or v.shape != o.shape
+                or in_trees.get(v, 0) != 1 or r in fused.values()):
+            continue
+        if any(n.shape != o.shape for n in t if n.op in ELEMENTWISE):
+            continue
+        fused[o] = r
+    for r in fused.values():
+        M.discard(r)
+
+    steps: list[Step] = []
+    for n in nodes:
+        if n not in M:
+            continue
+        if n in attns or (n in fused and fused[n] in attns):
+            a = attns[fused.get(n, n)]
+            ins = reads([], M, (a.qk.a, a.qk.b, a.out.b))
+            steps.append(Step("attention", n, ins, gemm=a.out, attention=a))
+        elif n in gemms:
+            g = gemms[n]
+            steps.append(Step("gemm", n, reads([], M, (g.a, g.b)), gemm=g))
+        elif n in fused:
+            g = gemms[fused[n]]
+            t = tree(n, M, stop=frozenset({fused[n]}))
+            ins = reads([x for x in t if x is not fused[n]], M, (g.a, g.b))
+            steps.append(Step("gemm", n, ins, gemm=g))
+        else:
+            t = tree(n, M)
+            ins = reads(t, M)
+            reds = [x for x in reversed(t) if x.op in (Op.SUM, Op.MAX)]
+            if reds and _row_shape(n, t, M) is not None:
+                order = [x for x in nodes if x in set(reds)]
+                steps.append(Step("row", n, ins, reductions=order))
+            elif reds:
+                steps.append(Step("generic", n, ins))
+            else:
+                steps.append(Step("elementwise", n, ins))
+    return steps

@@ -1,0 +1,540 @@
+"""Render plan steps to CUDA C++ kernels and their launch shapes.
+
+Every kernel takes (out, in0, in1, ...): `out` is the step's output (contiguous, row-major),
+`in<j>` the buffers it reads. `Schedule` picks the template parameters; `render_program`
+puts all kernels of a graph in one translation unit (one nvcc call).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ir.dtypes import DType, HALVES
+from ir.node import Node
+from ir.ops import Op
+from ir.view import contiguous_strides
+from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, load_expr, round_to, store_value, unflatten
+from backends.cuda.plan import Step, base_of, is_buffer_read, tree
+from backends.cuda.resolve import resolve
+from backends.cuda.templates import attention as attn_t
+from backends.cuda.templates import gemm_simt, gemm_tc
+from backends.cuda.templates.prelude import PRELUDE
+
+RAW = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
+INT_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Template parameters for one build; None picks the heuristic default per kernel."""
+    tc: gemm_tc.TCConfig | None = None
+    simt: gemm_simt.SimtConfig | None = None
+    attn: attn_t.AttnConfig | None = None
+    row_threads: int | None = None      # threads per row for row kernels
+    ew_block: int = 256                 # threads per block for elementwise / generic kernels
+    use_tensor_cores: bool = True
+    name: str = "default"
+
+
+@dataclass
+class Launch:
+    name: str
+    kind: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int                 # dynamic shared memory bytes
+    output: Node
+    inputs: list[Node]
+    detail: str = ""
+
+
+def _params(step: Step) -> tuple[str, str, dict[Node, str]]:
+    ps = [f"{C_STORAGE[step.output.dtype]}* __restrict__ out"]
+    names = {}
+    for j, n in enumerate(step.inputs):
+        ps.append(f"const {C_STORAGE[n.dtype]}* __restrict__ in{j}")
+        names[n] = f"in{j}"
+    return ", ".join(ps), ", ".join(["out"] + [f"in{j}" for j in range(len(step.inputs))]), names
+
+
+def _identity(op: Op, dtype: DType) -> str:
+    if op == Op.SUM:
+        return "0.f" if dtype.is_float else "0"
+    return "-__int_as_float(0x7f800000)" if dtype.is_float else "(-2147483647 - 1)"
+
+
+def _combine(op: Op, acc: str, v: str, dtype: DType) -> str:
+    if op == Op.SUM:
+        return f"{acc} + {v}"
+    return f"max_nan({acc}, {v})"
+
+
+def _vec_for(nodes_bytes: list[int], n_inner: int) -> int:
+    vec = 16 // max(nodes_bytes) if nodes_bytes else 1
+    vec = max(1, min(vec, 8))
+    while vec > 1 and n_inner % vec:
+        vec //= 2
+    return vec
+
+
+def _pack_store(lines: list[str], out_t: str, vec: int, vals: list[str], dst: str, indent: str) -> None:
+    itemsize = {"float": 4, "__half": 2, "__nv_bfloat16": 2, "int": 4, "bool": 1}[out_t]
+    raw = RAW[vec * itemsize]
+    lines.append(f"{indent}{{ {raw} ro; {out_t}* po = reinterpret_cast<{out_t}*>(&ro);")
+    for v, val in enumerate(vals):
+        lines.append(f"{indent}  po[{v}] = {val};")
+    lines.append(f"{indent}  *reinterpret_cast<{raw}*>({dst}) = ro; }}")
+
+
+def _with_buffer_srcs(t: list[Node], names: dict[Node, str]) -> list[Node]:
+    """Kernel nodes plus the buffers they read directly (candidates for vector loads)."""
+    out = list(t)
+    seen = set(t)
+    for n in t:
+        for s in n.srcs:
+            if s in names and s not in seen:
+                seen.add(s)
+                out.append(s)
+    return out
+
+
+# --- elementwise -------------------------------------------------------------------------------
+
+def render_elementwise(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
+    o = step.output
+    params, _, names = _params(step)
+    N = o.numel
+    t = tree(o, M)
+    it = "int" if N < INT_MAX else "long long"
+    ostr = contiguous_strides(o.shape)
+    # buffer reads whose element order equals the output's: loaded as 16-byte vectors
+    cached = []
+    for x in _with_buffer_srcs(t, names):
+        if x is o and x.op != Op.VIEW and x.op != Op.CAST:
+            continue
+        if x.shape != o.shape or not is_buffer_read(x, M) or (x.op not in (Op.VIEW, Op.CAST) and x not in names):
+            continue
+        acc = resolve(x, lambda n: n in names)
+        if acc is None or tuple(s for s, d in zip(acc.strides, o.shape) if d != 1) != \
+                tuple(s for s, d in zip(ostr, o.shape) if d != 1):
+            continue
+        cached.append((x, acc))
+    vec = _vec_for([o.dtype.itemsize] + [a.dtype.itemsize for _, a in cached], N)
+    cached = [(x, a) for x, a in cached if a.offset % vec == 0]
+    lines = [f'extern "C" __global__ void __launch_bounds__({sched.ew_block}) {name}({params}) {{',
+             f"  const {it} base = ((({it})blockIdx.x) * {sched.ew_block} + threadIdx.x) * {vec};",
+             f"  if (base >= ({it}){N}) return;"]
+    if vec > 1:
+        lines.append(f"  if (base + {vec} <= ({it}){N}) {{")
+        hooks = {}
+        for j, (x, a) in enumerate(cached):
+            raw = RAW[vec * a.dtype.itemsize]
+            st = C_STORAGE[a.dtype]
+            lines.append(f"    const {raw} r{j} = *reinterpret_cast<const {raw}*>({names[a.buffer]} + {a.offset} + base);")
+            lines.append(f"    const {st}* e{j} = reinterpret_cast<const {st}*>(&r{j});")
+        em = Emitter(names, indent="    ")
+        vals = []
+        for v in range(vec):
+            for j, (x, a) in enumerate(cached):
+                em.hooks[x] = (lambda idx, j=j, v=v, a=a: load_expr(f"e{j}", str(v), a.dtype))
+            idx = unflatten(f"(base + {v})", o.shape)
+            vals.append(store_value(em.value(o, idx), o.dtype))
+        lines += em.lines
+        _pack_store(lines, C_STORAGE[o.dtype], vec, vals, "out + base", "    ")
+        lines.append("  } else {")
+    lines.append(f"    for (int v = 0; v < {vec}; ++v) {{")
+    lines.append(f"      const {it} i = base + v;")
+    lines.append(f"      if (i >= ({it}){N}) break;")
+    em = Emitter(names, indent="      ", prefix="s")
+    val = em.value(o, unflatten("i", o.shape))
+    lines += em.lines
+    lines.append(f"      out[i] = {store_value(val, o.dtype)};")
+    lines.append("    }")
+    if vec > 1:
+        lines.append("  }")
+    lines.append("}")
+    threads = sched.ew_block
+    blocks = (N + vec * threads - 1) // (vec * threads)
+    return "\n".join(lines), Launch(name, "elementwise", (max(blocks, 1), 1, 1), (threads, 1, 1), 0, o, step.inputs,
+                                    f"vec={vec} cached={len(cached)}")
+
+
+# --- generic: one thread per output element, reductions as loops --------------------------------
+
+def render_generic(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
+    o = step.output
+    params, _, names = _params(step)
+    N = o.numel
+    it = "int" if N < INT_MAX else "long long"
+    lines = [f'extern "C" __global__ void __launch_bounds__({sched.ew_block}) {name}({params}) {{',
+             f"  const {it} i = (({it})blockIdx.x) * {sched.ew_block} + threadIdx.x;",
+             f"  if (i >= ({it}){N}) return;"]
+    idx = unflatten("i", o.shape)
+    em = Emitter(names, indent="  ")
+    if o.op in (Op.SUM, Op.MAX):
+        src = o.srcs[0]
+        red_sizes = tuple(src.shape[a] for a in o.arg)
+        R = math.prod(red_sizes)
+        ct = C_COMPUTE[o.dtype]
+        em.emit(f"{ct} acc = {_identity(o.op, o.dtype)};")
+        em.emit(f"for (long long r = 0; r < {R}LL; ++r) {{")
+        em.push("  ")
+        ridx = unflatten("r", red_sizes)
+        full = list(idx)
+        for a, e in zip(o.arg, ridx):
+            full[a] = e
+        v = em.value(src, tuple(full))
+        em.emit(f"acc = {_combine(o.op, 'acc', v, o.dtype)};")
+        em.pop("  ")
+        em.emit("}")
+        val = round_to("acc", o.dtype) if o.dtype.is_float else "acc"
+    else:
+        val = em.value(o, idx)
+    lines += em.lines
+    lines.append(f"  out[i] = {store_value(val, o.dtype)};")
+    lines.append("}")
+    blocks = (N + sched.ew_block - 1) // sched.ew_block
+    return "\n".join(lines), Launch(name, "generic", (max(blocks, 1), 1, 1), (sched.ew_block, 1, 1), 0, o, step.inputs)
+
+
+# --- row: block (or warp) per row, reductions over the last axis -------------------------------
+
+def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
+    o = step.output
+    params, _, names = _params(step)
+    reds = step.reductions
+    S = reds[0].srcs[0].shape
+    P = S[:-1] + (1,)
+    C = S[-1]
+    rows = math.prod(S[:-1])
+    t = tree(o, M)
+    inside = set(t)
+    row_shaped_out = o.shape == S
+    # row-contiguous buffer reads: cached in registers as floats, loaded as vectors
+    cached = []
+    for x in _with_buffer_srcs(t, names):
+        if x.shape != S or x is o or not is_buffer_read(x, M):
+            continue
+        acc = resolve(x, lambda n: n in names)
+        if acc is None or acc.strides[-1] != 1:
+            continue
+        cached.append((x, acc))
+    # keep only the outermost reads (a cached node's own sources need no cache)
+    below = set()
+    for x, _ in cached:
+        below |= set(tree(x, M)) - {x}
+    cached = [(x, a) for x, a in cached if x not in below]
+    sizes = [a.dtype.itemsize for _, a in cached] + ([o.dtype.itemsize] if row_shaped_out else [])
+    vec = _vec_for(sizes, C)
+    good = []
+    for x, a in cached:
+        if a.offset % vec == 0 and all(s % vec == 0 for s in a.strides[:-1]):
+            good.append((x, a))
+    cached = good
+    nv = C // vec
+    if sched.row_threads:
+        tpr = sched.row_threads
+    else:
+        tpr = 32
+        while tpr < 1024 and tpr * 4 < nv:
+            tpr *= 2
+    items = (nv + tpr - 1) // tpr
+    use_cache = items <= 16
+    if not use_cache:
+        cached = []
+    rpb = 1 if tpr > 32 else 4
+    block = tpr * rpb
+    nwarps = tpr // 32
+    lines = [f'extern "C" __global__ void __launch_bounds__({block}) {name}({params}) {{',
+             f"  const int t = threadIdx.x % {tpr};",
+             f"  const long long row = (long long)blockIdx.x * {rpb} + threadIdx.x / {tpr};"]
+    if rpb > 1:
+        lines.append(f"  if (row >= {rows}LL) return;")
+    if tpr > 32:
+        lines.append("  __shared__ float red_f[32];")
+        lines.append("  __shared__ int red_i[32];")
+    ridx = unflatten("row", S[:-1]) if len(S) > 1 else ()
+    em = Emitter(names, indent="  ")
+    for j, (x, a) in enumerate(cached):
+        raw = RAW[vec * a.dtype.itemsize]
+        st = C_STORAGE[a.dtype]
+        rbase = " + ".join([str(a.offset)] + [f"(long long){i} * {s}" for i, s in zip(ridx, a.strides[:-1]) if s])
+        em.emit(f"float x{j}[{items * vec}];")
+        em.emit("#pragma unroll")
+        em.emit(f"for (int i = 0; i < {items}; ++i) {{")
+        em.emit(f"  const int q = i * {tpr} + t;")
+        em.emit(f"  if (q < {nv}) {{")
+        em.emit(f"    const {raw} r = *reinterpret_cast<const {raw}*>({names[a.buffer]} + {rbase} + q * {vec});")
+        em.emit(f"    const {st}* e = reinterpret_cast<const {st}*>(&r);")
+        em.emit("    #pragma unroll")
+        em.emit(f"    for (int v = 0; v < {vec}; ++v) x{j}[i * {vec} + v] = {load_expr('e', 'v', a.dtype)};")
+        em.emit("  }")
+        em.emit("}")
+    ctx = {"v": 0}
+    for j, (x, a) in enumerate(cached):
+        em.hooks[x] = (lambda idx, j=j: f"x{j}[i * {vec} + {ctx['v']}]")
+    # per-row values computed once per row, as soon as the reductions they need are done
+    per_row = [n for n in reversed(t) if n.shape == P and n.op not in (Op.SUM, Op.MAX, Op.CONST)
+               and not is_buffer_read(n, M) and n is not o]
+    deps: dict[Node, set] = {}
+    for n in reversed(t):   # sources before users
+        d = set()
+        for s in n.srcs:
+            if s in inside:
+                d |= deps.get(s, set())
+                if s.op in (Op.SUM, Op.MAX):
+                    d.add(s)
+        deps[n] = d
+    done: set[Node] = set()
+    pr_idx = ridx + ("0",)
+
+    def emit_per_row():
+        for n in per_row:
+            if n in em.hooks or not deps[n] <= done:
+                continue
+            v = em.value(n, pr_idx)
+            em.hooks[n] = (lambda idx, v=v: v)
+
+    emit_per_row()
+    for k, r in enumerate(reds):
+        ct = C_COMPUTE[r.dtype]
+        acc = f"acc{k}"
+        em.emit(f"{ct} {acc} = {_identity(r.op, r.dtype)};")
+        em.emit("#pragma unroll")
+        em.emit(f"for (int i = 0; i < {items}; ++i) {{")
+        em.emit(f"  const int q = i * {tpr} + t;")
+        em.emit(f"  if (q < {nv}) {{")
+        em.push("    ")
+        for v in range(vec):
+            ctx["v"] = v
+            val = em.value(r.srcs[0], ridx + (f"(q * {vec} + {v})",))
+            em.emit(f"{acc} = {_combine(r.op, acc, val, r.dtype)};")
+        em.pop("    ")
+        em.emit("  }")
+        em.emit("}")
+        wop = "warp_sum" if r.op == Op.SUM else "warp_max"
+        em.emit(f"{acc} = {wop}({acc});")
+        if tpr > 32:
+            red = "red_f" if r.dtype.is_float else "red_i"
+            em.emit(f"if ((threadIdx.x & 31) == 0) {red}[threadIdx.x >> 5] = {acc};")
+            em.emit("__syncthreads();")
+            em.emit(f"{acc} = {red}[0];")
+            for w in range(1, nwarps):
+                em.emit(f"{acc} = {_combine(r.op, acc, f'{red}[{w}]', r.dtype)};")
+            em.emit("__syncthreads();")
+        res = em.tmp(ct, round_to(acc, r.dtype) if r.dtype.is_float else acc)
+        em.hooks[r] = (lambda idx, res=res: res)
+        done.add(r)
+        emit_per_row()
+    if row_shaped_out:
+        em.emit("#pragma unroll")
+        em.emit(f"for (int i = 0; i < {items}; ++i) {{")
+        em.emit(f"  const int q = i * {tpr} + t;")
+        em.emit(f"  if (q < {nv}) {{")
+        em.push("    ")
+        vals = []
+        for v in range(vec):
+            ctx["v"] = v
+            vals.append(store_value(em.value(o, ridx + (f"(q * {vec} + {v})",)), o.dtype))
+        if vec > 1:
+            _pack_store(em.lines, C_STORAGE[o.dtype], vec, vals, f"out + row * {C}LL + q * {vec}", em.indent)
+        else:
+            em.emit(f"out[row * {C}LL + q] = {vals[0]};")
+        em.pop("    ")
+        em.emit("  }")
+        em.emit("}")
+    else:
+        val = em.value(o, pr_idx)
+        em.emit(f"if (t == 0) out[row] = {store_value(val, o.dtype)};")
+    lines += em.lines
+    lines.append("}")
+    grid = ((rows + rpb - 1) // rpb, 1, 1)
+    return "\n".join(lines), Launch(name, "row", grid, (block, 1, 1), 0, o, step.inputs,
+                                    f"threads/row={tpr} vec={vec} items={items} cached={len(cached)}")
+
+
+# --- matrix products ---------------------------------------------------------------------------
+
+def _epilogue(name: str, step: Step, M: set[Node], params: str, names: dict[Node, str]) -> str:
+    """epi_<name>(params, flat, acc): the output's compute value at `flat` given the product."""
+    o, r = step.output, step.gemm.reduce
+    em = Emitter(names, indent="  ")
+    if o is r:
+        val = round_to("acc", r.dtype)
+    else:
+        t = tree(o, M, stop=frozenset({r}))
+        views = [n for n in t if n.op == Op.VIEW and n.srcs[0] is r]
+        for v in views:
+            em.hooks[v] = (lambda idx: em.tmp("float", round_to("acc", r.dtype)))
+        val = em.value(o, unflatten("flat", o.shape))
+    body = "\n".join(em.lines)
+    return f"DEV float epi_{name}({params}, long long flat, float acc) {{\n{body}\n  return {val};\n}}"
+
+
+def _merge(axes: list[int], sizes, strides_a, strides_c):
+    """Merge a run of trailing axes whose A and C strides are both contiguous with each other.
+    -> (merged size, a stride, c stride, leftover axes)."""
+    if not axes:
+        return 1, 0, 0, []
+    j = len(axes) - 1
+    size = sizes[axes[j]]
+    while j > 0:
+        i, nxt = axes[j - 1], axes[j]
+        if strides_a[i] == strides_a[nxt] * sizes[nxt] and strides_c[i] == strides_c[nxt] * sizes[nxt] \
+                and i == nxt - 1:
+            size *= sizes[i]
+            j -= 1
+        else:
+            break
+    inner = axes[-1]
+    return size, strides_a[inner], strides_c[inner], axes[:j]
+
+
+def tc_plan(step: Step, names: dict[Node, str]):
+    """The tensor-core GEMM's index maps for this step, or (None, reason)."""
+    g = step.gemm
+    x = g.mul
+    acc_a = resolve(g.a, lambda n: n in names)
+    acc_b = resolve(g.b, lambda n: n in names)
+    if acc_a is None or acc_b is None:
+        return None, "operand is not a strided buffer read"
+    if acc_a.dtype != acc_b.dtype or acc_a.dtype not in HALVES:
+        return None, f"operands {acc_a.dtype.value}/{acc_b.dtype.value}: tensor cores take f16/bf16 pairs"
+    k = g.k_axis
+    if acc_a.strides[k] != 1:
+        return None, "A is not k-contiguous"
+    cR = contiguous_strides(g.reduce.shape)
+    sizes = x.shape
+    m, a_sm, c_sm, left_m = _merge(list(g.m_axes), sizes, acc_a.strides, cR)
+    n, b_sn, c_sn, left_n = _merge(list(g.n_axes), sizes, acc_b.strides, cR)
+    if m < 16 or n < 16:
+        return None, "too small for tensor-core tiles"
+    if acc_b.strides[k] == 1:
+        layout = "nk"
+    elif b_sn == 1:
+        layout = "kn"
+    else:
+        return None, "B has neither k nor n contiguous"
+    batch = []
+    for ax in list(g.batch_axes) + left_m + left_n:
+        batch.append((sizes[ax], acc_a.strides[ax], acc_b.strides[ax], cR[ax]))
+    shape = gemm_tc.GemmShape(m, n, x.shape[k], tuple(batch), acc_a.offset, a_sm, acc_b.offset, layout,
+                              acc_b.strides[k], b_sn, c_sm, c_sn)
+    if not gemm_tc.tc_aligned(shape):
+        return None, "rows not 16-byte aligned"
+    return (shape, acc_a, acc_b), ""
+
+
+def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
+    o = step.output
+    params, call, names = _params(step)
+    epi = _epilogue(name, step, M, params, names)
+    out_t = C_STORAGE[o.dtype]
+    tc, why = tc_plan(step, names) if sched.use_tensor_cores else (None, "tensor cores off")
+    if tc is not None:
+        shape, acc_a, acc_b = tc
+        cfg = sched.tc or default_tc(shape)
+        cR = contiguous_strides(o.shape)
+        pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
+            and o.dtype in (DType.f16, DType.bf16, DType.f32)
+        src = gemm_tc.render(name, acc_a.dtype.value, shape, cfg, params, call, epi, out_t, pair,
+                             names[acc_a.buffer], names[acc_b.buffer])
+        return src, Launch(name, "gemm_tc", gemm_tc.grid(shape, cfg), (cfg.threads, 1, 1),
+                           cfg.smem_bytes(shape.b_layout), o, step.inputs,
+                           f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} B={shape.b_layout} "
+                           f"tile={cfg.bm}x{cfg.bn}x{cfg.bk} warps={cfg.warps_m}x{cfg.warps_n} stages={cfg.stages}")
+    return _render_simt(name, step, M, sched, params, call, names, epi, why)
+
+
+def default_tc(shape: gemm_tc.GemmShape) -> gemm_tc.TCConfig:
+    tiles = ((shape.m + 127) // 128) * ((shape.n + 127) // 128) * shape.batch_count
+    if tiles >= 264:
+        return gemm_tc.TCConfig(128, 256, 32, 2, 4, 3) if shape.n >= 256 else gemm_tc.TCConfig(128, 128, 32, 2, 2, 4)
+    if tiles >= 66:
+        return gemm_tc.TCConfig(128, 128, 32, 2, 2, 4)
+    return gemm_tc.TCConfig(64, 64, 32, 2, 2, 4)
+
+
+def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[str, Launch]:
+    g = step.gemm
+    x = g.mul
+    o = step.output
+    sizes = x.shape
+    m_sizes = tuple(sizes[a] for a in g.m_axes)
+    n_sizes = tuple(sizes[a] for a in g.n_axes)
+    b_sizes = tuple(sizes[a] for a in g.batch_axes)
+    m, n, k = math.prod(m_sizes), math.prod(n_sizes), sizes[g.k_axis]
+    nb = math.prod(b_sizes)
+
+    def full_index(bz: str, mm: str, nn: str, kk: str):
+        idx = ["0"] * len(sizes)
+        for a, e in zip(g.batch_axes, unflatten(bz, b_sizes)):
+            idx[a] = e
+        for a, e in zip(g.m_axes, unflatten(mm, m_sizes)):
+            idx[a] = e
+        for a, e in zip(g.n_axes, unflatten(nn, n_sizes)):
+            idx[a] = e
+        idx[g.k_axis] = kk
+        return tuple(idx)
+
+    loaders = []
+    for fn, side, args in ((f"lda_{name}", g.a, "long long bz, int m, int k"),
+                           (f"ldb_{name}", g.b, "long long bz, int k, int n")):
+        em = Emitter(names, indent="  ")
+        idx = full_index("bz", "m" if side is g.a else "0", "n" if side is g.b else "0", "k")
+        v = em.value(side, idx)
+        loaders.append(f"DEV float {fn}({params}, {args}) {{\n" + "\n".join(em.lines) + f"\n  return (float)({v});\n}}")
+    cR = contiguous_strides(g.reduce.shape)
+    cidx = full_index("bz", "row", "col", "0")
+    from backends.cuda.cexpr import flat_offset
+    cflat = flat_offset(cidx, cR)
+    loaders.append(f"DEV long long cflat_{name}(long long bz, int row, int col) {{ return {cflat}; }}")
+    acc_a = resolve(g.a, lambda q: q in names)
+    acc_b = resolve(g.b, lambda q: q in names)
+    a_k = acc_a is not None and acc_a.strides[g.k_axis] == 1
+    b_n = acc_b is not None and len(g.n_axes) > 0 and acc_b.strides[g.n_axes[-1]] == 1
+    cfg = sched.simt or (gemm_simt.SimtConfig(128, 128, 8, 8, 8) if m * n * nb >= 132 * 128 * 128
+                         else gemm_simt.SimtConfig(64, 64, 8, 4, 4))
+    conv = {DType.f16: "__float2half_rn", DType.bf16: "__float2bfloat16_rn"}.get(o.dtype, "")
+    src = gemm_simt.render(name, m, n, k, cfg, params, call, "\n".join(loaders), epi, conv, a_k, b_n)
+    return src, Launch(name, "gemm_simt", gemm_simt.grid(m, n, nb, cfg), (cfg.threads, 1, 1), 0, o, step.inputs,
+                       f"M={m} N={n} K={k} batch={nb} tile={cfg.bm}x{cfg.bn} ({why})")
+
+
+def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
+    from backends.cuda.plan import attention_access
+    am = step.attention
+    o = step.output
+    params, call, names = _params(step)
+    q, k, v = attention_access(am)
+    r2 = am.out.reduce
+    r1 = am.qk.reduce
+    nd = len(r2.shape)
+    cR = contiguous_strides(r2.shape)
+    batch = tuple((r2.shape[a], q.strides[a], k.strides[a], v.strides[a], cR[a]) for a in range(nd - 3))
+    shape = attn_t.AttnShape(sq=r2.shape[nd - 3], skv=r1.shape[nd - 1], d=am.qk.mul.shape[nd - 2], dv=r2.shape[nd - 1],
+                             batch=batch, q_off=q.offset, k_off=k.offset, v_off=v.offset,
+                             q_ss=q.strides[nd - 3], k_ss=k.strides[nd - 1], v_ss=v.strides[nd - 2],
+                             o_ss=cR[nd - 3], o_sd=cR[nd - 1], scale_log2=am.scale_log2)
+    cfg = sched.attn or attn_t.AttnConfig(4, 64)
+    src = attn_t.render(name, q.dtype.value, shape, cfg, params, names[q.buffer], names[k.buffer], names[v.buffer],
+                        C_STORAGE[o.dtype])
+    return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
+                       o, step.inputs, f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} "
+                                       f"rows/block={cfg.bq} keys/tile={cfg.bkv}")
+
+
+RENDERERS = {"elementwise": render_elementwise, "generic": render_generic, "row": render_row,
+             "gemm": render_gemm, "attention": render_attention}
+
+
+def render_program(steps: list[Step], M: set[Node], sched: Schedule, prefix: str = "",
+                   prelude: bool = True) -> tuple[str, list[Launch]]:
+    """One translation unit with every step's kernel, and the launches in order."""
+    parts, launches = ([PRELUDE] if prelude else []), []
+    for i, st in enumerate(steps):
+        name = f"{prefix}k{i}_{st.kind}"
+        src, launch = RENDERERS[st.kind](name, st, M, sched)
+        parts.append(f"// step {i}: {st.describe()}  [{launch.detail}]\n" + src)
+        launches.append(launch)
+    return "\n\n".join(parts), launches

@@ -1,0 +1,228 @@
+"""Flash attention (f16/bf16, f32 accumulation): O = softmax(scale * Q K^T) V in one pass over
+K/V tiles with an online softmax, so the score matrix never reaches memory.
+
+Each warp owns 16 query rows; S = Q K^T tiles come from mma.sync with K read from shared
+memory (k-contiguous: ldmatrix), P is re-packed from the S accumulators straight into A
+fragments (no shared-memory round trip), and O += P V reads V with ldmatrix.trans. K/V tiles
+are double-buffered with cp.async. Rows carry (m, l) in registers; l is reduced across the
+quad once at the end (its rescalings are uniform per row).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AttnConfig:
+    warps: int = 4        # query rows per block = 16 * warps
+    bkv: int = 64         # keys per K/V tile
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps
+
+    @property
+    def bq(self) -> int:
+        return 16 * self.warps
+
+
+ATTN_CONFIGS = [AttnConfig(4, 64), AttnConfig(8, 64), AttnConfig(4, 128)]
+
+
+@dataclass(frozen=True)
+class AttnShape:
+    """Index maps (element strides) of q[b.., sq, d], k[b.., skv, d], v[b.., skv, dv], o[b.., sq, dv]."""
+    sq: int
+    skv: int
+    d: int
+    dv: int
+    batch: tuple[tuple[int, int, int, int, int], ...]  # per batch axis: (size, q, k, v, o strides)
+    q_off: int
+    k_off: int
+    v_off: int
+    q_ss: int
+    k_ss: int
+    v_ss: int
+    o_ss: int
+    o_sd: int
+    scale_log2: float      # softmax(scale * s) computed as exp2(s * scale * log2(e) - m)
+
+    @property
+    def batch_count(self) -> int:
+        n = 1
+        for s, *_ in self.batch:
+            n *= s
+        return n
+
+
+def aligned(shape: AttnShape) -> bool:
+    vals = [shape.q_off, shape.k_off, shape.v_off, shape.q_ss, shape.k_ss, shape.v_ss, shape.d, shape.dv]
+    for _, *st in shape.batch:
+        vals += st[:3]
+    return all(v % 8 == 0 for v in vals) and shape.d % 16 == 0 and shape.dv % 16 == 0 and shape.d <= 256 and shape.dv <= 256
+
+
+def smem_bytes(shape: AttnShape, cfg: AttnConfig) -> int:
+    pad = 8
+    return 2 * (cfg.bq * (shape.d + pad) + 2 * cfg.bkv * (shape.d + pad) + 2 * cfg.bkv * (shape.dv + pad))
+
+
+def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str, q: str, k: str, v: str,
+           out_type: str) -> str:
+    T = "__half" if dtype == "f16" else "__nv_bfloat16"
+    mma = "mma_f16" if dtype == "f16" else "mma_bf16"
+    pack = "pack_f16" if dtype == "f16" else "pack_bf16"
+    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
+    PAD = 8
+    D, DV, BQ, BKV, NT = shape.d, shape.dv, cfg.bq, cfg.bkv, cfg.threads
+    qld, kld, vld = D + PAD, D + PAD, DV + PAD
+    offs = {"q": [str(shape.q_off)], "k": [str(shape.k_off)], "v": [str(shape.v_off)], "o": ["0"]}
+    inner = 1
+    for size, sq, sk, sv, so in reversed(shape.batch):
+        i = f"((bz / {inner}) % {size})" if inner > 1 else f"(bz % {size})"
+        for key, st in zip("qkvo", (sq, sk, sv, so)):
+            if st and size > 1:
+                offs[key].append(f"(long long){i} * {st}")
+        inner *= size
+    qo, ko, vo, oo = (" + ".join(offs[x]) for x in "qkvo")
+    sc = repr(float(shape.scale_log2))
+    return f"""
+extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  {T}* sQ = reinterpret_cast<{T}*>(smem_raw);
+  {T}* sK = sQ + {BQ * qld};
+  {T}* sV = sK + {2 * BKV * kld};
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const long long bz = blockIdx.y;
+  const int q0 = blockIdx.x * {BQ};
+  const {T}* Qb = reinterpret_cast<const {T}*>({q}) + ({qo});
+  const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
+  const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
+  const long long o_base = {oo};
+
+  // Q tile -> shared
+  for (int c = tid; c < {BQ * D // 8}; c += {NT}) {{
+    int r = c / {D // 8}, cd = (c % {D // 8}) * 8;
+    bool ok = q0 + r < {shape.sq};
+    cp_async16(smem_u32(sQ + r * {qld} + cd), ok ? Qb + (long long)(q0 + r) * {shape.q_ss} + cd : Qb, ok ? 16 : 0);
+  }}
+  cp_async_commit();
+  auto load_kv = [&](int buf, int t) {{
+    const int j0 = t * {BKV};
+    for (int c = tid; c < {BKV * D // 8}; c += {NT}) {{
+      int r = c / {D // 8}, cd = (c % {D // 8}) * 8;
+      bool ok = j0 + r < {shape.skv};
+      cp_async16(smem_u32(sK + buf * {BKV * kld} + r * {kld} + cd), ok ? Kb + (long long)(j0 + r) * {shape.k_ss} + cd : Kb, ok ? 16 : 0);
+    }}
+    for (int c = tid; c < {BKV * DV // 8}; c += {NT}) {{
+      int r = c / {DV // 8}, cd = (c % {DV // 8}) * 8;
+      bool ok = j0 + r < {shape.skv};
+      cp_async16(smem_u32(sV + buf * {BKV * vld} + r * {vld} + cd), ok ? Vb + (long long)(j0 + r) * {shape.v_ss} + cd : Vb, ok ? 16 : 0);
+    }}
+  }};
+  load_kv(0, 0);
+  cp_async_commit();
+  cp_async_wait<1>();
+  __syncthreads();
+
+  uint32_t qf[{D // 16}][4];
+  #pragma unroll
+  for (int t = 0; t < {D // 16}; ++t) {{
+    int r = warp * 16 + (lane & 15), c = t * 16 + (lane >> 4) * 8;
+    ldsm_x4(qf[t][0], qf[t][1], qf[t][2], qf[t][3], smem_u32(sQ + r * {qld} + c));
+  }}
+  float o[{DV // 8}][4];
+  #pragma unroll
+  for (int j = 0; j < {DV // 8}; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+  float m0 = -__int_as_float(0x7f800000), m1 = m0, l0 = 0.f, l1 = 0.f;
+
+  const int NTILES = {(shape.skv + BKV - 1) // BKV};
+  for (int t = 0; t < NTILES; ++t) {{
+    if (t + 1 < NTILES) load_kv((t + 1) & 1, t + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const {T}* tK = sK + (t & 1) * {BKV * kld};
+    const {T}* tV = sV + (t & 1) * {BKV * vld};
+    float s[{BKV // 8}][4];
+    #pragma unroll
+    for (int j = 0; j < {BKV // 8}; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    #pragma unroll
+    for (int kd = 0; kd < {D // 16}; ++kd) {{
+      #pragma unroll
+      for (int j = 0; j < {BKV // 16}; ++j) {{
+        uint32_t b0, b1, b2, b3;
+        int nr = j * 16 + (lane & 7) + (lane >> 4) * 8, kc = kd * 16 + ((lane >> 3) & 1) * 8;
+        ldsm_x4(b0, b1, b2, b3, smem_u32(tK + nr * {kld} + kc));
+        {mma}(s[2 * j], qf[kd], b0, b1);
+        {mma}(s[2 * j + 1], qf[kd], b2, b3);
+      }}
+    }}
+    // scale, mask keys past the end, running max
+    const int j0 = t * {BKV};
+    float mx0 = m0, mx1 = m1;
+    #pragma unroll
+    for (int j = 0; j < {BKV // 8}; ++j) {{
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {{
+        int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
+        float x = s[j][e] * {sc}f;
+        s[j][e] = key < {shape.skv} ? x : -__int_as_float(0x7f800000);
+      }}
+      mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+    }}
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float a0 = exp2f(m0 - mx0), a1 = exp2f(m1 - mx1);
+    m0 = mx0; m1 = mx1;
+    l0 *= a0; l1 *= a1;
+    #pragma unroll
+    for (int j = 0; j < {DV // 8}; ++j) {{ o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }}
+    #pragma unroll
+    for (int j = 0; j < {BKV // 8}; ++j) {{
+      s[j][0] = exp2f(s[j][0] - m0); s[j][1] = exp2f(s[j][1] - m0);
+      s[j][2] = exp2f(s[j][2] - m1); s[j][3] = exp2f(s[j][3] - m1);
+      l0 += s[j][0] + s[j][1]; l1 += s[j][2] + s[j][3];
+    }}
+    // O += P V
+    #pragma unroll
+    for (int kt = 0; kt < {BKV // 16}; ++kt) {{
+      uint32_t pa[4];
+      pa[0] = {pack}(s[2 * kt][0], s[2 * kt][1]);
+      pa[1] = {pack}(s[2 * kt][2], s[2 * kt][3]);
+      pa[2] = {pack}(s[2 * kt + 1][0], s[2 * kt + 1][1]);
+      pa[3] = {pack}(s[2 * kt + 1][2], s[2 * kt + 1][3]);
+      #pragma unroll
+      for (int j = 0; j < {DV // 16}; ++j) {{
+        uint32_t b0, b1, b2, b3;
+        int kr = kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, nc = j * 16 + (lane >> 4) * 8;
+        ldsm_x4_t(b0, b1, b2, b3, smem_u32(tV + kr * {vld} + nc));
+        {mma}(o[2 * j], pa, b0, b1);
+        {mma}(o[2 * j + 1], pa, b2, b3);
+      }}
+    }}
+    __syncthreads();
+  }}
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float r0 = 1.f / l0, r1 = 1.f / l1;
+  const int row0 = q0 + warp * 16 + (lane >> 2), row1 = row0 + 8;
+  #pragma unroll
+  for (int j = 0; j < {DV // 8}; ++j) {{
+    const int col = j * 8 + (lane & 3) * 2;
+    if (row0 < {shape.sq}) {{
+      out[o_base + (long long)row0 * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[j][0] * r0);
+      out[o_base + (long long)row0 * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[j][1] * r0);
+    }}
+    if (row1 < {shape.sq}) {{
+      out[o_base + (long long)row1 * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[j][2] * r1);
+      out[o_base + (long long)row1 * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[j][3] * r1);
+    }}
+  }}
+}}
+"""
+
+
+def grid(shape: AttnShape, cfg: AttnConfig) -> tuple[int, int, int]:
+    return ((shape.sq + cfg.bq - 1) // cfg.bq, shape.batch_count, 1)

@@ -1,0 +1,121 @@
+"""nvcc: compile CUDA C++ to a cubin for one architecture, cached on disk by source hash + arch.
+
+Needs no GPU and no pycuda, so the renderer's output can be checked anywhere nvcc exists.
+A compile failure is returned as data (`CompileResult.error`), never raised past the caller.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+NVCC_FLAGS = ("-O3", "-std=c++17")
+
+
+def find_nvcc() -> str | None:
+    """Path of nvcc: $SATURN_NVCC, then PATH, then /usr/local/cuda/bin/nvcc; None if absent."""
+    for cand in (os.environ.get("SATURN_NVCC"), shutil.which("nvcc"), "/usr/local/cuda/bin/nvcc"):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SATURN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "saturn")
+    path = Path(root) / "cuda"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+_VERSION: dict[str, str] = {}
+
+
+def nvcc_version(nvcc: str) -> str:
+    if nvcc not in _VERSION:
+        out = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+        _VERSION[nvcc] = out.strip().splitlines()[-1] if out.strip() else "unknown"
+    return _VERSION[nvcc]
+
+
+@dataclass
+class CompileResult:
+    binary: bytes | None      # cubin (or PTX text as bytes for kind="ptx")
+    log: str                  # nvcc's stderr (ptxas -v resource report included)
+    error: str | None         # None on success, else why it failed
+    cached: bool = False
+    seconds: float = 0.0
+
+
+def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tuple[str, ...] = ()) -> CompileResult:
+    """Compile `source` for `arch` (e.g. "sm_90") to a cubin (or "ptx"), using the disk cache.
+
+    The cache key is sha256(source, arch, kind, flags, nvcc version).
+    """
+    import time
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return CompileResult(None, "", "nvcc not found (set SATURN_NVCC or put nvcc on PATH)")
+    flags = NVCC_FLAGS + tuple(extra_flags)
+    key = hashlib.sha256("\0".join([source, arch, kind, " ".join(flags), nvcc_version(nvcc)]).encode()).hexdigest()[:40]
+    cdir = cache_dir()
+    path = cdir / f"{key}.{kind}"
+    logpath = cdir / f"{key}.log"
+    if path.exists():
+        return CompileResult(path.read_bytes(), logpath.read_text() if logpath.exists() else "", None, cached=True)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="saturn_nvcc_") as tmp:
+        src = Path(tmp) / "kernels.cu"
+        src.write_text(source)
+        out = Path(tmp) / f"kernels.{kind}"
+        cmd = [nvcc, f"-arch={arch}", f"--{kind}", *flags, "-Xptxas", "-v", "-o", str(out), str(src)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        except subprocess.TimeoutExpired:
+            return CompileResult(None, "", "nvcc timed out after 600 s")
+        log = proc.stderr + proc.stdout
+        if proc.returncode != 0 or not out.exists():
+            return CompileResult(None, log, f"nvcc failed (exit {proc.returncode}): {_first_error(log)}",
+                                 seconds=time.perf_counter() - t0)
+        binary = out.read_bytes()
+    # write atomically so concurrent compiles of one source never see a half file
+    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp_path.write_bytes(binary)
+    os.replace(tmp_path, path)
+    logpath.write_text(log)
+    return CompileResult(binary, log, None, seconds=time.perf_counter() - t0)
+
+
+def _first_error(log: str) -> str:
+    for line in log.splitlines():
+        if "error" in line:
+            return line.strip()[:300]
+    return log.strip()[:300]
+
+
+def parse_resources(log: str) -> dict[str, dict[str, int]]:
+    """ptxas -v report -> {kernel: {registers, shared, stack, spill_stores, spill_loads}}."""
+    import re
+    res: dict[str, dict[str, int]] = {}
+    current = None
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\w+)'", line)
+        if m:
+            current = m.group(1)
+            res[current] = {}
+            continue
+        if current is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            res[current].update(stack=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3)))
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            res[current]["registers"] = int(m.group(1))
+            m2 = re.search(r"(\d+) bytes smem", line)
+            if m2:
+                res[current]["shared"] = int(m2.group(1))
+    return res

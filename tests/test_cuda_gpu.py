@@ -1,0 +1,144 @@
+"""The CUDA target on a real GPU: every case of backends/cuda/cases.py (all frontend ops, odd
+shapes, f16/bf16, the transformer block) against the reference interpreter, plus determinism
+and failures-as-data. Marked gpu: skipped where pycuda, nvcc or a device is missing."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.cuda.cases import CASES, graph_of
+from ir.dtypes import DType
+from ir.interpreter import evaluate
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def backend():
+    from backends.cuda import CUDABackend
+    be = CUDABackend()
+    reason = be.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    precompile(be)
+    return be
+
+
+def precompile(be) -> None:
+    """Compile every case in parallel first (nvcc is the slow part; results land in the cache)."""
+    from concurrent.futures import ThreadPoolExecutor
+    import os
+    from backends.cuda import render, toolchain
+    from backends.cuda.runtime import get_runtime
+    arch = get_runtime().info.arch
+
+    def one(name):
+        src, _ = render(graph_of(name))
+        toolchain.compile_source(src, arch)
+    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
+        list(ex.map(one, list(CASES)))
+
+
+def random_inputs(graph, seed: int):
+    rng = np.random.default_rng(seed)
+    out = []
+    for n in graph.inputs:
+        if n.dtype == DType.i32:
+            out.append(rng.integers(-9, 10, n.shape).astype(np.int32))
+        elif n.dtype == DType.bool:
+            out.append(rng.random(n.shape) < 0.5)
+        else:
+            out.append(rng.standard_normal(n.shape).astype(n.dtype.np))
+    return out
+
+
+def tolerance(dtype: DType, graph) -> tuple[float, float]:
+    # composite programs round many times in half precision; products sum up to K terms
+    big = graph.num_compute_ops() > 20 or any(n.op.value == "sum" for n in graph.nodes)
+    return {DType.f32: (2e-4, 2e-5) if big else (1e-5, 1e-6), DType.f16: (2e-2, 2e-2) if big else (4e-3, 2e-3),
+            DType.bf16: (5e-2, 5e-2), DType.i32: (0, 0), DType.bool: (0, 0)}[dtype]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_case_matches_reference(backend, name):
+    g = graph_of(name)
+    exe = backend.build(g)
+    for seed in (0, 1):
+        args = random_inputs(g, seed)
+        want = evaluate(g, args)
+        got = exe(*args)
+        assert len(got) == len(want)
+        for o, a, b in zip(g.outputs, got, want):
+            assert a.shape == b.shape and a.dtype == b.dtype
+            rtol, atol = tolerance(o.dtype, g)
+            if o.dtype in (DType.i32, DType.bool):
+                np.testing.assert_array_equal(a, b, err_msg=name)
+            else:
+                np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol,
+                                           equal_nan=True, err_msg=f"{name}\n{exe.explain()}")
+
+
+@pytest.mark.parametrize("name", ["matmul_aligned_f16", "attention_f16", "softmax_f32", "block_f16"])
+def test_deterministic(backend, name):
+    g = graph_of(name)
+    exe = backend.build(g)
+    args = random_inputs(g, 3)
+    first = exe(*args)
+    for _ in range(3):
+        for a, b in zip(first, exe(*args)):
+            assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+@pytest.mark.parametrize("name", ["matmul_aligned_f16", "attention_f16", "layernorm_f32"])
+def test_all_schedules_match(backend, name):
+    g = graph_of(name)
+    args = random_inputs(g, 5)
+    want = evaluate(g, args)
+    for sched in backend.schedules(g):
+        exe, why = backend.try_build(g, sched)
+        if exe is None:          # a schedule that does not fit is data, not a crash
+            assert why
+            continue
+        for a, b in zip(exe(*args), want):
+            rtol, atol = tolerance(g.outputs[0].dtype, g)
+            np.testing.assert_allclose(a.astype(np.float64), b.astype(np.float64), rtol=rtol, atol=atol,
+                                       err_msg=f"{name} {sched.name}")
+
+
+def test_compile_error_is_data(backend):
+    from backends.cuda import toolchain
+    from backends.cuda.runtime import get_runtime
+    res = toolchain.compile_source("this is not CUDA", get_runtime().info.arch)
+    assert res.error and res.binary is None
+
+
+def test_oversized_launch_is_rejected(backend):
+    from backends.cuda import toolchain
+    from backends.cuda.runtime import CUDAFailure, get_runtime
+    rt = get_runtime()
+    src = 'extern "C" __global__ void k(float* o) { extern __shared__ float s[]; s[threadIdx.x] = 1.f; o[threadIdx.x] = s[0]; }'
+    res = toolchain.compile_source(src, rt.info.arch)
+    mod = rt.load(res.binary)
+    with pytest.raises(CUDAFailure) as e:
+        rt.function(mod, "k", threads=64, shared=rt.info.smem_per_block_optin + 1024, nargs=1)
+    assert e.value.stage == "resources"
+    with pytest.raises(CUDAFailure):
+        rt.function(mod, "k", threads=4096, shared=0, nargs=1)
+
+
+def test_benchmark_times_runs(backend):
+    g = graph_of("softmax_f32")
+    exe = backend.build(g)
+    times = exe.benchmark(random_inputs(g, 0), warmup=2, repeat=5)
+    assert len(times) == 5 and all(t > 0 for t in times)
+
+
+def test_compile_api_target_cuda(backend):
+    import compiler
+    from compiler.trace import spec
+    fn = compiler.compile(lambda a, b: (a @ b).softmax(-1), spec((64, 64), "f16"), spec((64, 64), "f16"),
+                          target="cuda", quiet=True)
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((64, 64)).astype(np.float16) for _ in range(2))
+    want = evaluate(fn.graph, [a, b])[0]
+    np.testing.assert_allclose(np.asarray(fn(a, b), np.float64), want.astype(np.float64), rtol=2e-2, atol=2e-2)
