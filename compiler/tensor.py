@@ -5,18 +5,41 @@ compositions of the primitives in `ir.ops`, so the e-graph sees and can rewrite 
 """
 from __future__ import annotations
 
+import functools
 import math
+import operator
 from typing import Sequence
 
 from compiler.errors import DTypeError, ShapeError
 from ir import node as N
-from ir.dtypes import DType, as_dtype, promote
+from ir.dtypes import HALVES, DType, as_dtype, promote
 from ir.node import Node
 from ir.ops import Op
 
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
 Scalar = int | float | bool
+
+
+def _as_scalar(x):
+    """A Python scalar for Python and numpy scalars (and 0-d arrays); None for anything else."""
+    if isinstance(x, (bool, int, float)):
+        return x
+    if hasattr(x, "dtype") and getattr(x, "shape", None) == () and hasattr(x, "item"):
+        return x.item()
+    return None
+
+
+def _half_in_f32(fn):
+    """Run a composite op on f16/bf16 tensors in f32 and round once at the end (like PyTorch's
+    opmath): without this every intermediate primitive would round to the half type."""
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        if self.dtype not in HALVES:
+            return fn(self, *args, **kwargs)
+        up = [a.astype(DType.f32) if isinstance(a, Tensor) and a.dtype in HALVES else a for a in args]
+        return fn(self.astype(DType.f32), *up, **kwargs).astype(self.dtype)
+    return wrapper
 
 
 def broadcast_shapes(op: str, *shapes) -> tuple[int, ...]:
@@ -100,8 +123,8 @@ class Tensor:
         """Broadcast and promote two operands to one shape and dtype."""
         if isinstance(other, Tensor):
             a, b = self, other
-        elif isinstance(other, (int, float, bool)) or hasattr(other, "dtype") and getattr(other, "shape", None) == ():
-            value = other.item() if hasattr(other, "item") else other
+        elif _as_scalar(other) is not None:
+            value = _as_scalar(other)
             dt = self.dtype
             if isinstance(value, float) and not dt.is_float:
                 dt = DType.f32
@@ -131,17 +154,38 @@ class Tensor:
     def __radd__(self, o): return self._binary(Op.ADD, o, "add", True)
     def __mul__(self, o): return self._binary(Op.MUL, o, "mul")
     def __rmul__(self, o): return self._binary(Op.MUL, o, "mul", True)
-    def __mod__(self, o): return self._binary(Op.MOD, o, "mod")
-    def __rmod__(self, o): return self._binary(Op.MOD, o, "mod", True)
+    def fmod(self, o) -> "Tensor":
+        """C-style remainder (sign follows the dividend), the primitive MOD: like torch.fmod."""
+        return self._binary(Op.MOD, o, "fmod")
+
+    def _remainder(self, o, reverse: bool) -> "Tensor":
+        # Python-style remainder (sign follows the divisor), like torch.remainder and numpy's %
+        a, b = self._coerce(o, "mod")
+        if reverse:
+            a, b = b, a
+        r = a.fmod(b)
+        fix = (r.__ne__(0)).logical_and((r < 0).logical_xor(b < 0))
+        return fix.where(r + b, r)
+
+    def __mod__(self, o): return self._remainder(o, False)
+    def __rmod__(self, o): return self._remainder(o, True)
     def __lt__(self, o): return self._binary(Op.CMPLT, o, "lt")
     def __gt__(self, o): return self._binary(Op.CMPLT, o, "gt", True)
 
-    def __le__(self, o): return (self > o).logical_not()
-    def __ge__(self, o): return (self < o).logical_not()
+    def __le__(self, o):
+        a, b = self._coerce(o, "le")
+        return (a < b).logical_or(a == b)
+
+    def __ge__(self, o):
+        a, b = self._coerce(o, "ge")
+        return (b < a).logical_or(a == b)
 
     def __eq__(self, o):  # noqa: D105 - elementwise, like PyTorch
         a, b = self._coerce(o, "eq")
-        return ((a < b).logical_or(b < a)).logical_not()
+        differ = (a < b).logical_or(b < a)
+        if a.dtype.is_float:  # NaN compares unequal to everything, itself included
+            differ = differ.logical_or(a.isnan()).logical_or(b.isnan())
+        return differ.logical_not()
 
     def __ne__(self, o):
         return (self == o).logical_not()
@@ -150,6 +194,23 @@ class Tensor:
 
     def __neg__(self):
         return self * -1
+
+    def isnan(self) -> "Tensor":
+        """True where NaN: the only value that is neither below +inf nor above -inf."""
+        if not self.dtype.is_float:
+            return self._const(False, DType.bool)
+        return ((self < math.inf).logical_or(self > -math.inf)).logical_not()
+
+    def isinf(self) -> "Tensor":
+        if not self.dtype.is_float:
+            return self._const(False, DType.bool)
+        # neither finite nor NaN
+        return self.isfinite().logical_not().logical_and((self < math.inf).logical_or(self > -math.inf))
+
+    def isfinite(self) -> "Tensor":
+        if not self.dtype.is_float:
+            return self._const(True, DType.bool)
+        return (self > -math.inf).logical_and(self < math.inf)
 
     def __sub__(self, o):
         a, b = self._coerce(o, "sub")
@@ -161,32 +222,49 @@ class Tensor:
 
     def __truediv__(self, o):
         a, b = self._coerce(o, "div")
-        a, b = a._float(), b._float()
-        if isinstance(o, (int, float)) and o != 0:
-            return a * (1.0 / o)
-        return a * b.reciprocal()
+        return a._float()._divide(b._float(), _as_scalar(o))
 
     def __rtruediv__(self, o):
         a, b = self._coerce(o, "div")
-        return b._float() * a._float().reciprocal()
+        return b._float()._divide(a._float(), None)
+
+    @_half_in_f32
+    def _divide(self, b: "Tensor", scalar) -> "Tensor":
+        # a / b = a * (1 / b); a nonzero scalar divisor folds to one multiply
+        if isinstance(scalar, (int, float)) and not isinstance(scalar, bool) and scalar != 0:
+            return self * (1.0 / scalar)
+        return self * b.reciprocal()
 
     def __pow__(self, exponent):
-        if isinstance(exponent, (int, float)) and float(exponent).is_integer() and 0 <= exponent <= 8:
-            out = None
-            for _ in range(int(exponent)):
-                out = self if out is None else out * self
-            return self._const(1) if out is None else out
-        if exponent == 0.5:
-            return self.sqrt()
-        if exponent == -0.5:
-            return self.rsqrt()
-        if isinstance(exponent, (int, float)) and float(exponent).is_integer() and exponent < 0:
-            return (self ** -exponent).reciprocal()
+        e = _as_scalar(exponent)
+        if e is not None and not isinstance(e, bool):
+            if float(e).is_integer() and 0 <= e <= 8:
+                out = None
+                for _ in range(int(e)):
+                    out = self if out is None else out * self
+                return self._const(1) if out is None else out
+            if e == 0.5:
+                return self.sqrt()
+            if e == -0.5:
+                return self.rsqrt()
+            if float(e).is_integer() and e < 0:
+                return (self ** -e).reciprocal()
         a, b = self._coerce(exponent, "pow")
-        return (a._float().log2() * b._float()).exp2()
+        return a._float()._pow(b._float())
+
+    def __rpow__(self, base):
+        a, b = self._coerce(base, "pow")
+        return b._float()._pow(a._float())
+
+    @_half_in_f32
+    def _pow(self, e: "Tensor") -> "Tensor":
+        # x ** e = exp2(e * log2(x)): real results for x >= 0 (NaN for x < 0); x ** 0 = 1
+        return (e == 0).where(1.0, (self.log2() * e).exp2())
 
     def __matmul__(self, o): return self.matmul(o)
-    def __rmatmul__(self, o): return o.matmul(self)
+
+    def __rmatmul__(self, o):
+        raise DTypeError(f"matmul needs two Tensors, got {type(o).__name__} @ Tensor", "matmul")
 
     def _unary(self, op: Op) -> "Tensor":
         return Tensor(N.unary(op, self._float().node))
@@ -197,20 +275,40 @@ class Tensor:
     def sqrt(self): return self._unary(Op.SQRT)
     def reciprocal(self): return self._unary(Op.RECIP)
 
-    def exp(self): return (self._float() * LOG2E).exp2()
-    def log(self): return self._float().log2() * LN2
-    def rsqrt(self): return self.sqrt().reciprocal()
-    def cos(self): return (self._float() + math.pi / 2).sin()
-    def sigmoid(self): return ((-self._float()).exp() + 1).reciprocal()
-    def tanh(self): return (self._float() * 2).sigmoid() * 2 - 1
+    # composites: halves compute in f32 and round once (see _half_in_f32)
+    def exp(self): return self._float()._exp()
+    def log(self): return self._float()._log()
+    def rsqrt(self): return self._float()._rsqrt()
+    def cos(self): return self._float()._cos()
+    def sigmoid(self): return self._float()._sigmoid()
+    def tanh(self): return self._float()._tanh()
+    def silu(self): return self._float()._silu()
     def relu(self): return (self < 0).where(0, self)
-    def silu(self): return self._float() * self.sigmoid()
     def abs(self): return (self < 0).where(-self, self)
     def square(self): return self * self
 
+    @_half_in_f32
+    def _exp(self): return (self * LOG2E).exp2()
+    @_half_in_f32
+    def _log(self): return self.log2() * LN2
+    @_half_in_f32
+    def _rsqrt(self): return self.sqrt().reciprocal()
+    @_half_in_f32
+    def _cos(self): return (self + math.pi / 2).sin()
+    @_half_in_f32
+    def _sigmoid(self): return ((-self).exp() + 1).reciprocal()
+    @_half_in_f32
+    def _tanh(self): return (self * 2).sigmoid() * 2 - 1
+    @_half_in_f32
+    def _silu(self): return self * self.sigmoid()
+
     def erf(self):
+        return self._float()._erf()
+
+    @_half_in_f32
+    def _erf(self):
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), built from primitives
-        x = self._float()
+        x = self
         sign = (x < 0).where(-1.0, 1.0)
         a = x.abs()
         t = (a * 0.3275911 + 1).reciprocal()
@@ -218,7 +316,13 @@ class Tensor:
         return sign * (1 - poly * (-(a * a)).exp())
 
     def gelu(self, approximate: str = "none"):
-        x = self._float()
+        if approximate not in ("none", "tanh"):
+            raise ShapeError(f"approximate must be 'none' or 'tanh', got {approximate!r}", "gelu")
+        return self._float()._gelu(approximate)
+
+    @_half_in_f32
+    def _gelu(self, approximate: str):
+        x = self
         if approximate == "tanh":
             return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
         if approximate != "none":
@@ -236,6 +340,9 @@ class Tensor:
     def logical_and(self, o):
         return self.where(o, False)
 
+    def logical_xor(self, o):
+        return self.where(o.logical_not() if isinstance(o, Tensor) else not o, o)
+
     def where(self, a, b) -> "Tensor":
         """`self ? a : b` elementwise, self a bool tensor (like torch.where(self, a, b))."""
         if self.dtype != DType.bool:
@@ -245,6 +352,9 @@ class Tensor:
         elif isinstance(b, Tensor):
             b_t, a_t = b._coerce(a, "where")
         else:
+            a, b = _as_scalar(a), _as_scalar(b)
+            if a is None or b is None:
+                raise DTypeError("where takes Tensors or scalars for its two values", "where")
             dt = DType.f32 if isinstance(a, float) or isinstance(b, float) else \
                 (DType.bool if isinstance(a, bool) and isinstance(b, bool) else DType.i32)
             a_t, b_t = self._const(a, dt), self._const(b, dt)
@@ -252,12 +362,14 @@ class Tensor:
         return Tensor(N.where(self.expand(shape).node, a_t.expand(shape).node, b_t.expand(shape).node))
 
     def maximum(self, o):
+        """Elementwise max; NaN in either operand gives NaN (like torch.maximum, np.maximum)."""
         a, b = self._coerce(o, "maximum")
-        return (a < b).where(b, a)
+        return (a < b).logical_or(b.isnan()).where(b, a)
 
     def minimum(self, o):
+        """Elementwise min; NaN in either operand gives NaN (like torch.minimum, np.minimum)."""
         a, b = self._coerce(o, "minimum")
-        return (b < a).where(b, a)
+        return (b < a).logical_or(b.isnan()).where(b, a)
 
     def clamp(self, lo=None, hi=None):
         out = self
@@ -280,18 +392,17 @@ class Tensor:
     # --- reductions -----------------------------------------------------------------------
     def _reduce(self, op: Op, axis, keepdim: bool, name: str) -> "Tensor":
         axes = _norm_axes(name, axis, self.ndim)
-        if self.dtype == DType.bool:
-            x = self.astype(DType.i32)
-        else:
-            x = self
+        # bool sums count (i32); bool max is "any" (stays bool)
+        x = self.astype(DType.i32) if self.dtype == DType.bool else self
         if not self.ndim or not axes:
-            return x
-        if op == Op.MAX and any(self.shape[a] == 0 for a in axes):
+            out = x
+        elif op == Op.MAX and any(self.shape[a] == 0 for a in axes):
             raise ShapeError(f"max over an empty axis of shape {self.shape}", name)
-        out = Tensor(N.reduce(op, x.node, axes))
-        if keepdim:
-            return out
-        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        else:
+            out = Tensor(N.reduce(op, x.node, axes))
+            if not keepdim:
+                out = out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+        return out.astype(DType.bool) if op == Op.MAX and self.dtype == DType.bool else out
 
     def sum(self, axis=None, keepdim: bool = False):
         return self._reduce(Op.SUM, axis, keepdim, "sum")
@@ -300,43 +411,73 @@ class Tensor:
         return self._reduce(Op.MAX, axis, keepdim, "max")
 
     def min(self, axis=None, keepdim: bool = False):
+        if self.dtype == DType.bool:  # "all"
+            return self.logical_not()._reduce(Op.MAX, axis, keepdim, "min").logical_not()
         return -((-self)._reduce(Op.MAX, axis, keepdim, "min"))
 
     def mean(self, axis=None, keepdim: bool = False):
         axes = _norm_axes("mean", axis, self.ndim)
+        return self._float()._mean(axes, keepdim)
+
+    @_half_in_f32
+    def _mean(self, axes, keepdim):
         n = math.prod(self.shape[a] for a in axes)
-        return self._float().sum(axes, keepdim) * (1.0 / n if n else float("nan"))
+        return self.sum(axes, keepdim) * (1.0 / n if n else float("nan"))
 
     def var(self, axis=None, keepdim: bool = False, correction: int = 1):
+        """Variance with `correction` (1: unbiased, like torch.var; 0: like np.var)."""
         axes = _norm_axes("var", axis, self.ndim)
+        return self._float()._var(axes, keepdim, correction)
+
+    @_half_in_f32
+    def _var(self, axes, keepdim, correction):
         n = math.prod(self.shape[a] for a in axes)
-        x = self._float()
-        d = x - x.mean(axes, keepdim=True)
+        d = self - self.mean(axes, keepdim=True)
         denom = max(n - correction, 0)
         return (d * d).sum(axes, keepdim) * (1.0 / denom if denom else float("nan"))
 
     def softmax(self, axis: int = -1):
-        x = self._float()
-        e = (x - x.max(axis, keepdim=True)).exp()
+        return self._float()._softmax(_norm_axis("softmax", axis, self.ndim))
+
+    @_half_in_f32
+    def _softmax(self, axis):
+        e = (self - self.max(axis, keepdim=True)).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1):
-        x = self._float()
-        s = x - x.max(axis, keepdim=True)
+        return self._float()._log_softmax(_norm_axis("log_softmax", axis, self.ndim))
+
+    @_half_in_f32
+    def _log_softmax(self, axis):
+        s = self - self.max(axis, keepdim=True)
         return s - s.exp().sum(axis, keepdim=True).log()
 
+    def _norm_axes_of(self, op: str, normalized_shape, *params) -> tuple[int, ...]:
+        """The trailing axes that `normalized_shape` names, checked against self and params."""
+        if normalized_shape is None:
+            want = self.shape[-1:]
+        elif isinstance(normalized_shape, int):
+            want = (normalized_shape,)
+        else:
+            want = tuple(normalized_shape)
+        n = len(want)
+        if n > self.ndim or self.shape[self.ndim - n:] != want:
+            raise ShapeError(f"normalized_shape {want} does not match the trailing axes of {self.shape}", op)
+        for name, p in params:
+            if p is not None and (not isinstance(p, Tensor) or p.shape != want):
+                got = p.shape if isinstance(p, Tensor) else type(p).__name__
+                raise ShapeError(f"{name} must have shape {want} (normalized_shape), got {got}", op)
+        return tuple(range(self.ndim - n, self.ndim))
+
     def layer_norm(self, normalized_shape=None, weight=None, bias=None, eps: float = 1e-5):
-        n = 1 if normalized_shape is None else (len(normalized_shape) if not isinstance(normalized_shape, int) else 1)
-        if normalized_shape is not None:
-            want = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-            if self.shape[-n:] != want:
-                raise ShapeError(f"normalized_shape {want} does not match the trailing axes of {self.shape}", "layer_norm")
-        axes = tuple(range(self.ndim - n, self.ndim))
-        x = self._float()
-        mean = x.mean(axes, keepdim=True)
-        d = x - mean
-        var = (d * d).mean(axes, keepdim=True)
-        out = d * (var + eps).rsqrt()
+        """(x - mean) / sqrt(biased var + eps) * weight + bias over the trailing `normalized_shape`."""
+        axes = self._norm_axes_of("layer_norm", normalized_shape, ("weight", weight), ("bias", bias))
+        return self._float()._layer_norm(axes, weight, bias, eps)
+
+    @_half_in_f32
+    def _layer_norm(self, axes, weight, bias, eps):
+        d = self - self.mean(axes, keepdim=True)
+        out = d * ((d * d).mean(axes, keepdim=True) + eps).rsqrt()
         if weight is not None:
             out = out * weight
         if bias is not None:
@@ -344,10 +485,13 @@ class Tensor:
         return out
 
     def rms_norm(self, normalized_shape=None, weight=None, eps: float = 1e-6):
-        n = 1 if normalized_shape is None or isinstance(normalized_shape, int) else len(normalized_shape)
-        axes = tuple(range(self.ndim - n, self.ndim))
-        x = self._float()
-        out = x * ((x * x).mean(axes, keepdim=True) + eps).rsqrt()
+        """x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape`."""
+        axes = self._norm_axes_of("rms_norm", normalized_shape, ("weight", weight))
+        return self._float()._rms_norm(axes, weight, eps)
+
+    @_half_in_f32
+    def _rms_norm(self, axes, weight, eps):
+        out = self * ((self * self).mean(axes, keepdim=True) + eps).rsqrt()
         return out * weight if weight is not None else out
 
     def matmul(self, other: "Tensor") -> "Tensor":
@@ -364,12 +508,18 @@ class Tensor:
         if a.shape[-1] != b.shape[-2]:
             raise ShapeError(f"inner dimensions differ: {self.shape} @ {other.shape} "
                              f"({a.shape[-1]} != {b.shape[-2]})", "matmul")
-        batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+        try:
+            batch = broadcast_shapes("matmul", a.shape[:-2], b.shape[:-2])
+        except ShapeError:
+            raise ShapeError(f"batch axes of {self.shape} @ {other.shape} do not broadcast "
+                             f"({a.shape[:-2]} vs {b.shape[:-2]})", "matmul") from None
         m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
         dt = promote(a.dtype, b.dtype)
-        a3 = a.astype(dt).reshape(a.shape[:-2] + (m, k, 1)).expand(batch + (m, k, n))
-        b3 = b.astype(dt).reshape(b.shape[:-2] + (1, k, n)).expand(batch + (m, k, n))
-        out = (a3 * b3).sum(-2)
+        # halves multiply and accumulate in f32 and round once, like PyTorch
+        cdt = DType.f32 if dt in HALVES else dt
+        a3 = a.astype(cdt).reshape(a.shape[:-2] + (m, k, 1)).expand(batch + (m, k, n))
+        b3 = b.astype(cdt).reshape(b.shape[:-2] + (1, k, n)).expand(batch + (m, k, n))
+        out = (a3 * b3).sum(-2).astype(dt)
         if squeeze_a:
             out = out.reshape(out.shape[:-2] + (n,))
         if squeeze_b:
@@ -443,6 +593,8 @@ class Tensor:
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
         if len(shape) < self.ndim:
             raise ShapeError(f"cannot expand {self.shape} to fewer axes {shape}", "expand")
+        if any(not isinstance(n, int) or isinstance(n, bool) or n < -1 for n in shape):
+            raise ShapeError(f"expand sizes must be ints >= 0 (or -1 to keep), got {shape}", "expand")
         src = (1,) * (len(shape) - self.ndim) + self.shape
         shape = tuple(s if n == -1 else n for s, n in zip(src, shape))
         for s, n in zip(src, shape):
@@ -478,6 +630,8 @@ class Tensor:
                 out_shape.append(("new", 1))
                 continue
             size = self.shape[dim]
+            if not isinstance(i, (bool, slice)) and hasattr(i, "__index__") and not isinstance(i, Tensor):
+                i = operator.index(i)
             if isinstance(i, int) and not isinstance(i, bool):
                 if not -size <= i < size:
                     raise ShapeError(f"index {i} is out of range for axis {dim} of size {size}", "getitem")

@@ -41,7 +41,9 @@ def apply_tracker(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
     arr = x
     for v in st.views:
         arr = apply_view(v, np.ascontiguousarray(arr).reshape(-1), st.fill)
-    return np.ascontiguousarray(arr)
+    # a fresh C-ordered array: never an alias of the source, and 0-d stays 0-d
+    # (np.ascontiguousarray would turn a 0-d result into shape (1,))
+    return np.array(arr, order="C", copy=True)
 
 
 def _compute(x: np.ndarray, dtype: DType) -> np.ndarray:

@@ -114,6 +114,8 @@ def reduce(op: Op, x: Node, axes) -> Node:
     axes = tuple(sorted(set(axes)))
     if not axes or any(not 0 <= a < len(x.shape) for a in axes):
         raise IRError(f"bad reduce axes {axes} for shape {x.shape}")
+    if op == Op.SUM and x.dtype == DType.bool:
+        raise IRError("sum on bool (cast to i32 first)")
     shape = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
     return Node(op, x.dtype, shape, (x,), axes)
 

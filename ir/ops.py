@@ -55,19 +55,36 @@ REDUCE_IDENTITY = {Op.SUM: 0.0, Op.MAX: float("-inf")}
 ARITY = {**{o: 0 for o in LEAF}, **{o: 1 for o in UNARY | REDUCE | STRUCTURAL},
          **{o: 2 for o in BINARY}, Op.WHERE: 3}
 
-# name, arity, dtype rule, numpy meaning (rendered into docs/ir.md; checked by a test)
+# name, arity, dtype rule, numpy meaning of the compute ops (rendered into docs/ir.md by
+# `op_table_markdown`; a test checks the doc against it). Halves compute in f32, round on store.
 OP_TABLE = [
     ("exp2", 1, "float -> same", "np.exp2(a)"),
     ("log2", 1, "float -> same", "np.log2(a)"),
     ("sin", 1, "float -> same", "np.sin(a)"),
     ("sqrt", 1, "float -> same", "np.sqrt(a)"),
     ("recip", 1, "float -> same", "1 / a"),
-    ("cast", 1, "any -> target", "a.astype(target)"),
+    ("cast", 1, "any -> target; float -> i32 truncates, -> bool is a != 0", "a.astype(target)"),
     ("add", 2, "T, T -> T", "a + b"),
     ("mul", 2, "T, T -> T", "a * b"),
-    ("mod", 2, "T, T -> T (not bool)", "np.fmod(a, b)"),
+    ("mod", 2, "T, T -> T (not bool); C-style, sign of a", "np.fmod(a, b)"),
     ("cmplt", 2, "T, T -> bool", "a < b"),
     ("where", 3, "bool, T, T -> T", "np.where(c, a, b)"),
-    ("sum", 1, "T -> T, f32 accumulation for halves", "a.sum(axes, keepdims=True)"),
-    ("max", 1, "T -> T", "a.max(axes, keepdims=True)"),
+    ("sum", 1, "T -> T (not bool); accumulates in >= f32", "a.sum(axes, keepdims=True)"),
+    ("max", 1, "T -> T; NaN propagates", "a.max(axes, keepdims=True)"),
 ]
+
+# the leaves and structural ops, same columns
+OTHER_OP_TABLE = [
+    ("input", 0, "-> declared dtype; arg (index, name)", "args[index]"),
+    ("const", 0, "-> declared dtype; arg value", "np.full(shape, value, dtype)"),
+    ("view", 1, "T -> T; arg ShapeTracker", "apply_tracker(tracker, a)"),
+    ("contiguous", 1, "T -> T; materializes", "a.copy()"),
+]
+
+
+def op_table_markdown() -> str:
+    """The markdown table of every op, as it appears in docs/ir.md."""
+    lines = ["| op | arity | dtypes | numpy meaning |", "|---|---|---|---|"]
+    for name, arity, rule, meaning in OP_TABLE + OTHER_OP_TABLE:
+        lines.append(f"| `{name}` | {arity} | {rule} | `{meaning}` |")
+    return "\n".join(lines)
