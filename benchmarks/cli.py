@@ -32,6 +32,7 @@ def add_arguments(p) -> None:
     p.add_argument("--target", default="cpu", help="cpu (default), cuda or reference")
     p.add_argument("--workloads", nargs="+", metavar="NAME",
                    help=f"which workloads (default all): {', '.join(workload_names())}; commas also work")
+    p.add_argument("--exclude", nargs="+", default=[], metavar="NAME", help="leave these workloads out")
     p.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds (under 2 minutes on 2 CPU cores)")
     p.add_argument("--tiny", action="store_true", help="tiny shapes, for smoke tests")
     p.add_argument("--json", metavar="FILE", help="write all results (and device, date, versions) as JSON")
@@ -83,6 +84,16 @@ def saturn_options(args) -> dict:
         raise ValueError(f"this compiler.compile() takes no {', '.join(unsupported)} option")
     opts.update(_parse_options(args.saturn_option))
     return opts
+
+
+def _command_line() -> str:
+    """How this run was started, as the user typed it (best effort)."""
+    prog = os.path.basename(sys.argv[0])
+    if prog == "saturn":
+        return "saturn " + " ".join(sys.argv[1:])
+    if prog in ("cli.py", "__main__.py"):
+        return "python3 -m benchmarks.cli " + " ".join(sys.argv[1:])
+    return f"{prog} {' '.join(sys.argv[1:])} (bench called from Python)"
 
 
 def _load() -> float | None:
@@ -165,8 +176,13 @@ def run(args) -> int:
 
     # Workloads
     names = [n for item in (args.workloads or []) for n in item.split(",") if n]
+    excluded = {n for item in args.exclude for n in item.split(",") if n}
     try:
-        cases = select_cases(family, suite, names or None)
+        unknown = sorted(excluded - set(workload_names()))
+        if unknown:
+            raise ValueError(f"unknown workload(s) {', '.join(unknown)} in --exclude")
+        names = [n for n in (names or workload_names()) if n not in excluded]
+        cases = select_cases(family, suite, names)
     except ValueError as e:
         print(f"saturn bench: {e}", file=sys.stderr)
         return 2
@@ -216,8 +232,8 @@ def run(args) -> int:
     data = {
         "schema": "saturn-bench/1",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": "saturn bench " + " ".join(sys.argv[1:]) if sys.argv[0].endswith("saturn")
-        else "python3 -m benchmarks.cli " + " ".join(sys.argv[1:]),
+        "command": _command_line(),
+        "arguments": {k: v for k, v in vars(args).items() if k not in ("run", "command")},
         "target": args.target, "suite": suite,
         "device": device_info(family, env, args.threads), "versions": versions(),
         "settings": {"rounds": settings.rounds, "batch_s": settings.batch_s, "peers": settings.peers,
@@ -234,14 +250,14 @@ def run(args) -> int:
     except Exception as e:  # noqa: BLE001 - a failed ceiling must not lose the run
         data["ceilings"] = {"copy_how": f"failed: {type(e).__name__}: {e}", "matmul_GFLOPs": {}}
 
-    def save(final: bool = False):
+    def save():
         if args.json:
             with open(args.json, "w") as f:
                 json.dump(data, f, indent=1, default=float)
         if args.md:
             with open(args.md, "w") as f:
                 f.write(report.markdown(data, args.json))
-        if args.plot and (final or len(data["results"]) % 4 == 0):
+        if args.plot and data["results"]:
             return report.plot(data, args.plot)
         return None
 
@@ -257,7 +273,7 @@ def run(args) -> int:
     if family == "cpu" and load_start is not None and max(load_start, load_end or 0) > 0.5 * (os.cpu_count() or 1):
         notes.append(f"Other processes were using the CPU (1-minute load average {load_start:.1f} at the start, "
                      f"{load_end:.1f} at the end, on {os.cpu_count()} cores): expect noisy times.")
-    plot_problem = save(final=True)
+    plot_problem = save()
 
     print(report.table(data["results"]))
     print()

@@ -145,13 +145,15 @@ def plot(data: dict, path: str) -> str | None:
         ys = [i + (j - (len(series) - 1) / 2) * h for i in range(len(results))]
         xs = [r.get("speedup_vs_eager", {}).get(name, 0.0) for r in results]
         drawn = [(y, x) for y, x in zip(ys, xs) if x > 0]
-        ax.barh([y for y, _ in drawn], [x for _, x in drawn], height=h,
+        # bars grow from 1× (eager) to the speedup: right is faster than eager, left slower
+        ax.barh([y for y, _ in drawn], [x - 1.0 for _, x in drawn], left=1.0, height=h,
                 label=PEER_TITLES.get(name, name), color=colors.get(name))
         for y, x, r in zip(ys, xs, results):
             if name == "saturn" and r["check"]["status"] in ("FAIL", "error"):
                 ax.text(0.01, y, r["check"]["status"], va="center", fontsize=7, transform=ax.get_yaxis_transform())
-            elif x:
-                ax.text(x, y, f" {x:.2f}×", va="center", fontsize=7)
+            elif x:  # label at the bar's far end
+                ax.text(x, y, f" {x:.2f}× " if x >= 1 else f"{x:.2g}× ", va="center", fontsize=7,
+                        ha="left" if x >= 1 else "right")
     ax.axvline(1.0, color="k", lw=0.8)
     ax.set_yticks(range(len(results)), labels, fontsize=8)
     ax.invert_yaxis()

@@ -70,6 +70,9 @@ class Workload:
 
 
 def _dims(shape) -> str:
+    """'2048x2048'; a 1-D power-of-two size in M reads better: '4M'."""
+    if len(shape) == 1 and shape[0] >= 1 << 20 and shape[0] % (1 << 20) == 0:
+        return f"{shape[0] >> 20}M"
     return "x".join(map(str, shape))
 
 
