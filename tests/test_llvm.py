@@ -214,3 +214,15 @@ def test_random_views_elementwise_reductions(shape, data):
 @given(st.sampled_from([1, 7, 1000]), st.sampled_from([1, 3]), st.sampled_from(["f32", "f16"]))
 def test_elementwise_chain_sizes(n, m, dtype):
     check(lambda x, y: ((x * y + 1).sigmoid() * x).tanh() - y, [(m, n), (1, n)], dtype)
+
+
+@pytest.mark.parametrize("tile", [(3, 1, 4, 16), (6, 2, 7, 32), (1, 1, 1, 8)])
+def test_blocked_matmul_edges(tile):
+    """Small tiles force many depth/column blocks, row and column tails, and the epilogue."""
+    from backends.llvm import matmul
+    from ir.kernel import KernelSchedule, Schedule
+    s = Schedule(default=KernelSchedule(vector_width=8, tile=tile))
+    exe = check(lambda a, b, c: (a @ b + c).relu(), [(13, 37), (37, 45), (45,)], schedule=s)
+    assert any(matmul.match(k, exe.program) for k in exe.program.kernels)
+    check(lambda a, b: a @ b.transpose(-1, -2), [(2, 9, 21), (2, 17, 21)], schedule=s)
+    check(lambda a, b: a.T @ b, [(33, 5), (33, 19)], schedule=s)

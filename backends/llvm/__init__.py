@@ -14,6 +14,13 @@ from ir.graph import Graph
 from ir.kernel import KernelProgram, KernelSchedule, Schedule
 
 
+def native_vector_width() -> int:
+    """f32 lanes of the widest vector unit here: 16 with AVX-512, else 8."""
+    from backends.llvm import jit
+    jit.target_info()
+    return 16 if "+avx512f" in jit._state["features"].split(",") else 8
+
+
 class LLVMBackend:
     name = "cpu"
 
@@ -24,16 +31,24 @@ class LLVMBackend:
             return f"llvmlite is not installed ({e})"
         return None
 
+    def default_schedule(self) -> Schedule:
+        """All cores, the host's widest vectors, 6x2-vector matmul tiles."""
+        return Schedule(default=KernelSchedule(vector_width=native_vector_width()), name="default")
+
     def schedules(self, graph: Graph) -> list[Schedule]:
-        """A few variants: the default (all cores, 512-bit vectors), 256-bit vectors, one thread,
-        and strict (no reassociated reductions)."""
-        return [
-            Schedule(name="default"),
-            Schedule(default=KernelSchedule(vector_width=8), name="vec256"),
-            Schedule(default=KernelSchedule(vector_width=16), name="vec512"),
-            Schedule(threads=1, name="1-thread"),
-            Schedule(default=KernelSchedule(fast_math=False), name="strict"),
+        """Candidate schedules, the default heuristic first: vector widths, matmul tiles, one
+        thread, and strict (no reassociated reductions)."""
+        w = native_vector_width()
+        out = [self.default_schedule()]
+        if w == 16:
+            out.append(Schedule(default=KernelSchedule(vector_width=8), name="vec256"))
+        out += [
+            Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3"),
+            Schedule(default=KernelSchedule(vector_width=w, tile=(6, 2, 512, 512)), name="mm6x2-kc512"),
+            Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread"),
+            Schedule(default=KernelSchedule(vector_width=w, fast_math=False), name="strict"),
         ]
+        return out
 
     def lower(self, graph: Graph) -> KernelProgram:
         from compiler.lower import lower
@@ -46,7 +61,7 @@ class LLVMBackend:
         from backends.llvm import jit
         from backends.llvm.render import render_program
         from backends.llvm.runtime import LLVMExecutable
-        schedule = schedule or Schedule()
+        schedule = schedule or self.default_schedule()
         t0 = time.perf_counter()
         source, args = render_program(program, schedule)
         addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache)

@@ -8,8 +8,10 @@ their compute type: f32 for every float dtype (halves are rounded after each op)
 """
 from __future__ import annotations
 
+import math
 import re
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from llvmlite import ir
 
@@ -343,20 +345,37 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
     raise NotImplementedError(f"cast {src} -> {dst}")
 
 
-def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dict[str, list[str]]]:
-    """LLVM IR text of the whole program, and each kernel's buffer argument order."""
+@dataclass(frozen=True)
+class LaunchInfo:
+    """How the runtime calls one rendered kernel."""
+    buffers: list[str]      # pointer arguments, in order
+    extent: int             # the parallel loop runs over [0, extent)
+    scratch: int            # floats of per-thread scratch passed after the buffers (0: none)
+    chunks_per_thread: int  # how finely to cut [0, extent)
+
+
+def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dict[str, LaunchInfo]]:
+    """LLVM IR text of the whole program, and how to launch each kernel."""
+    from backends.llvm import matmul
     module = ir.Module(name="saturn")
     triple, layout, _ = jit.target_info()
     module.triple, module.data_layout = triple, layout
-    args: dict[str, list[str]] = {}
+    info: dict[str, LaunchInfo] = {}
     widths: dict[str, int] = {}
     for k in program.kernels:
         if any(v.extent == 0 for v in k.axes):
             continue
         ks = schedule.for_kernel(k.name)
-        r = KernelRenderer(module, program, k, ks)
-        r.render()
-        args[k.name] = r.buffers
+        pat = matmul.match(k, program)
+        if pat is not None:
+            r = matmul.MatmulRenderer(module, program, k, ks, pat)
+            r.render()
+            info[k.name] = LaunchInfo(r.buffers, matmul.launch_extent(k, ks), matmul.scratch_floats(k, ks), 1)
+        else:
+            r = KernelRenderer(module, program, k, ks)
+            r.render()
+            extent = math.prod(v.extent for v in k.axes[:parallel_depth(k)]) if k.axes else 1
+            info[k.name] = LaunchInfo(r.buffers, extent, 0, 4)
         widths[k.name] = ks.vector_width
     text = str(module)
     # llvmlite has no API for string attributes: add the vector-width preference to each header
@@ -366,4 +385,4 @@ def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dic
         if m and m.group(1) in widths:
             bits = max(32 * widths[m.group(1)], 128)
             lines[i] = line + f' "prefer-vector-width"="{bits}" "min-legal-vector-width"="0"'
-    return "\n".join(lines), args
+    return "\n".join(lines), info

@@ -14,7 +14,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from backends.llvm.render import parallel_depth
 from ir.kernel import KernelProgram, Schedule
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -46,26 +45,38 @@ def _work(k) -> int:
 
 
 class _Launch:
-    """One kernel ready to run: function pointer, buffer names, parallel extent, chunking."""
+    """One kernel ready to run: function pointer, buffer names, parallel extent, chunks, scratch."""
 
-    def __init__(self, kernel, fn, buffers: list[str], threads: int, chunks_per_thread: int = 4):
-        self.kernel, self.fn, self.buffers = kernel, fn, buffers
-        P = parallel_depth(kernel)
-        self.n = math.prod(v.extent for v in kernel.axes[:P]) if kernel.axes else 1
+    def __init__(self, kernel, fn, info, threads: int):
+        self.kernel, self.fn, self.buffers = kernel, fn, info.buffers
+        self.n = info.extent
         work = _work(kernel)
         if threads <= 1 or self.n <= 1 or work < MIN_CHUNK_WORK:
             self.chunks = [(0, self.n)]
         else:
-            count = min(self.n, threads * chunks_per_thread, max(1, work // MIN_CHUNK_WORK))
+            count = min(self.n, threads * info.chunks_per_thread, max(1, work // MIN_CHUNK_WORK))
             bounds = [self.n * i // count for i in range(count + 1)]
             self.chunks = [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+        # one 64-byte-aligned scratch area per chunk (chunks may run at the same time)
+        self.scratch = []
+        if info.scratch:
+            for _ in self.chunks:
+                raw = np.empty(info.scratch + 16, np.float32)
+                off = (-raw.ctypes.data % 64) // 4
+                self.scratch.append(raw[off:off + info.scratch])
+
+    def args(self, env, c: int) -> list:
+        ptrs = [env[n].ctypes.data for n in self.buffers]
+        if self.scratch:
+            ptrs.append(self.scratch[c].ctypes.data)
+        return ptrs
 
 
 class LLVMExecutable:
     """A compiled program: call it with numpy arrays, get numpy arrays back."""
 
     def __init__(self, program: KernelProgram, schedule: Schedule, source: str, addrs: dict[str, int],
-                 args: dict[str, list[str]], engine, cache_hit: bool, compile_seconds: float):
+                 infos: dict, engine, cache_hit: bool, compile_seconds: float):
         self.program, self.schedule, self.source = program, schedule, source
         self.cache_hit, self.compile_seconds = cache_hit, compile_seconds
         self._engine = engine   # owns the machine code
@@ -74,9 +85,10 @@ class LLVMExecutable:
         for k in program.kernels:
             if k.name not in addrs:
                 continue   # an empty kernel
-            names = args[k.name]
-            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * len(names)), ctypes.c_int64, ctypes.c_int64)
-            self.launches.append(_Launch(k, proto(addrs[k.name]), names, self.threads))
+            info = infos[k.name]
+            nptr = len(info.buffers) + (1 if info.scratch else 0)
+            proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nptr), ctypes.c_int64, ctypes.c_int64)
+            self.launches.append(_Launch(k, proto(addrs[k.name]), info, self.threads))
         self._plan_temps()
         self._free: dict[tuple, list[np.ndarray]] = {}
 
@@ -117,14 +129,11 @@ class LLVMExecutable:
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
                 env[buf.name] = self._take(buf)
-            ptrs = [env[n].ctypes.data for n in l.buffers]
             if len(l.chunks) == 1 or pool is None:
-                for a, b in l.chunks:
-                    l.fn(*ptrs, a, b)
+                for c, (a, b) in enumerate(l.chunks):
+                    l.fn(*l.args(env, c), a, b)
             else:
-                futures = [pool.submit(l.fn, *ptrs, a, b) for a, b in l.chunks[1:]]
-                a, b = l.chunks[0]
-                l.fn(*ptrs, a, b)
+                futures = [pool.submit(l.fn, *l.args(env, c), a, b) for c, (a, b) in enumerate(l.chunks)]
                 for f in futures:
                     f.result()
             for name in self.free_after[i]:

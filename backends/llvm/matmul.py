@@ -1,0 +1,277 @@
+"""A blocked, packed matmul path for kernels of the form out[b.., i, j] = epilogue(sum_r A*B).
+
+The frontend's matmul is (a[..., m, k, 1] * b[..., 1, k, n]).sum(-2); lowered, that is a kernel
+whose only Let is a full-depth `sum[r](mul(load A, load B))` with A independent of j and B of i.
+Such kernels are rendered GotoBLAS-style:
+
+    for each batch, for each column block jc (NC), for each depth block pc (KC):
+        pack B[pc:pc+KC, jc:jc+NC] into NR-wide panels (zero-padded) in a per-thread scratch
+        for each MR-row block of this thread's chunk, for each panel:
+            MR x NR accumulators in vector registers, one FMA per row and vector per r
+    then the epilogue (bias, activation, ...) once per element of the block, in place.
+
+The accumulators continue from the partial sums stored in the output between depth blocks, so
+each element's reduction is still one sequential chain over r (deterministic; independent of
+the blocking and of threads). Row/column tails use clamped reads and guarded stores.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from llvmlite import ir
+
+from backends.llvm.render import F32, I64, PTR, KernelRenderer, _i64, for_range
+from ir.dtypes import DType
+from ir.kernel import Compute, Kernel, KernelProgram, KernelSchedule, Load, Reduce, Ref, Var, atom_vars, walk
+from ir.ops import Op
+
+DEFAULT_TILE = (6, 2, 256, 1024)     # MR rows, NR in vectors, KC depth, NC columns
+
+
+@dataclass(frozen=True)
+class MatmulPattern:
+    a: Load
+    b: Load
+    r: Var
+    i: Var
+    j: Var
+    batch: tuple[Var, ...]
+
+
+def _plain_in(load: Load, vs: set[Var]) -> bool:
+    """Every variable of vs appears in load's index only as a plain term."""
+    for a, _ in load.index.terms:
+        if not isinstance(a, Var) and atom_vars(a) & vs:
+            return False
+    return True
+
+
+def match(kernel: Kernel, program: KernelProgram) -> MatmulPattern | None:
+    if len(kernel.axes) < 2 or len(kernel.lets) != 1 or len(kernel.stores) != 1:
+        return None
+    let, store = kernel.lets[0], kernel.stores[0]
+    red = let.value
+    if let.depth != len(kernel.axes) or not isinstance(red, Reduce) or red.op != Op.SUM:
+        return None
+    if len(red.vars) != 1 or red.dtype != DType.f32 or program.buffer(store.buffer).dtype != DType.f32:
+        return None
+    body = red.body
+    if not (isinstance(body, Compute) and body.op == Op.MUL and all(
+            isinstance(s, Load) and not s.valid and s.dtype == DType.f32 for s in body.srcs)):
+        return None
+    if any(isinstance(x, Reduce) for x in walk(store.value)):
+        return None
+    i, j, r = kernel.axes[-2], kernel.axes[-1], red.vars[0]
+    x, y = body.srcs
+    xv, yv = x.index.vars(), y.index.vars()
+    if i in xv and j not in xv and j in yv and i not in yv:
+        a, b = x, y
+    elif i in yv and j not in yv and j in xv and i not in xv:
+        a, b = y, x
+    else:
+        return None
+    if r not in a.index.vars() or r not in b.index.vars():
+        return None
+    if not (_plain_in(a, {i, j, r}) and _plain_in(b, {i, j, r}) and _plain_in(
+            Load(store.buffer, DType.f32, store.index), {i, j})):
+        return None
+    return MatmulPattern(a, b, r, i, j, tuple(kernel.axes[:-2]))
+
+
+def tile_of(ks: KernelSchedule) -> tuple[int, int, int, int, int]:
+    """(MR, NR, KC, NC, W): rows, columns (a multiple of the vector width W), depth, column block."""
+    w = 16 if ks.vector_width >= 16 else 8
+    mr, nrv, kc, nc = (tuple(ks.tile) + DEFAULT_TILE[len(ks.tile):]) if ks.tile else DEFAULT_TILE
+    nr = nrv * w
+    nc = max(nr, nc // nr * nr)
+    return mr, nr, kc, nc, w
+
+
+def launch_extent(kernel: Kernel, ks: KernelSchedule) -> int:
+    """Parallel units: batch x row blocks."""
+    mr = tile_of(ks)[0]
+    return math.prod(v.extent for v in kernel.axes[:-2]) * -(-kernel.axes[-2].extent // mr)
+
+
+def scratch_floats(kernel: Kernel, ks: KernelSchedule) -> int:
+    mr, nr, kc, nc, w = tile_of(ks)
+    n = kernel.axes[-1].extent
+    return kc * min(nc, -(-n // nr) * nr) + mr * nr
+
+
+class MatmulRenderer(KernelRenderer):
+    """Renders a kernel matched by `match`; signature (buffers..., scratch, start, end)."""
+
+    def __init__(self, module, program, kernel, ks, pattern: MatmulPattern):
+        super().__init__(module, program, kernel, ks)
+        self.pat = pattern
+
+    def render(self) -> None:
+        k, pat = self.k, self.pat
+        mr, nr, kc, nc, w = tile_of(self.ks)
+        vty = ir.VectorType(F32, w)
+        M, N, K = pat.i.extent, pat.j.extent, pat.r.extent
+        nb = -(-M // mr)
+        fnty = ir.FunctionType(ir.VoidType(), [PTR] * (len(self.buffers) + 1) + [I64, I64])
+        fn = self.fn = ir.Function(self.module, fnty, k.name)
+        fn.attributes.add("nounwind")
+        for a in fn.args[:len(self.buffers) + 1]:
+            a.add_attribute("noalias")
+        self.ptrs = dict(zip(self.buffers, fn.args))
+        scratch = fn.args[len(self.buffers)]
+        start, end = fn.args[-2], fn.args[-1]
+        self.entry = fn.append_basic_block("entry")
+        bodyblock = fn.append_basic_block("body")
+        b = self.b = ir.IRBuilder(bodyblock)
+        eb = ir.IRBuilder(self.entry)
+        tile = eb.alloca(F32, size=mr * nr)
+        self.scopes.append({})
+        store = k.stores[0]
+        out = self.ptrs[store.buffer]
+        let = k.lets[0]
+        fma = self._intrinsic(f"llvm.fma.v{w}f32", vty, 3)
+        ka, kb = pat.a.index.coeff(pat.r), pat.b.index.coeff(pat.r)
+
+        def gep(ptr, idx, ty=F32):
+            return b.gep(ptr, [idx], inbounds=True, source_etype=ty)
+
+        def smin(x, y):
+            return b.select(b.icmp_signed("<", x, y), x, y)
+
+        first_batch = b.sdiv(start, _i64(nb))
+        last_batch = b.sdiv(b.sub(end, _i64(1)), _i64(nb))
+        with for_range(b, first_batch, b.add(last_batch, _i64(1)), "bt") as bt:
+            self.scopes.append({})
+            rest = bt
+            for v in reversed(pat.batch):
+                self.vars[v] = b.srem(rest, _i64(v.extent))
+                rest = b.sdiv(rest, _i64(v.extent))
+            lo_u = b.sub(b.select(b.icmp_signed(">", start, b.mul(bt, _i64(nb))), start, b.mul(bt, _i64(nb))),
+                         b.mul(bt, _i64(nb)))
+            hi_u = b.sub(smin(end, b.mul(b.add(bt, _i64(1)), _i64(nb))), b.mul(bt, _i64(nb)))
+            with for_range(b, _i64(0), _i64(-(-N // nc)), "jcb") as jcb:
+                jc = b.mul(jcb, _i64(nc))
+                ncur = smin(_i64(nc), b.sub(_i64(N), jc))
+                npan = b.sdiv(b.add(ncur, _i64(nr - 1)), _i64(nr))
+                with for_range(b, _i64(0), _i64(-(-K // kc)), "pcb") as pcb:
+                    pc = b.mul(pcb, _i64(kc))
+                    kcur = smin(_i64(kc), b.sub(_i64(K), pc))
+                    # pack B[pc:pc+kcur, jc:jc+ncur] as panels [jp][rr][NR], zero beyond N
+                    with for_range(b, _i64(0), npan, "jp") as jp:
+                        with for_range(b, _i64(0), kcur, "rr") as rr:
+                            self.scopes.append({})
+                            with for_range(b, _i64(0), _i64(nr), "jj") as jj:
+                                self.scopes.append({})
+                                j = b.add(jc, b.add(b.mul(jp, _i64(nr)), jj))
+                                ok = b.icmp_signed("<", j, _i64(N))
+                                self.vars[pat.j] = b.select(ok, j, _i64(0))
+                                self.vars[pat.r] = b.add(pc, rr)
+                                val = b.load(gep(self.ptrs[pat.b.buffer], self.index(pat.b.index)), typ=F32)
+                                val = b.select(ok, val, ir.Constant(F32, 0.0))
+                                dst = b.add(b.mul(b.add(b.mul(jp, _i64(kc)), rr), _i64(nr)), jj)
+                                b.store(val, gep(scratch, dst))
+                                self.scopes.pop()
+                            self.scopes.pop()
+                    with for_range(b, lo_u, hi_u, "blk") as blk:
+                        i0 = b.mul(blk, _i64(mr))
+                        with for_range(b, _i64(0), npan, "jp2") as jp:
+                            j0 = b.add(jc, b.mul(jp, _i64(nr)))
+                            self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=pcb)
+                            # row bases of A at r = pc (rows past M read row M-1; never stored)
+                            self.scopes.append({})
+                            self.vars[pat.r] = pc
+                            bases = []
+                            for m in range(mr):
+                                self.vars[pat.i] = smin(b.add(i0, _i64(m)), _i64(M - 1))
+                                self.scopes.append({})
+                                bases.append(self.index(pat.a.index))
+                                self.scopes.pop()
+                            self.scopes.pop()
+                            accs0 = [[b.load(b.bitcast(gep(tile, _i64(m * nr + t * w)), ir.PointerType(vty)), typ=vty, align=4)
+                                      for t in range(nr // w)] for m in range(mr)]
+                            panel = b.mul(b.mul(jp, _i64(kc)), _i64(nr))
+                            accs = self._kloop(b, kcur, accs0, lambda rr, accs: self._step(
+                                b, rr, accs, scratch, panel, bases, ka, fma, vty, mr, nr, w, pat))
+                            for m in range(mr):
+                                for t in range(nr // w):
+                                    b.store(accs[m][t], b.bitcast(gep(tile, _i64(m * nr + t * w)), ir.PointerType(vty)), align=4)
+                            self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=None)
+                # epilogue over this thread's rows x this column block, in place
+                if store.value != Ref(let.name, let.value.dtype):
+                    row_lo = b.mul(lo_u, _i64(mr))
+                    row_hi = smin(b.mul(hi_u, _i64(mr)), _i64(M))
+                    with for_range(b, row_lo, row_hi, "ei") as ei:
+                        with for_range(b, jc, b.add(jc, ncur), "ej") as ej:
+                            self.scopes.append({})
+                            self.vars[pat.i], self.vars[pat.j] = ei, ej
+                            addr = gep(out, self.index(store.index))
+                            self.refs[let.name] = b.load(addr, typ=F32)
+                            b.store(self.value(store.value), addr)
+                            self.scopes.pop()
+            self.scopes.pop()
+        b.ret_void()
+        eb.branch(bodyblock)
+
+    def _kloop(self, b, kcur, accs0, step):
+        """for rr in [0, kcur): accs = step(rr, accs), accumulators carried in phis."""
+        pre = b.block
+        head = b.append_basic_block("k.head")
+        body = b.append_basic_block("k.body")
+        done = b.append_basic_block("k.done")
+        b.branch(head)
+        b.position_at_end(head)
+        rr = b.phi(I64, "rr")
+        rr.add_incoming(_i64(0), pre)
+        phis = [[b.phi(a.type) for a in row] for row in accs0]
+        for row, row0 in zip(phis, accs0):
+            for p, a in zip(row, row0):
+                p.add_incoming(a, pre)
+        b.cbranch(b.icmp_signed("<", rr, kcur), body, done)
+        b.position_at_end(body)
+        new = step(rr, phis)
+        nxt = b.add(rr, _i64(1))
+        rr.add_incoming(nxt, b.block)
+        for row, nrow in zip(phis, new):
+            for p, a in zip(row, nrow):
+                p.add_incoming(a, b.block)
+        b.branch(head)
+        b.position_at_end(done)
+        return phis
+
+    def _step(self, b, rr, accs, scratch, panel, bases, ka, fma, vty, mr, nr, w, pat):
+        off = b.add(panel, b.mul(rr, _i64(nr)))
+        bv = [b.load(b.gep(scratch, [b.add(off, _i64(t * w))], inbounds=True, source_etype=F32), typ=vty, align=4)
+              for t in range(nr // w)]
+        a_ptr = self.ptrs[pat.a.buffer]
+        step = rr if ka == 1 else b.mul(rr, _i64(ka))
+        new = []
+        undef = ir.Constant(vty, None)
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), w), None)
+        for m in range(mr):
+            av = b.load(b.gep(a_ptr, [b.add(bases[m], step)], inbounds=True, source_etype=F32), typ=F32)
+            splat = b.shuffle_vector(b.insert_element(undef, av, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+            new.append([b.call(fma, [splat, bv[t], accs[m][t]]) for t in range(nr // w)])
+        return new
+
+    def _tile_copy(self, tile, i0, j0, mr, nr, M, N, store, out, load_from_c):
+        """load_from_c given (the depth-block index): tile <- C (or 0 on the first block);
+        else C <- tile. Only positions inside [0, M) x [0, N) touch C."""
+        b = self.b
+        with for_range(b, _i64(0), _i64(mr), "tm") as tm:
+            with for_range(b, _i64(0), _i64(nr), "tj") as tj:
+                self.scopes.append({})
+                i, j = b.add(i0, tm), b.add(j0, tj)
+                ok = b.and_(b.icmp_signed("<", i, _i64(M)), b.icmp_signed("<", j, _i64(N)))
+                self.vars[self.pat.i] = b.select(ok, i, _i64(0))
+                self.vars[self.pat.j] = b.select(ok, j, _i64(0))
+                slot = b.gep(tile, [b.add(b.mul(tm, _i64(nr)), tj)], inbounds=True, source_etype=F32)
+                addr = b.gep(out, [self.index(store.index)], inbounds=True, source_etype=F32)
+                if load_from_c is not None:
+                    use = b.and_(ok, b.icmp_signed(">", load_from_c, _i64(0)))
+                    c = b.load(addr, typ=F32)
+                    b.store(b.select(use, c, ir.Constant(F32, 0.0)), slot)
+                else:
+                    with b.if_then(ok):
+                        b.store(b.load(slot, typ=F32), addr)
+                self.scopes.pop()
