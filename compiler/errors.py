@@ -8,13 +8,24 @@ _PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + 
                   for d in ("compiler", "ir", "rewrites", "backends"))
 
 
+_PKG_NAMES = ("compiler", "ir", "rewrites", "backends")
+
+
+def _is_internal(frame) -> bool:
+    path = os.path.abspath(frame.f_code.co_filename)
+    if path.startswith(_PKG_DIRS) or "importlib" in path:
+        return True
+    # code generated at run time for our classes (dataclass __init__ reads "<string>")
+    module = frame.f_globals.get("__name__", "")
+    return module.split(".")[0] in _PKG_NAMES and frame.f_code.co_filename.startswith("<")
+
+
 def user_location() -> str:
     """'file:line' of the innermost stack frame outside Saturn's own packages."""
     f = sys._getframe(1)
     while f is not None:
-        path = os.path.abspath(f.f_code.co_filename)
-        if not path.startswith(_PKG_DIRS) and "importlib" not in path:
-            return f"{path}:{f.f_lineno}"
+        if not _is_internal(f):
+            return f"{os.path.abspath(f.f_code.co_filename)}:{f.f_lineno}"
         f = f.f_back
     return "<unknown>"
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+from compiler.errors import ShapeError
 from compiler.tensor import Tensor
 
 
@@ -19,7 +20,11 @@ def mlp(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> Tensor:
 
 def transformer_block(x, ln1_w, ln1_b, wq, wk, wv, wo, ln2_w, ln2_b, w1, b1, w2, b2, heads: int):
     """Pre-norm block: x + attn(ln1(x)); then + mlp(ln2(.)). x: (batch, seq, dim)."""
+    if x.ndim != 3:
+        raise ShapeError(f"x must be (batch, seq, dim), got shape {x.shape}", "transformer_block")
     b, s, d = x.shape
+    if heads < 1 or d % heads:
+        raise ShapeError(f"model width {d} is not divisible by heads={heads}", "transformer_block")
     hd = d // heads
     h = x.layer_norm((d,), ln1_w, ln1_b)
 

@@ -54,21 +54,26 @@ def broadcast_shapes(op: str, *shapes) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _norm_axis(op: str, axis: int, ndim: int) -> int:
+def _norm_axis(op: str, axis: int, ndim, shape: tuple | None = None) -> int:
+    """`axis` as a non-negative index into `ndim` axes (`shape`, when given, goes in the message)."""
     if not isinstance(axis, int) or isinstance(axis, bool):
-        raise ShapeError(f"axis must be an int, got {axis!r}", op)
+        if hasattr(axis, "__index__") and not isinstance(axis, bool):
+            axis = operator.index(axis)
+        else:
+            raise ShapeError(f"axis must be an int, got {axis!r}", op)
     if not -ndim <= axis < max(ndim, 1):
-        raise ShapeError(f"axis {axis} is out of range for a tensor of rank {ndim}", op)
+        of = f"shape {tuple(shape)} (rank {ndim})" if shape is not None else f"a tensor of rank {ndim}"
+        raise ShapeError(f"axis {axis} is out of range for {of}", op)
     return axis % ndim if ndim else 0
 
 
-def _norm_axes(op: str, axis, ndim: int) -> tuple[int, ...]:
+def _norm_axes(op: str, axis, ndim: int, shape: tuple | None = None) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
-    out = tuple(_norm_axis(op, a, ndim) for a in axes)
+    axes = (axis,) if isinstance(axis, int) or hasattr(axis, "__index__") else tuple(axis)
+    out = tuple(_norm_axis(op, a, ndim, shape) for a in axes)
     if len(set(out)) != len(out):
-        raise ShapeError(f"repeated axis in {axis}", op)
+        raise ShapeError(f"repeated axis in {axis} for shape {shape}", op)
     return out
 
 
@@ -98,7 +103,7 @@ class Tensor:
         return self.node.numel
 
     def size(self, axis: int | None = None):
-        return self.shape if axis is None else self.shape[_norm_axis("size", axis, self.ndim)]
+        return self.shape if axis is None else self.shape[_norm_axis("size", axis, self.ndim, self.shape)]
 
     def __repr__(self) -> str:
         return f"Tensor(shape={self.shape}, dtype={self.dtype.value})"
@@ -114,7 +119,13 @@ class Tensor:
     # --- construction helpers -------------------------------------------------------------
     @staticmethod
     def full(shape, value: Scalar, dtype="f32") -> "Tensor":
-        return Tensor(N.const(value, tuple(shape), as_dtype(dtype)))
+        try:
+            dt = as_dtype(dtype)
+        except TypeError as e:
+            raise DTypeError(str(e), "full") from None
+        if _as_scalar(value) is None:
+            raise DTypeError(f"fill value must be a scalar, got {type(value).__name__}", "full")
+        return Tensor(N.const(_as_scalar(value), tuple(shape), dt))
 
     def _const(self, value: Scalar, dtype: DType | None = None) -> "Tensor":
         return Tensor.full(self.shape, value, dtype or self.dtype)
@@ -163,6 +174,8 @@ class Tensor:
         a, b = self._coerce(o, "mod")
         if reverse:
             a, b = b, a
+        if a.dtype == DType.bool:
+            raise DTypeError("mod is not defined on bool", "mod")
         r = a.fmod(b)
         fix = (r.__ne__(0)).logical_and((r < 0).logical_xor(b < 0))
         return fix.where(r + b, r)
@@ -391,7 +404,7 @@ class Tensor:
 
     # --- reductions -----------------------------------------------------------------------
     def _reduce(self, op: Op, axis, keepdim: bool, name: str) -> "Tensor":
-        axes = _norm_axes(name, axis, self.ndim)
+        axes = _norm_axes(name, axis, self.ndim, self.shape)
         # bool sums count (i32); bool max is "any" (stays bool)
         x = self.astype(DType.i32) if self.dtype == DType.bool else self
         if not self.ndim or not axes:
@@ -416,7 +429,7 @@ class Tensor:
         return -((-self)._reduce(Op.MAX, axis, keepdim, "min"))
 
     def mean(self, axis=None, keepdim: bool = False):
-        axes = _norm_axes("mean", axis, self.ndim)
+        axes = _norm_axes("mean", axis, self.ndim, self.shape)
         return self._float()._mean(axes, keepdim)
 
     @_half_in_f32
@@ -426,7 +439,7 @@ class Tensor:
 
     def var(self, axis=None, keepdim: bool = False, correction: int = 1):
         """Variance with `correction` (1: unbiased, like torch.var; 0: like np.var)."""
-        axes = _norm_axes("var", axis, self.ndim)
+        axes = _norm_axes("var", axis, self.ndim, self.shape)
         return self._float()._var(axes, keepdim, correction)
 
     @_half_in_f32
@@ -437,7 +450,7 @@ class Tensor:
         return (d * d).sum(axes, keepdim) * (1.0 / denom if denom else float("nan"))
 
     def softmax(self, axis: int = -1):
-        return self._float()._softmax(_norm_axis("softmax", axis, self.ndim))
+        return self._float()._softmax(_norm_axis("softmax", axis, self.ndim, self.shape))
 
     @_half_in_f32
     def _softmax(self, axis):
@@ -445,7 +458,7 @@ class Tensor:
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: int = -1):
-        return self._float()._log_softmax(_norm_axis("log_softmax", axis, self.ndim))
+        return self._float()._log_softmax(_norm_axis("log_softmax", axis, self.ndim, self.shape))
 
     @_half_in_f32
     def _log_softmax(self, axis):
@@ -558,7 +571,7 @@ class Tensor:
     def flatten(self, start: int = 0, end: int = -1) -> "Tensor":
         if not self.ndim:
             return self.reshape(1)
-        s, e = _norm_axis("flatten", start, self.ndim), _norm_axis("flatten", end, self.ndim)
+        s, e = _norm_axis("flatten", start, self.ndim, self.shape), _norm_axis("flatten", end, self.ndim, self.shape)
         return self.reshape(self.shape[:s] + (math.prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def unsqueeze(self, axis: int) -> "Tensor":
@@ -566,13 +579,13 @@ class Tensor:
         return self.reshape(self.shape[:axis] + (1,) + self.shape[axis:])
 
     def squeeze(self, axis=None) -> "Tensor":
-        axes = _norm_axes("squeeze", axis, self.ndim) if axis is not None else \
+        axes = _norm_axes("squeeze", axis, self.ndim, self.shape) if axis is not None else \
             tuple(i for i, s in enumerate(self.shape) if s == 1)
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if not (i in axes and s == 1)))
 
     def permute(self, *order) -> "Tensor":
         order = tuple(order[0]) if len(order) == 1 and isinstance(order[0], (tuple, list)) else tuple(order)
-        norm = tuple(_norm_axis("permute", a, self.ndim) for a in order)
+        norm = tuple(_norm_axis("permute", a, self.ndim, self.shape) for a in order)
         if sorted(norm) != list(range(self.ndim)):
             raise ShapeError(f"{order} is not a permutation of the {self.ndim} axes of {self.shape}", "permute")
         if norm == tuple(range(self.ndim)):
@@ -580,7 +593,7 @@ class Tensor:
         return self._move(lambda st: st.permute(norm))
 
     def transpose(self, a: int = -2, b: int = -1) -> "Tensor":
-        a, b = _norm_axis("transpose", a, self.ndim), _norm_axis("transpose", b, self.ndim)
+        a, b = _norm_axis("transpose", a, self.ndim, self.shape), _norm_axis("transpose", b, self.ndim, self.shape)
         order = list(range(self.ndim))
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
@@ -606,7 +619,7 @@ class Tensor:
         return x._move(lambda st: st.expand(shape))
 
     def slice(self, axis: int, start: int | None = None, stop: int | None = None, step: int = 1) -> "Tensor":
-        axis = _norm_axis("slice", axis, self.ndim)
+        axis = _norm_axis("slice", axis, self.ndim, self.shape)
         index = [slice(None)] * self.ndim
         index[axis] = slice(start, stop, step)
         return self[tuple(index)]
@@ -679,7 +692,7 @@ def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
     if not tensors:
         raise ShapeError("cat of no tensors", "cat")
     ref = tensors[0]
-    axis = _norm_axis("cat", axis, ref.ndim)
+    axis = _norm_axis("cat", axis, ref.ndim, ref.shape)
     for t in tensors[1:]:
         if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape)) if i != axis):
             raise ShapeError(f"shapes {[x.shape for x in tensors]} differ outside axis {axis}", "cat")
