@@ -46,8 +46,8 @@ class CUDAExecutable:
             arr = np.ascontiguousarray(a, dtype=node.dtype.np)
             if arr.size != node.numel:
                 raise ValueError(f"input {node.arg} has {arr.size} elements, expected {node.numel}")
-            if arr.size:
-                drv.memcpy_htod(buffers[node], arr)
+            if arr.size:   # as bytes: bf16 (ml_dtypes) arrays do not export a buffer
+                drv.memcpy_htod(buffers[node], arr.reshape(-1).view(np.uint8))
 
     def launch_all(self, args_lists=None, stream=None) -> None:
         args_lists = args_lists or self._args
@@ -66,7 +66,7 @@ class CUDAExecutable:
         for o in self.graph.outputs:
             arr = np.empty(o.shape, dtype=o.dtype.np)
             if arr.size:
-                self.rt.drv.memcpy_dtoh(arr, self.buffers[o])
+                self.rt.drv.memcpy_dtoh(arr.reshape(-1).view(np.uint8), self.buffers[o])
             outs.append(arr)
         return outs
 

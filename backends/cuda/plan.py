@@ -95,7 +95,7 @@ def _row_shape(root: Node, nodes: list[Node], materialized: set[Node]) -> tuple 
     if not reds:
         return None
     S = reds[0].srcs[0].shape
-    if not S:
+    if not S or S[-1] == 1:       # rows of one element: nothing to reduce across threads
         return None
     P = S[:-1] + (1,)
     last = (len(S) - 1,)

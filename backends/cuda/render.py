@@ -119,7 +119,8 @@ def render_elementwise(name: str, step: Step, M: set[Node], sched: Schedule) -> 
                 tuple(s for s, d in zip(ostr, o.shape) if d != 1):
             continue
         cached.append((x, acc))
-    vec = _vec_for([o.dtype.itemsize] + [a.dtype.itemsize for _, a in cached], N)
+    # the tail (N not a multiple of vec) takes the scalar path, so N need not divide
+    vec = _vec_for([o.dtype.itemsize] + [a.dtype.itemsize for _, a in cached], 8)
     cached = [(x, a) for x, a in cached if a.offset % vec == 0]
     lines = [f'extern "C" __global__ void __launch_bounds__({sched.ew_block}) {name}({params}) {{',
              f"  const {it} base = ((({it})blockIdx.x) * {sched.ew_block} + threadIdx.x) * {vec};",
@@ -216,7 +217,7 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
         if x.shape != S or x is o or not is_buffer_read(x, M):
             continue
         acc = resolve(x, lambda n: n in names)
-        if acc is None or acc.strides[-1] != 1:
+        if acc is None or acc.strides[-1] != 1 or not x.dtype.is_float:
             continue
         cached.append((x, acc))
     # keep only the outermost reads (a cached node's own sources need no cache)
@@ -236,7 +237,7 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
         tpr = sched.row_threads
     else:
         tpr = 32
-        while tpr < 1024 and tpr * 4 < nv:
+        while tpr < 512 and tpr * 4 < nv:
             tpr *= 2
     items = (nv + tpr - 1) // tpr
     use_cache = items <= 16
@@ -390,39 +391,93 @@ def _merge(axes: list[int], sizes, strides_a, strides_c):
     return size, strides_a[inner], strides_c[inner], axes[:j]
 
 
+def _pure_half_read(side: Node, names: dict[Node, str]):
+    """The half dtype of an operand that is a buffer read through views and lossless casts only
+    (its values are exact in that dtype), else None."""
+    from backends.cuda.plan import is_lossless_cast
+    n = side
+    while n not in names:
+        if n.op == Op.VIEW or is_lossless_cast(n):
+            n = n.srcs[0]
+        else:
+            return None
+    return n.dtype if n.dtype in HALVES else None
+
+
 def tc_plan(step: Step, names: dict[Node, str]):
-    """The tensor-core GEMM's index maps for this step, or (None, reason)."""
+    """The tensor-core GEMM's index maps and operand modes for this step, or (None, reason).
+    An operand that cp.async cannot copy (not one strided view, or rows not 16-byte aligned) is
+    gathered element by element, as long as its values are exact in the half type."""
     g = step.gemm
     x = g.mul
+    ta, tb = _pure_half_read(g.a, names), _pure_half_read(g.b, names)
+    if ta is None or tb is None or ta != tb:
+        return None, "operands are not one half type (tensor cores take f16/bf16 pairs)"
     acc_a = resolve(g.a, lambda n: n in names)
     acc_b = resolve(g.b, lambda n: n in names)
-    if acc_a is None or acc_b is None:
-        return None, "operand is not a strided buffer read"
-    if acc_a.dtype != acc_b.dtype or acc_a.dtype not in HALVES:
-        return None, f"operands {acc_a.dtype.value}/{acc_b.dtype.value}: tensor cores take f16/bf16 pairs"
     k = g.k_axis
-    if acc_a.strides[k] != 1:
-        return None, "A is not k-contiguous"
     cR = contiguous_strides(g.reduce.shape)
     sizes = x.shape
-    m, a_sm, c_sm, left_m = _merge(list(g.m_axes), sizes, acc_a.strides, cR)
-    n, b_sn, c_sn, left_n = _merge(list(g.n_axes), sizes, acc_b.strides, cR)
+    sa = acc_a.strides if acc_a is not None else cR
+    sb = acc_b.strides if acc_b is not None else cR
+    m, a_sm, c_sm, left_m = _merge(list(g.m_axes), sizes, sa, cR)
+    n, b_sn, c_sn, left_n = _merge(list(g.n_axes), sizes, sb, cR)
     if m < 16 or n < 16:
         return None, "too small for tensor-core tiles"
-    if acc_b.strides[k] == 1:
-        layout = "nk"
-    elif b_sn == 1:
-        layout = "kn"
+    a_gather = acc_a is None or acc_a.strides[k] != 1
+    if acc_b is not None and acc_b.strides[k] == 1:
+        layout, b_gather = "nk", False
+    elif acc_b is not None and b_sn == 1:
+        layout, b_gather = "kn", False
     else:
-        return None, "B has neither k nor n contiguous"
-    batch = []
-    for ax in list(g.batch_axes) + left_m + left_n:
-        batch.append((sizes[ax], acc_a.strides[ax], acc_b.strides[ax], cR[ax]))
-    shape = gemm_tc.GemmShape(m, n, x.shape[k], tuple(batch), acc_a.offset, a_sm, acc_b.offset, layout,
-                              acc_b.strides[k], b_sn, c_sm, c_sn)
-    if not gemm_tc.tc_aligned(shape):
-        return None, "rows not 16-byte aligned"
-    return (shape, acc_a, acc_b), ""
+        layout, b_gather = "nk", True
+    batch_axes = list(g.batch_axes) + left_m + left_n
+    batch = tuple((sizes[ax], sa[ax] if acc_a is not None else 0, sb[ax] if acc_b is not None else 0, cR[ax])
+                  for ax in batch_axes)
+    K = x.shape[k]
+    b_sk = acc_b.strides[k] if acc_b is not None else 0
+    shape = gemm_tc.GemmShape(m, n, K, batch, acc_a.offset if acc_a is not None else 0, a_sm,
+                              acc_b.offset if acc_b is not None else 0, layout, b_sk, b_sn, c_sm, c_sn)
+    # cp.async needs every 16-byte chunk of a row inside the row and aligned
+    a_rows = [shape.a_off, shape.a_sm, K] + [b[1] for b in batch]
+    b_rows = [shape.b_off] + [b[2] for b in batch] + ([b_sk, n] if layout == "kn" else [b_sn, K])
+    a_gather = a_gather or any(v % 8 for v in a_rows)
+    b_gather = b_gather or any(v % 8 for v in b_rows)
+    if b_gather:
+        shape = gemm_tc.GemmShape(m, n, K, batch, shape.a_off, a_sm, 0, "nk", 0, 0, c_sm, c_sn)
+    groups = (batch_axes, list(g.m_axes)[len(left_m):], list(g.n_axes)[len(left_n):])
+    return (shape, acc_a, acc_b, a_gather, b_gather, ta, groups), ""
+
+
+def _loaders(name: str, step: Step, names: dict[Node, str], params: str, groups) -> str:
+    """lda_/ldb_/cflat_<name>: operand elements and output offsets from (batch, m, n, k) indices,
+    rendered from the operands' own views (any layout)."""
+    from backends.cuda.cexpr import flat_offset
+    g = step.gemm
+    sizes = g.mul.shape
+    batch_axes, m_axes, n_axes = groups
+    b_sizes = tuple(sizes[a] for a in batch_axes)
+    m_sizes = tuple(sizes[a] for a in m_axes)
+    n_sizes = tuple(sizes[a] for a in n_axes)
+
+    def full_index(bz: str, mm: str, nn: str, kk: str):
+        idx = ["0"] * len(sizes)
+        for axes, e, sz in ((batch_axes, bz, b_sizes), (m_axes, mm, m_sizes), (n_axes, nn, n_sizes)):
+            for a, v in zip(axes, unflatten(e, sz)):
+                idx[a] = v
+        idx[g.k_axis] = kk
+        return tuple(idx)
+
+    out = []
+    for fn, side, args in ((f"lda_{name}", g.a, "long long bz, int m, int k"),
+                           (f"ldb_{name}", g.b, "long long bz, int k, int n")):
+        em = Emitter(names, indent="  ")
+        idx = full_index("bz", "m" if side is g.a else "0", "n" if side is g.b else "0", "k")
+        v = em.value(side, idx)
+        out.append(f"DEV float {fn}({params}, {args}) {{\n" + "\n".join(em.lines) + f"\n  return (float)({v});\n}}")
+    cflat = flat_offset(full_index("bz", "row", "col", "0"), contiguous_strides(g.reduce.shape))
+    out.append(f"DEV long long cflat_{name}(long long bz, int row, int col) {{ return {cflat}; }}")
+    return "\n".join(out)
 
 
 def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
@@ -432,16 +487,19 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
     out_t = C_STORAGE[o.dtype]
     tc, why = tc_plan(step, names) if sched.use_tensor_cores else (None, "tensor cores off")
     if tc is not None:
-        shape, acc_a, acc_b = tc
+        shape, acc_a, acc_b, a_gather, b_gather, dt, groups = tc
         cfg = sched.tc or default_tc(shape)
-        cR = contiguous_strides(o.shape)
         pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
             and o.dtype in (DType.f16, DType.bf16, DType.f32)
-        src = gemm_tc.render(name, acc_a.dtype.value, shape, cfg, params, call, epi, out_t, pair,
-                             names[acc_a.buffer], names[acc_b.buffer])
+        loaders = _loaders(name, step, names, params, groups) if (a_gather or b_gather) else ""
+        src = gemm_tc.render(name, dt.value, shape, cfg, params, call, epi, out_t, pair,
+                             names[acc_a.buffer] if acc_a is not None else "in0",
+                             names[acc_b.buffer] if acc_b is not None else "in0",
+                             a_gather, b_gather, loaders)
+        mode = ("A gathered " if a_gather else "") + ("B gathered " if b_gather else "")
         return src, Launch(name, "gemm_tc", gemm_tc.grid(shape, cfg), (cfg.threads, 1, 1),
                            cfg.smem_bytes(shape.b_layout), o, step.inputs,
-                           f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} B={shape.b_layout} "
+                           f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} B={shape.b_layout} {mode}"
                            f"tile={cfg.bm}x{cfg.bn}x{cfg.bk} warps={cfg.warps_m}x{cfg.warps_n} stages={cfg.stages}")
     return _render_simt(name, step, M, sched, params, call, names, epi, why)
 
@@ -466,29 +524,7 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
     m, n, k = math.prod(m_sizes), math.prod(n_sizes), sizes[g.k_axis]
     nb = math.prod(b_sizes)
 
-    def full_index(bz: str, mm: str, nn: str, kk: str):
-        idx = ["0"] * len(sizes)
-        for a, e in zip(g.batch_axes, unflatten(bz, b_sizes)):
-            idx[a] = e
-        for a, e in zip(g.m_axes, unflatten(mm, m_sizes)):
-            idx[a] = e
-        for a, e in zip(g.n_axes, unflatten(nn, n_sizes)):
-            idx[a] = e
-        idx[g.k_axis] = kk
-        return tuple(idx)
-
-    loaders = []
-    for fn, side, args in ((f"lda_{name}", g.a, "long long bz, int m, int k"),
-                           (f"ldb_{name}", g.b, "long long bz, int k, int n")):
-        em = Emitter(names, indent="  ")
-        idx = full_index("bz", "m" if side is g.a else "0", "n" if side is g.b else "0", "k")
-        v = em.value(side, idx)
-        loaders.append(f"DEV float {fn}({params}, {args}) {{\n" + "\n".join(em.lines) + f"\n  return (float)({v});\n}}")
-    cR = contiguous_strides(g.reduce.shape)
-    cidx = full_index("bz", "row", "col", "0")
-    from backends.cuda.cexpr import flat_offset
-    cflat = flat_offset(cidx, cR)
-    loaders.append(f"DEV long long cflat_{name}(long long bz, int row, int col) {{ return {cflat}; }}")
+    loaders = [_loaders(name, step, names, params, (list(g.batch_axes), list(g.m_axes), list(g.n_axes)))]
     acc_a = resolve(g.a, lambda q: q in names)
     acc_b = resolve(g.b, lambda q: q in names)
     a_k = acc_a is not None and acc_a.strides[g.k_axis] == 1

@@ -88,11 +88,27 @@ def tc_aligned(shape: GemmShape) -> bool:
     return all(v % 8 == 0 for v in vals)
 
 
+def _gather_chunk(T: str, conv: str, loader: str, call_args: str, dst: str, r_expr: str, c_expr: str,
+                  bound: str, index: str) -> str:
+    """Eight elements read one by one through `loader` (any view, any alignment), stored as one
+    16-byte chunk: the path for operands that cp.async cannot copy."""
+    return f"""
+      {{
+        uint4 v; {T}* e = reinterpret_cast<{T}*>(&v);
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) e[j] = ({bound}) ? {conv}({loader}({call_args}, {index})) : {conv}(0.f);
+        *reinterpret_cast<uint4*>({dst}) = v;
+      }}"""
+
+
 def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, call_args: str,
-           epilogue: str, out_type: str, pair_store: bool, a_name: str = "A", b_name: str = "B") -> str:
+           epilogue: str, out_type: str, pair_store: bool, a_name: str = "A", b_name: str = "B",
+           a_gather: bool = False, b_gather: bool = False, loaders: str = "") -> str:
     """The kernel `name`. `params` is the C parameter list (first is `out`), `call_args` the
     matching argument names, `epilogue` a device function epi_<name>(params..., long long flat, float acc)
-    returning the output's compute value. `out_type` is the output's storage type."""
+    returning the output's compute value. `out_type` is the output's storage type.
+    a_gather / b_gather: read that operand through lda_<name>/ldb_<name> (in `loaders`) instead
+    of cp.async (B is then staged k-contiguous, as for "nk")."""
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     mma = "mma_f16" if dtype == "f16" else "mma_bf16"
     pack2 = "__floats2half2_rn" if out_type == "__half" else "__floats2bfloat162_rn"
@@ -101,13 +117,24 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
     wtm, wtn = cfg.bm // cfg.warps_m, cfg.bn // cfg.warps_n
     mi, ni = wtm // 16, wtn // 8
     a_ld = cfg.bk + PAD
-    kn = shape.b_layout == "kn"
+    kn = shape.b_layout == "kn" and not b_gather
     b_ld = (cfg.bn + PAD) if kn else (cfg.bk + PAD)
     a_stage = cfg.bm * a_ld
     b_stage = (cfg.bk * b_ld) if kn else (cfg.bn * b_ld)
     a_chunks = cfg.bm * cfg.bk // 8 // cfg.threads
     b_chunks = cfg.bk * cfg.bn // 8 // cfg.threads
     a_off, b_off, c_off = batch_offsets(shape)
+    tconv = "__float2half_rn" if dtype == "f16" else "__float2bfloat16_rn"
+    if b_gather:
+        b_load = f"""
+    #pragma unroll
+    for (int i = 0; i < {b_chunks}; ++i) {{
+      int c = tid + i * {cfg.threads};
+      int r = c / {cfg.bk // 8}, ck = (c % {cfg.bk // 8}) * 8;
+      int gn = n0 + r, gk = k0 + ck;""" + _gather_chunk(T, tconv, f"ldb_{name}", call_args,
+                                                     f"sB + stage * {b_stage} + r * {b_ld} + ck", "",
+                                                     "", f"gn < {shape.n} && gk + j < {shape.k}", "bz, gk + j, gn") + """
+    }"""
     if kn:
         b_load = f"""
     #pragma unroll
@@ -127,7 +154,8 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
           ldsm_x4_t(bf[2 * j][0], bf[2 * j][1], bf[2 * j + 1][0], bf[2 * j + 1][1], smem_u32(tB + kr * {b_ld} + nc));
         }}"""
     else:
-        b_load = f"""
+        if not b_gather:
+            b_load = f"""
     #pragma unroll
     for (int i = 0; i < {b_chunks}; ++i) {{
       int c = tid + i * {cfg.threads};
@@ -144,6 +172,14 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
           int kc = kk + ((lane >> 3) & 1) * 8;
           ldsm_x4(bf[2 * j][0], bf[2 * j][1], bf[2 * j + 1][0], bf[2 * j + 1][1], smem_u32(tB + nr * {b_ld} + kc));
         }}"""
+    if a_gather:
+        a_load = _gather_chunk(T, tconv, f"lda_{name}", call_args, f"sA + stage * {a_stage} + r * {a_ld} + ck",
+                               "", "", f"gm < {shape.m} && gk + j < {shape.k}", "bz, gm, gk + j")
+    else:
+        a_load = f"""
+      bool ok = gm < {shape.m} && gk < {shape.k};
+      const {T}* src = ok ? Ab + (long long)gm * {shape.a_sm} + gk : Ab;
+      cp_async16(smem_u32(sA + stage * {a_stage} + r * {a_ld} + ck), src, ok ? 16 : 0);"""
     if pair_store:
         store = f"""
           if (col + 1 < {shape.n}) {{
@@ -162,6 +198,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
           if (col < {shape.n}) out[flat] = {conv}(epi_{name}({call_args}, flat, acc[i][j][2 * h]));
           if (col + 1 < {shape.n}) out[flat + {shape.c_sn}] = {conv}(epi_{name}({call_args}, flat + {shape.c_sn}, acc[i][j][2 * h + 1]));"""
     return f"""
+{loaders}
 {epilogue}
 
 extern "C" __global__ void __launch_bounds__({cfg.threads}) {name}({params}) {{
@@ -189,10 +226,7 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}) {name}({params}) {{
     for (int i = 0; i < {a_chunks}; ++i) {{
       int c = tid + i * {cfg.threads};
       int r = c / {cfg.bk // 8}, ck = (c % {cfg.bk // 8}) * 8;
-      int gm = m0 + r, gk = k0 + ck;
-      bool ok = gm < {shape.m} && gk < {shape.k};
-      const {T}* src = ok ? Ab + (long long)gm * {shape.a_sm} + gk : Ab;
-      cp_async16(smem_u32(sA + stage * {a_stage} + r * {a_ld} + ck), src, ok ? 16 : 0);
+      int gm = m0 + r, gk = k0 + ck;{a_load}
     }}{b_load}
   }};
 
