@@ -95,16 +95,18 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
 
     # PyTorch contenders and the reference output
     contenders: list = []
-    tensors = None
+    tensors = sets = None
     if env is not None:
-        tensors = [env.tensor(a) for a in arrays]
+        sets = env.input_sets(arrays)
+        tensors = sets[0]
+        rec["torch_input_copies"] = len(sets)
         fns = {"eager": (case.torch_fn, False), "compile": (case.torch_fn, True)}
         fns.update({k: (f, False) for k, f in case.extra_peers.items()})
         for name in s.peers:
             if name not in fns:
                 continue
             fn, compile_it = fns[name]
-            c = TorchContender(name, fn, env, tensors, compile_it)
+            c = TorchContender(name, fn, env, sets, compile_it)
             try:
                 secs = c.prepare()
                 rec["peers"][name] = {"compile_s": secs} if compile_it else {}
@@ -147,7 +149,7 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
         for name, d in [("saturn", rec["saturn"])] + list(rec["peers"].items()):
             if d.get("median_s"):
                 rec["speedup_vs_eager"][name] = eager / d["median_s"]
-    del tensors, contenders
+    del tensors, contenders, sets
     if env is not None:
         env.free()
     return rec
