@@ -88,3 +88,13 @@ def test_structural_hash_differs_for_different_programs():
     g2 = compiler.trace(lambda x: x.log(), compiler.spec((4,)))
     g3 = compiler.trace(lambda x: x.exp(), compiler.spec((5,)))
     assert len({g1.structural_hash(), g2.structural_hash(), g3.structural_hash()}) == 3
+
+
+def test_docs_show_the_current_softmax_and_view_printouts():
+    import os
+    doc = open(os.path.join(os.path.dirname(__file__), "..", "docs", "ir.md")).read()
+    g = compiler.trace(lambda x: x.softmax(-1), compiler.spec((4, 7)))
+    assert str(g) in doc, "docs/ir.md: update the printed softmax graph"
+    assert f"That is {g.num_compute_ops()} compute ops" in doc
+    v = compiler.trace(lambda x: x.permute(1, 0).reshape(28)[::3].pad([(1, 2)], -1.0), compiler.spec((4, 7)))
+    assert str(v) in doc, "docs/ir.md: update the printed view example"
