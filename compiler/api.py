@@ -141,10 +141,14 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
             raise TypeError(f"compile() got an unexpected option {k!r}")
         setattr(opts, k, v)
     name = getattr(fn, "__name__", "function")
+    variant = _odd_variant(fn, specs) if opts.odd_shapes else None
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
                     device=device, candidates=candidates, options=opts,
                     progress=Progress(f"{name} for {target}", quiet=quiet),
-                    variant=_odd_variant(fn, specs) if opts.odd_shapes else None)
+                    variant=variant)
+    if opts.odd_shapes and variant is None:
+        result.notes.append("odd shapes not checked: the function does not trace at odd shapes "
+                            f"({', '.join(str(list(s.shape)) for s in odd_specs(specs))}) or has none")
     state = "off"
     if use_cache:
         result.cache = "miss" + (f" ({why_not})" if why_not not in ("", "miss") else "")

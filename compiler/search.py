@@ -24,9 +24,12 @@ import numpy as np
 from compiler import verify
 from compiler.progress import Progress
 from compiler.timing import format_seconds, median
-from compiler.workers import Trial, WorkerFailure, WorkerPool, _WorkerState, handle
+from compiler.workers import Trial, WorkerFailure, _WorkerState, handle, shared_pool
 from ir.graph import Graph
 from ir.interpreter import evaluate
+
+
+INTERLEAVE = 4  # slices each timing round is cut into, taken in turn by the trials
 
 
 class SearchError(RuntimeError):
@@ -221,19 +224,26 @@ def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes
 class _Runner:
     """Sends verify/time requests to isolated workers (or runs them in-process)."""
 
-    def __init__(self, options: SearchOptions, data_requests: list):
-        self.options, self.data_requests = options, data_requests
+    def __init__(self, options: SearchOptions):
+        self.options = options
+        self.data_requests: list = []   # ("data", key, ...) requests every worker gets before work
         n = options.workers or min(os.cpu_count() or 1, 4)
-        self.pool = WorkerPool(n) if options.isolate else None
+        self.pool = shared_pool(n) if options.isolate else None
         self.local = None if options.isolate else _WorkerState()
-        if self.local is not None:
-            for req in data_requests:
-                handle(self.local, req)
+        for i in range(self.size if self.pool else 0):
+            self.pool.get(i)
 
     def _worker(self, i: int):
+        w = self.pool.get(i)
         for req in self.data_requests:
             w = self.pool.ensure_data(i, req, self.options.timeout)
         return w
+
+    def _local(self):
+        for req in self.data_requests:
+            if req[1] not in self.local.data:
+                handle(self.local, req)
+        return self.local
 
     @property
     def size(self) -> int:
@@ -241,7 +251,7 @@ class _Runner:
 
     def close(self):
         if self.pool:
-            self.pool.close()
+            self.pool.reset()
 
     def verify_all(self, trials, backend_spec, deadline, on_done):
         """Build and verify `trials` on all workers at once; call on_done(trial) after each."""
@@ -249,7 +259,7 @@ class _Runner:
         if self.local is not None:
             while queue:
                 t = queue.popleft()
-                self._record_check(t, handle(self.local, ("verify", self._msg(t, backend_spec))))
+                self._record_check(t, handle(self._local(), ("verify", self._msg(t, backend_spec))))
                 on_done(t)
             return
         running: dict[int, tuple[TrialRecord, float]] = {}
@@ -270,11 +280,19 @@ class _Runner:
             if not running:
                 break
             now = time.perf_counter()
-            wait = min(start + self.options.timeout - now for _, start in running.values())
+            # once the budget is spent and something passed, nothing still running is waited for
+            stop = deadline if any(x.status == "verified" for x in trials) else float("inf")
+            wait = min(min(start + self.options.timeout for _, start in running.values()), stop) - now
             fds = {self.pool.workers[i].fileno(): i for i in running}
             ready, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
             done = [fds[f] for f in ready]
             now = time.perf_counter()
+            if not done and now >= stop:
+                for i, (t, _) in running.items():
+                    self.pool.workers[i].kill()
+                    t.status, t.reason = "skipped", "budget spent while it was being built or verified"
+                running.clear()
+                break
             done += [i for i, (_, start) in running.items() if i not in done and now >= start + self.options.timeout]
             for i in done:
                 t, start = running.pop(i)
@@ -289,9 +307,22 @@ class _Runner:
             t.status, t.reason = "skipped", "budget spent before it was verified"
 
     @staticmethod
-    def _msg(t: TrialRecord, backend_spec) -> Trial:
-        return Trial(t.id, backend_spec, t.graph, t.schedule, "main", t.variant_graph,
-                     "odd" if t.variant_graph is not None else "")
+    def _msg(t: TrialRecord, backend_spec, variant: bool = False) -> Trial:
+        return Trial(t.id, backend_spec, t.graph, t.schedule, "main",
+                     t.variant_graph if variant else None, "odd" if variant else "")
+
+    def check_variant(self, t: TrialRecord, backend_spec) -> None:
+        """Verify `t` at odd shapes (done for finalists only: it costs another build)."""
+        req = ("verify_variant", self._msg(t, backend_spec, variant=True))
+        try:
+            res = handle(self._local(), req) if self.local is not None else \
+                self._worker(max(t.worker, 0)).call(req, self.options.timeout)
+        except WorkerFailure as e:
+            res = verify.CheckResult(False, f"at odd shapes: {e.reason}")
+        if res.ok:
+            t.note = res.note
+        else:
+            t.status, t.reason = "rejected", res.reason
 
     @staticmethod
     def _record_check(t: TrialRecord, res: verify.CheckResult):
@@ -302,7 +333,7 @@ class _Runner:
     def time(self, t: TrialRecord, backend_spec, warmup: int, repeat: int) -> list[float]:
         req = ("time", self._msg(t, backend_spec), warmup, repeat)
         if self.local is not None:
-            return handle(self.local, req)
+            return handle(self._local(), req)
         i = t.worker if t.worker >= 0 else 0
         w = self._worker(i)
         budget = max(self.options.timeout, 20 * (warmup + repeat) * max(t.run_s, 1e-4))
@@ -342,15 +373,16 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
             t.status, t.reason = "rejected", f"not a valid candidate: {bad}"
     todo = [t for t in trials if t.status == "pending"]
 
+    runner = _Runner(options)   # workers start up while the reference outputs are computed
     input_sets = verify.verification_inputs(graph, options.seed)
     expected = [evaluate(graph, s) for s in input_sets]
     out_dtypes = [o.dtype for o in graph.outputs]
-    data = [("data", "main", input_sets, expected, out_dtypes)]
+    runner.data_requests.append(("data", "main", input_sets, expected, out_dtypes))
     if variant is not None:
         _attach_variants(todo, graph, variant, explored, options, notes)
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-        data.append(("data", "odd", odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs], out_dtypes))
-    runner = _Runner(options, data)
+        runner.data_requests.append(("data", "odd", odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs],
+                                     out_dtypes))
     counts = {"tried": 0, "verified": 0, "rejected": 0}
     progress.update(total=len(todo), **counts)
 
@@ -368,20 +400,29 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
         if not survivors:
             raise SearchError("no candidate passed verification:\n" +
                               "\n".join(f"  trial {t.id} ({t.description}, {t.schedule_text}): {t.status}: {t.reason}"
-                                        for t in trials))
+                                         for t in trials))
         progress.phase("timing")
         _successive_halving(runner, survivors, backend_spec, deadline, options, progress, notes)
-        result.seconds["timing"] = time.perf_counter() - t_verify
+        t_timing = time.perf_counter()
+        result.seconds["timing"] = t_timing - t_verify
+        # fastest first; each must also pass at odd shapes and build here before it is chosen
+        for t in sorted((t for t in survivors if t.rounds), key=_final_key):
+            if t.variant_graph is not None:
+                progress.phase("odd shapes")
+                runner.check_variant(t, backend_spec)
+                if t.status == "rejected":
+                    counts["verified"] -= 1
+                    counts["rejected"] += 1
+                    progress.update(**counts)
+                    continue
+            exe = _build_here(backend, t, input_sets[0], expected[0], out_dtypes, notes)
+            if exe is not None:
+                t.status = "chosen"
+                result.winner, result.executable = t, exe
+                break
+        result.seconds["final checks"] = time.perf_counter() - t_timing
     finally:
         runner.close()
-
-    ranked = sorted((t for t in survivors if t.rounds), key=_final_key)
-    for t in ranked:
-        exe = _build_here(backend, t, input_sets[0], expected[0], out_dtypes, notes)
-        if exe is not None:
-            t.status = "chosen"
-            result.winner, result.executable = t, exe
-            break
     if result.winner is None:
         raise SearchError("every verified candidate failed when built in the compiling process:\n" + "\n".join(notes))
     result.seconds["total"] = time.perf_counter() - t_start
@@ -431,16 +472,26 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
         affordable = int(remaining / rounds_left / (len(alive) * per_run * 1.25))
         cap = options.max_repeat if len(alive) > 1 else min(options.max_repeat, 20)  # a lone survivor is timed for the report only
         repeat = max(repeat, min(cap, affordable), options.min_repeat)
-        warmup = max(1, repeat // 5)
+        # interleave: every trial gets a slice of its runs in turn, so a change in machine load
+        # during the round hits all of them alike instead of whichever ran last
+        slices = min(INTERLEAVE, repeat) if len(alive) > 1 else 1
+        runs: dict[int, list[float]] = {t.id: [] for t in alive}
+        for k in range(slices):
+            n = repeat // slices + (1 if k < repeat % slices else 0)
+            warmup = max(1, repeat // 5) if k == 0 else 1
+            for t in alive:
+                if t.status == "rejected":
+                    continue
+                try:
+                    runs[t.id] += runner.time(t, backend_spec, warmup, n)
+                except WorkerFailure as e:
+                    t.status, t.reason, t.rounds = "rejected", f"failed while timing: {e.reason}", []
         for t in alive:
-            try:
-                times = runner.time(t, backend_spec, warmup, repeat)
-                t.rounds.append((repeat, median(times)))
+            if t.status != "rejected":
+                t.rounds.append((repeat, median(runs[t.id])))
                 t.status = "timed"
                 best = min(best, t.median)
-            except WorkerFailure as e:
-                t.status, t.reason, t.rounds = "rejected", f"failed while timing: {e.reason}", []
-            progress.update(best=best)
+        progress.update(best=best)
         alive = sorted((t for t in alive if t.status == "timed"), key=lambda t: (t.median, t.id))
         rounds_left -= 1
         if len(alive) <= 1 or time.perf_counter() >= deadline:

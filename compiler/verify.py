@@ -19,9 +19,12 @@ from ir.graph import Graph
 # Allowed error, relative to the largest magnitude in the reference output.
 TOLERANCE = {DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 3e-2}
 
-# Input distributions (seed offset, scale, shift): a standard normal, and a wider, shifted one
-# that exposes numerically fragile rewrites (softmax without the max shift, E[x^2]-E[x]^2, ...).
-INPUT_SETS = ((0, 1.0, 0.0), (1, 3.0, 2.0))
+# Input distributions (seed offset, scale, shift): a standard normal; a shifted one that exposes
+# cancellation (E[x^2] - E[x]^2); and, for f32, a wide one whose attention-style logits reach
+# hundreds, which exposes rewrites that drop softmax's max shift (exp(a - m) -> exp(a) * exp(-m)
+# overflows there). Half-precision programs get milder sets: their reference itself overflows early.
+INPUT_SETS = ((0, 1.0, 0.0), (1, 3.0, 2.0), (2, 8.0, 0.0))
+HALF_INPUT_SETS = ((0, 1.0, 0.0), (1, 2.0, 0.5))
 
 
 def random_inputs(graph: Graph, seed: int, scale: float = 1.0, shift: float = 0.0) -> list[np.ndarray]:
@@ -43,7 +46,9 @@ def random_inputs(graph: Graph, seed: int, scale: float = 1.0, shift: float = 0.
 
 def verification_inputs(graph: Graph, seed: int) -> list[list[np.ndarray]]:
     """The input sets every candidate of `graph` is checked on."""
-    return [random_inputs(graph, seed * 1000 + k, scale, shift) for k, scale, shift in INPUT_SETS]
+    halves = any(n.dtype in (DType.f16, DType.bf16) for n in graph.inputs)
+    sets = HALF_INPUT_SETS if halves else INPUT_SETS
+    return [random_inputs(graph, seed * 1000 + k, scale, shift) for k, scale, shift in sets]
 
 
 def compare(expected: np.ndarray, got, dtype: DType) -> str | None:

@@ -8,10 +8,12 @@ Workers are plain subprocesses rather than multiprocessing children so that the 
 a verified candidate on the worker that built it costs no rebuild.
 
 Requests: ("data", key, input_sets, expected_sets, out_dtypes) stores inputs once;
-("verify", trial) builds and checks a candidate; ("time", trial, warmup, repeat) times one.
+("verify", trial) builds and checks a candidate; ("verify_variant", trial) checks it at odd
+shapes; ("time", trial, warmup, repeat) times one.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import pickle
 import select
@@ -110,11 +112,15 @@ def handle(state: _WorkerState, request):
         except Exception as e:
             res = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
         res.build_s = build_s
-        if res.ok and trial.variant_graph is not None:
-            res = _check_variant(state, trial, res)
         if not res.ok:
             state.exes.pop(trial.id, None)
         return res
+    if kind == "reset":  # a new search begins: drop the previous one's inputs and executables
+        state.data.clear()
+        state.exes.clear()
+        return ("ok",)
+    if kind == "verify_variant":
+        return _check_variant(state, request[1], verify.CheckResult(True))
     if kind == "time":
         _, trial, warmup, repeat = request
         exe = state.build(trial)
@@ -296,6 +302,18 @@ class WorkerPool:
             w.data_keys.add(key)
         return w
 
+    def reset(self, timeout: float = 10.0) -> None:
+        """Forget every search's data and executables, keeping the processes for the next search."""
+        for i, w in enumerate(self.workers):
+            if w is None or not w.alive():
+                continue
+            try:
+                w.call(("reset",), timeout)
+                w.data_keys.clear()
+            except WorkerFailure:
+                w.close()
+                self.workers[i] = None
+
     def close(self) -> None:
         for w in self.workers:
             if w is not None:
@@ -307,6 +325,26 @@ class WorkerPool:
 
     def __exit__(self, *exc):
         self.close()
+
+
+_SHARED: WorkerPool | None = None
+
+
+def shared_pool(size: int) -> WorkerPool:
+    """One pool per process, reused by every search (worker start-up is paid once)."""
+    global _SHARED
+    if _SHARED is None or _SHARED.size != max(1, size):
+        if _SHARED is None:
+            atexit.register(_close_shared)
+        else:
+            _SHARED.close()
+        _SHARED = WorkerPool(size)
+    return _SHARED
+
+
+def _close_shared() -> None:
+    if _SHARED is not None:
+        _SHARED.close()
 
 
 if __name__ == "__main__":

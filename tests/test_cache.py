@@ -25,10 +25,16 @@ def layernorm(x):
     return x.layer_norm((17,))
 
 
+class _Original:
+    def __init__(self, graph):
+        self.graph, self.cost, self.description = graph, 1.0, "original program"
+
+
 def _compile(fn, directory):
-    # an injected backend runs the full search (target 'reference' alone would skip it)
-    return saturn.compile(fn, SPEC, target="refsearch", backend=ReferenceBackend(), budget=1.0,
-                          quiet=True, cache=str(directory))
+    # an injected backend runs the full search (target 'reference' alone would skip it); the
+    # original program is the only candidate, to keep these tests about the cache
+    return saturn.compile(fn, SPEC, target="refsearch", backend=ReferenceBackend(), budget=1.0, quiet=True,
+                          cache=str(directory), candidates=[_Original(saturn.trace(fn, SPEC))])
 
 
 def _x():
@@ -125,5 +131,5 @@ def test_cache_dir_env_override(monkeypatch, tmp_path):
     monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path / "c"))
     assert cache.cache_dir() == str(tmp_path / "c")
     f = saturn.compile(softmax, SPEC, target="refsearch", backend=ReferenceBackend(), budget=1.0,
-                       quiet=True, cache=True)
+                       quiet=True, cache=True, candidates=[_Original(saturn.trace(softmax, SPEC))])
     assert f.cache == "stored" and os.listdir(tmp_path / "c")

@@ -91,7 +91,9 @@ SPEC = saturn.spec((8, 33))
 
 
 def _compile(plan, **kw):
-    kw.setdefault("budget", 2.0)
+    # only the original program: these tests are about schedules, not the e-graph's candidates
+    kw.setdefault("candidates", [Cand(saturn.trace(softmax, kw.pop("spec", SPEC)), 1.0, "original program")])
+    kw.setdefault("budget", 20.0)  # ample: a search ends once every trial is verified and timed
     kw.setdefault("timeout", 3.0)
     return saturn.compile(softmax, SPEC, target="fake", backend=FakeBackend(plan), quiet=True, **kw)
 
@@ -131,7 +133,8 @@ def test_crash_hang_nan_build_error_and_nondeterminism_are_rejected_with_reasons
 
 def test_schedule_that_is_right_only_at_the_compiled_shape_is_rejected_at_odd_shapes():
     spec = saturn.spec((8, 64))  # a multiple of the tile: tail_bug is exact here
-    kw = dict(target="fake", backend=FakeBackend(["tail_bug", "ok"]), quiet=True, budget=2.0, timeout=3.0)
+    kw = dict(target="fake", backend=FakeBackend(["tail_bug", "ok"]), quiet=True, budget=20.0, timeout=3.0,
+              candidates=[Cand(saturn.trace(softmax, spec), 1.0, "original program")])
     f = saturn.compile(softmax, spec, **kw)
     trials = _by_schedule(f)
     assert trials["tail_bug"].status == "rejected"
@@ -140,6 +143,15 @@ def test_schedule_that_is_right_only_at_the_compiled_shape_is_rejected_at_odd_sh
     # without the odd-shape check the planted schedule passes and, being fastest, wins
     g = saturn.compile(softmax, spec, odd_shapes=False, **kw)
     assert g.result.winner.schedule == "tail_bug"
+
+
+def test_search_does_not_wait_for_a_hung_candidate_once_the_budget_is_spent():
+    t0 = time.perf_counter()
+    f = _compile(["ok", "hang"], budget=1.0, timeout=120.0)
+    assert time.perf_counter() - t0 < 60
+    trials = _by_schedule(f)
+    assert trials["hang"].status == "skipped" and "budget" in trials["hang"].reason
+    assert f.result.winner.schedule == "ok"
 
 
 def _wrong_softmax(x):
