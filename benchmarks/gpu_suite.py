@@ -196,12 +196,13 @@ def floor_ms(row, ceil):
     return max(t_bytes, t_flops)
 
 
-def markdown(meta, ceil, rows) -> str:
+def markdown(meta, ceil, rows, checks=None) -> str:
     lines = [f"# Saturn CUDA backend on {meta['device']} ({meta['date']})", "",
              "Versions: " + ", ".join(f"{k} {v}" for k, v in meta.items() if k not in ("date", "device")), "",
              f"Ceilings measured in this run: copy {ceil['copy_TBps']:.2f} TB/s (read+write); cuBLAS 4096^3 "
              f"f16 {ceil['cublas_f16_4096_TFLOPs']:.0f} TFLOP/s ({ceil['cublas_f16_4096_ms']:.3f} ms), "
              f"f32 {ceil['cublas_f32_4096_TFLOPs']:.1f} TFLOP/s ({ceil['cublas_f32_4096_ms']:.3f} ms).", "",
+             *(f"- {k}: {v}" for k, v in (checks or {}).items() if v), "",
              "Medians in ms. 'floor' = fewest bytes at the copy rate or FLOPs at the cuBLAS rate, whichever is larger.",
              "", "| workload | Saturn default | Saturn best (schedule) | eager | torch.compile | other | floor | "
                  "Saturn best vs floor | max rel err |", "|---|---|---|---|---|---|---|---|---|"]
@@ -218,13 +219,71 @@ def markdown(meta, ceil, rows) -> str:
     return "\n".join(lines) + "\n"
 
 
+def probe_wgmma() -> int:
+    """Check every wgmma schedule on a few shapes (run in a child process: a kernel fault
+    poisons the CUDA context, so the parent decides from the exit code whether to keep them)."""
+    import compiler
+    from compiler.trace import spec
+    from backends.cuda import CUDABackend
+    from backends.cuda.render import Schedule
+    from backends.cuda.templates.gemm_wgmma import WG_CONFIGS
+    from ir.interpreter import evaluate
+    be = CUDABackend()
+    rng = np.random.default_rng(0)
+    bad = 0
+    for fn, shapes in [(lambda a, b: a @ b, ((256, 128), (128, 512))), (lambda a, b: a @ b.T, ((200, 64), (136, 64))),
+                       (lambda a, b: a @ b, ((130, 72), (72, 264)))]:
+        g = compiler.trace(fn, *[spec(s, "f16") for s in shapes])
+        args = [rng.standard_normal(s).astype(np.float16) for s in shapes]
+        want = evaluate(g, args)[0].astype(np.float64)
+        for c in WG_CONFIGS:
+            exe, why = be.try_build(g, Schedule(wg=c))
+            if exe is None:
+                log("wgmma probe: rejected", c, why)
+                continue
+            got = exe(*args)[0].astype(np.float64)
+            err = np.linalg.norm(got - want) / np.linalg.norm(want)
+            kinds = [l.kind for l in exe.launches]
+            log(f"wgmma probe {c} {shapes} kernels={kinds} rel_err={err:.2e}")
+            bad += not err < 1e-2
+    return 1 if bad else 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--suite", default="full", help="full (main sizes), odd, or both")
     ap.add_argument("--only", nargs="*", help="workload names")
     ap.add_argument("--no-variants", action="store_true", help="time the default schedule only")
+    ap.add_argument("--probe-wgmma", action="store_true", help="only check the wgmma schedules (exit code)")
+    ap.add_argument("--tests", action="store_true", help="run the GPU test suite (pytest -m gpu) first")
     args = ap.parse_args(argv)
+    if args.probe_wgmma:
+        return probe_wgmma()
+    os.makedirs(args.out, exist_ok=True)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    checks = {}
+    # 1. wgmma schedules are kept only if a child process runs them correctly
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-wgmma"], capture_output=True, text=True,
+                       cwd=here, timeout=300)
+    with open(os.path.join(args.out, "wgmma_probe.log"), "w") as f:
+        f.write(p.stdout + p.stderr)
+    checks["wgmma_probe"] = "passed" if p.returncode == 0 else f"failed (exit {p.returncode}); wgmma schedules off"
+    if p.returncode != 0:
+        os.environ["SATURN_CUDA_NO_WGMMA"] = "1"
+    log("wgmma probe:", checks["wgmma_probe"])
+    # 2. the GPU test suite, in its own process
+    if args.tests:
+        p = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "--tb=short",
+                            "-rf", "tests/test_cuda_gpu.py"], capture_output=True, text=True, cwd=here, timeout=900)
+        with open(os.path.join(args.out, "gpu_tests.log"), "w") as f:
+            f.write(p.stdout + p.stderr)
+        summary = [l for l in p.stdout.splitlines() if " passed" in l or " failed" in l]
+        checks["gpu_tests"] = summary[-1].strip("= ") if summary else f"no summary (exit {p.returncode})"
+        checks["gpu_tests_failed"] = [l for l in p.stdout.splitlines() if l.startswith("FAILED")]
+        log("GPU tests:", checks["gpu_tests"])
+        for l in checks["gpu_tests_failed"]:
+            log("  ", l)
     import torch
     torch.cuda.init()
     from backends.cuda import CUDABackend
@@ -251,8 +310,8 @@ def main(argv=None):
                          "bytes": case.bytes, "flops": case.flops, "saturn": [], "error": traceback.format_exc()[-2000:]})
         torch.cuda.empty_cache()
         with open(os.path.join(args.out, "gpu_suite.json"), "w") as f:
-            json.dump({"meta": meta, "ceilings": ceil, "rows": rows}, f, indent=1, default=str)
-    md = markdown(meta, ceil, rows)
+            json.dump({"meta": meta, "ceilings": ceil, "checks": checks, "rows": rows}, f, indent=1, default=str)
+    md = markdown(meta, ceil, rows, checks)
     with open(os.path.join(args.out, "gpu_suite.md"), "w") as f:
         f.write(md)
     log(md)

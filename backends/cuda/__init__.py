@@ -49,11 +49,35 @@ class CUDABackend:
         out = [Schedule()]
         if "gemm" in kinds:
             out += [Schedule(tc=c, name=f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}") for c in TC_CONFIGS]
+            if self._has_wgmma():
+                from backends.cuda.templates.gemm_wgmma import WG_CONFIGS
+                out += [Schedule(wg=c, name=f"wgmma{c.bm}x{c.bn}s{c.stages}") for c in WG_CONFIGS]
         if "attention" in kinds:
             out += [Schedule(attn=c, name=f"attn_w{c.warps}_kv{c.bkv}") for c in ATTN_CONFIGS]
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
         return out
+
+    @staticmethod
+    def _has_wgmma() -> bool:
+        """Warpgroup MMA needs compute capability 9.x; SATURN_CUDA_NO_WGMMA=1 turns it off."""
+        import os
+        if os.environ.get("SATURN_CUDA_NO_WGMMA"):
+            return False
+        try:
+            from backends.cuda.runtime import get_runtime
+            return get_runtime().info.arch.startswith("sm_9")
+        except Exception:
+            return False
+
+    @property
+    def device_name(self) -> str:
+        try:
+            from backends.cuda.runtime import get_runtime
+            info = get_runtime().info
+            return f"{info.name} {info.arch}"
+        except Exception:
+            return "cuda"
 
     def build(self, graph: Graph, schedule: Schedule | None = None):
         """Compile and load `graph`. Raises runtime.CUDAFailure (with .stage/.reason/.log) when

@@ -17,7 +17,7 @@ from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, load_expr, round_
 from backends.cuda.plan import Step, base_of, is_buffer_read, tree
 from backends.cuda.resolve import resolve
 from backends.cuda.templates import attention as attn_t
-from backends.cuda.templates import gemm_simt, gemm_tc
+from backends.cuda.templates import gemm_simt, gemm_tc, gemm_wgmma
 from backends.cuda.templates.prelude import PRELUDE
 
 RAW = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
@@ -33,6 +33,7 @@ class Schedule:
     row_threads: int | None = None      # threads per row for row kernels
     ew_block: int = 256                 # threads per block for elementwise / generic kernels
     use_tensor_cores: bool = True
+    wg: gemm_wgmma.WGConfig | None = None   # Hopper wgmma GEMM (when the device and operands allow)
     name: str = "default"
 
 
@@ -48,13 +49,13 @@ class Launch:
     detail: str = ""
 
 
-def _params(step: Step) -> tuple[str, str, dict[Node, str]]:
+def _params(step: Step, extra: tuple[Node, ...] = ()) -> tuple[str, str, dict[Node, str]]:
     ps = [f"{C_STORAGE[step.output.dtype]}* __restrict__ out"]
     names = {}
-    for j, n in enumerate(step.inputs):
+    for j, n in enumerate(list(step.inputs) + list(extra)):
         ps.append(f"const {C_STORAGE[n.dtype]}* __restrict__ in{j}")
         names[n] = f"in{j}"
-    return ", ".join(ps), ", ".join(["out"] + [f"in{j}" for j in range(len(step.inputs))]), names
+    return ", ".join(ps), ", ".join(["out"] + [f"in{j}" for j in range(len(step.inputs) + len(extra))]), names
 
 
 def _identity(op: Op, dtype: DType) -> str:
@@ -486,6 +487,10 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
     epi = _epilogue(name, step, M, params, names)
     out_t = C_STORAGE[o.dtype]
     tc, why = tc_plan(step, names) if sched.use_tensor_cores else (None, "tensor cores off")
+    if tc is not None and sched.wg is not None and not tc[3] and not tc[4]:
+        wg = _render_wgmma(name, step, M, sched, tc)
+        if wg is not None:
+            return wg
     if tc is not None:
         shape, acc_a, acc_b, a_gather, b_gather, dt, groups = tc
         cfg = sched.tc or default_tc(shape)
@@ -504,10 +509,50 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
     return _render_simt(name, step, M, sched, params, call, names, epi, why)
 
 
+def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc):
+    """The wgmma GEMM (plus a transpose of an n-contiguous B into k-contiguous rows), or None
+    when the operands do not fit it."""
+    from ir import node as N
+    from ir.view import ShapeTracker, View
+    shape, acc_a, acc_b, _, _, dt, _ = tc
+    cfg = sched.wg
+    o = step.output
+    launches = []
+    src_parts = []
+    extra: tuple[Node, ...] = ()
+    if shape.b_layout == "kn":
+        if any(b[2] for b in shape.batch):
+            return None                      # a batched n-contiguous B: no transpose path yet
+        view = View((shape.n, shape.k), (1, shape.b_sk), shape.b_off, None)
+        bt = N.contiguous(N.view(acc_b.buffer, ShapeTracker((view,))))
+        tname = f"{name}_bt"
+        ctype = C_STORAGE[dt]
+        src_parts.append(gemm_wgmma.render_transpose(tname, ctype, shape.n, shape.k, shape.b_off, shape.b_sk))
+        launches.append(Launch(tname, "transpose", ((shape.n + 63) // 64, (shape.k + 63) // 64, 1), (256, 1, 1), 0,
+                               bt, [acc_b.buffer], f"B {shape.k}x{shape.n} -> k-contiguous"))
+        extra = (bt,)
+        shape = gemm_tc.GemmShape(shape.m, shape.n, shape.k, shape.batch, shape.a_off, shape.a_sm, 0, "nk",
+                                  1, shape.k, shape.c_sm, shape.c_sn)
+    if not gemm_wgmma.aligned(shape):
+        return None
+    params, call, names = _params(step, extra)
+    epi = _epilogue(name, step, M, params, names)
+    pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
+        and o.dtype in (DType.f16, DType.bf16, DType.f32)
+    b_name = names[extra[0]] if extra else names[acc_b.buffer]
+    src_parts.append(gemm_wgmma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair,
+                                       names[acc_a.buffer], b_name))
+    launches.append(Launch(name, "gemm_wgmma", gemm_wgmma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
+                           list(step.inputs) + list(extra),
+                           f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
+                           f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages}"))
+    return "\n".join(src_parts), launches
+
+
 def default_tc(shape: gemm_tc.GemmShape) -> gemm_tc.TCConfig:
     tiles = ((shape.m + 127) // 128) * ((shape.n + 127) // 128) * shape.batch_count
-    if tiles >= 264:
-        return gemm_tc.TCConfig(128, 256, 32, 2, 4, 3) if shape.n >= 256 else gemm_tc.TCConfig(128, 128, 32, 2, 2, 4)
+    if tiles >= 264:     # measured best for 4096^3 on an H200 (benchmarks/results/h200-cuda.md)
+        return gemm_tc.TCConfig(128, 128, 64, 2, 2, 3)
     if tiles >= 66:
         return gemm_tc.TCConfig(128, 128, 32, 2, 2, 4)
     return gemm_tc.TCConfig(64, 64, 32, 2, 2, 4)
@@ -552,7 +597,7 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
                              batch=batch, q_off=q.offset, k_off=k.offset, v_off=v.offset,
                              q_ss=q.strides[nd - 3], k_ss=k.strides[nd - 1], v_ss=v.strides[nd - 2],
                              o_ss=cR[nd - 3], o_sd=cR[nd - 1], scale_log2=am.scale_log2)
-    cfg = sched.attn or attn_t.AttnConfig(4, 64)
+    cfg = sched.attn or attn_t.AttnConfig(8, 64)
     src = attn_t.render(name, q.dtype.value, shape, cfg, params, names[q.buffer], names[k.buffer], names[v.buffer],
                         C_STORAGE[o.dtype])
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
@@ -571,6 +616,7 @@ def render_program(steps: list[Step], M: set[Node], sched: Schedule, prefix: str
     for i, st in enumerate(steps):
         name = f"{prefix}k{i}_{st.kind}"
         src, launch = RENDERERS[st.kind](name, st, M, sched)
-        parts.append(f"// step {i}: {st.describe()}  [{launch.detail}]\n" + src)
-        launches.append(launch)
+        group = launch if isinstance(launch, list) else [launch]
+        parts.append(f"// step {i}: {st.describe()}  [{'; '.join(l.detail for l in group)}]\n" + src)
+        launches.extend(group)
     return "\n\n".join(parts), launches

@@ -71,7 +71,7 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
         src = Path(tmp) / "kernels.cu"
         src.write_text(source)
         out = Path(tmp) / f"kernels.{kind}"
-        cmd = [nvcc, f"-arch={arch}", f"--{kind}", *flags, "-Xptxas", "-v", "-o", str(out), str(src)]
+        cmd = [nvcc, *arch_flags(source, arch), f"--{kind}", *flags, "-Xptxas", "-v", "-o", str(out), str(src)]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
@@ -87,6 +87,18 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
     os.replace(tmp_path, path)
     logpath.write_text(log)
     return CompileResult(binary, log, None, seconds=time.perf_counter() - t0)
+
+
+ARCH_SPECIFIC_MARKER = "// saturn: needs arch-specific target (a)"
+
+
+def arch_flags(source: str, arch: str) -> list[str]:
+    """-arch=sm_XY, or the architecture-specific target sm_XYa (wgmma, setmaxnreg) when the
+    source asks for it; XY always comes from the device's compute capability."""
+    if ARCH_SPECIFIC_MARKER in source:
+        num = arch.removeprefix("sm_").rstrip("a")
+        return [f"-gencode=arch=compute_{num}a,code=sm_{num}a"]
+    return [f"-arch={arch}"]
 
 
 def _first_error(log: str) -> str:

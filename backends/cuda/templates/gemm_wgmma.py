@@ -1,0 +1,206 @@
+"""Hopper GEMM (f16/bf16 in, f32 accumulation) with warpgroup MMA: wgmma.mma_async m64nNk16
+reading both operands from shared memory through matrix descriptors.
+
+Tiles of BM x 64 (A) and BN x 64 (B, k-contiguous) are copied by cp.async into the 128-byte
+swizzled layout wgmma expects (16-byte chunk c of row r lands at r*128 + ((c ^ (r & 7)) * 16),
+each stage 1024-byte aligned), several stages deep. Each warpgroup (128 threads) owns 64 rows
+of the block tile and all BN columns; its accumulators stay in registers. B must be
+k-contiguous; an n-contiguous B is transposed first by `render_transpose`.
+Needs the architecture-specific target (sm_90a): the source carries the marker below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.cuda.templates.gemm_tc import GemmShape, batch_offsets
+
+NEEDS_ARCH_SPECIFIC = "// saturn: needs arch-specific target (a)"
+
+
+@dataclass(frozen=True)
+class WGConfig:
+    bm: int = 128          # 64 rows per warpgroup
+    bn: int = 256          # wgmma N (<= 256, multiple of 16)
+    stages: int = 4
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.bm // 64)
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * (self.bm + self.bn) * 128 + 1024
+
+
+WG_CONFIGS = [WGConfig(128, 256, 4), WGConfig(128, 256, 3), WGConfig(128, 128, 5), WGConfig(64, 256, 4)]
+
+
+def helpers(n: int, dtype: str) -> str:
+    ty = "f16" if dtype == "f16" else "bf16"
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (f"DEV void wgmma_n{n}_{ty}(float* d, uint64_t da, uint64_t db, int one) {{\n"
+            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
+            f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f'    : {cons}\n'
+            f'    : "l"(da), "l"(db), "r"(one));\n'
+            "}\n")
+
+
+COMMON = r"""
+#ifndef SATURN_WGMMA_COMMON
+#define SATURN_WGMMA_COMMON
+// K-major operand, 128-byte swizzle: 8 rows x 128 B per core-matrix group (stride 1024 B)
+DEV uint64_t wg_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+#endif
+"""
+
+
+def aligned(shape: GemmShape) -> bool:
+    vals = [shape.a_off, shape.a_sm, shape.b_off, shape.b_sn, shape.k] + [b[1] for b in shape.batch] + \
+           [b[2] for b in shape.batch]
+    return shape.b_layout == "nk" and all(v % 8 == 0 for v in vals)
+
+
+def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, call_args: str,
+           epilogue: str, out_type: str, pair_store: bool, a_name: str, b_name: str) -> str:
+    T = "__half" if dtype == "f16" else "__nv_bfloat16"
+    ty = "f16" if dtype == "f16" else "bf16"
+    BM, BN, S, NT = cfg.bm, cfg.bn, cfg.stages, cfg.threads
+    A_ST, B_ST = BM * 128, BN * 128
+    a_chunks, b_chunks = BM * 8 // NT, BN * 8 // NT
+    a_off, b_off, c_off = batch_offsets(shape)
+    KT = (shape.k + 63) // 64
+    pack2 = "__floats2half2_rn" if out_type == "__half" else ("__floats2bfloat162_rn" if out_type == "__nv_bfloat16" else "make_float2")
+    pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
+    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
+    if pair_store:
+        store = f"""
+        if (col + 1 < {shape.n}) {{
+          float v0 = epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]);
+          float v1 = epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]);
+          *reinterpret_cast<{pair_t}*>(out + flat) = {pack2}(v0, v1);
+        }} else if (col < {shape.n}) {{
+          out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
+        }}"""
+    else:
+        store = f"""
+        if (col < {shape.n}) out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
+        if (col + 1 < {shape.n}) out[flat + {shape.c_sn}] = {conv}(epi_{name}({call_args}, flat + {shape.c_sn}, acc[j * 4 + 2 * h + 1]));"""
+    return f"""
+{NEEDS_ARCH_SPECIFIC}
+{COMMON}
+#ifndef SATURN_WGMMA_N{BN}_{ty}
+#define SATURN_WGMMA_N{BN}_{ty}
+{helpers(BN, dtype)}
+#endif
+{epilogue}
+
+extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3;
+  const long long bz = blockIdx.z;
+  const {T}* Ab = reinterpret_cast<const {T}*>({a_name}) + ({a_off});
+  const {T}* Bb = reinterpret_cast<const {T}*>({b_name}) + ({b_off});
+  const long long c_base = {c_off};
+  const int m0 = blockIdx.y * {BM}, n0 = blockIdx.x * {BN};
+  float acc[{BN // 2}];
+  #pragma unroll
+  for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;
+
+  auto load_stage = [&](int s, int kt) {{
+    const int k0 = kt * 64;
+    const uint32_t sa = base + s * {A_ST + B_ST}, sb = sa + {A_ST};
+    #pragma unroll
+    for (int i = 0; i < {a_chunks}; ++i) {{
+      const int c = tid + i * {NT}, r = c >> 3, ch = c & 7;
+      const int gm = m0 + r, gk = k0 + ch * 8;
+      const bool ok = gm < {shape.m} && gk < {shape.k};
+      cp_async16(sa + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Ab + (long long)gm * {shape.a_sm} + gk : Ab, ok ? 16 : 0);
+    }}
+    #pragma unroll
+    for (int i = 0; i < {b_chunks}; ++i) {{
+      const int c = tid + i * {NT}, r = c >> 3, ch = c & 7;
+      const int gn = n0 + r, gk = k0 + ch * 8;
+      const bool ok = gn < {shape.n} && gk < {shape.k};
+      cp_async16(sb + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Bb + (long long)gn * {shape.b_sn} + gk : Bb, ok ? 16 : 0);
+    }}
+  }};
+
+  #pragma unroll
+  for (int s = 0; s < {S - 1}; ++s) {{
+    if (s < {KT}) load_stage(s, s);
+    cp_async_commit();
+  }}
+  for (int kt = 0; kt < {KT}; ++kt) {{
+    cp_async_wait<{S - 2}>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint32_t sa = base + (kt % {S}) * {A_ST + B_ST} + wg * {64 * 128};
+    const uint32_t sb = base + (kt % {S}) * {A_ST + B_ST} + {A_ST};
+    wg_fence();
+    #pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}(acc, wg_desc(sa + kk * 32), wg_desc(sb + kk * 32), 1);
+    wg_commit();
+    wg_wait<1>();
+    __syncthreads();           // every warpgroup finished tile kt-1: its stage may be refilled
+    const int nk = kt + {S - 1};
+    if (nk < {KT}) load_stage(nk % {S}, nk);
+    cp_async_commit();
+  }}
+  wg_wait<0>();
+
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+    const int row = m0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
+    if (row >= {shape.m}) continue;
+    #pragma unroll
+    for (int j = 0; j < {BN // 8}; ++j) {{
+      const int col = n0 + j * 8 + (lane & 3) * 2;
+      const long long flat = c_base + (long long)row * {shape.c_sm} + (long long)col * {shape.c_sn};{store}
+    }}
+  }}
+}}
+"""
+
+
+def grid(shape: GemmShape, cfg: WGConfig) -> tuple[int, int, int]:
+    return ((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)
+
+
+def render_transpose(name: str, ctype: str, n: int, k: int, b_off: int, b_sk: int) -> str:
+    """out[n, k] = in0[b_off + k * b_sk + n]: B (k rows, n contiguous) to k-contiguous rows."""
+    return f"""
+extern "C" __global__ void __launch_bounds__(256) {name}({ctype}* __restrict__ out, const {ctype}* __restrict__ in0) {{
+  __shared__ {ctype} tile[64][66];
+  const int n0 = blockIdx.x * 64, k0 = blockIdx.y * 64;
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+  #pragma unroll
+  for (int j = ty; j < 64; j += 8) {{
+    const int kk = k0 + j;
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int nn = n0 + tx * 2 + h;
+      if (kk < {k} && nn < {n}) tile[j][tx * 2 + h] = in0[{b_off} + (long long)kk * {b_sk} + nn];
+    }}
+  }}
+  __syncthreads();
+  #pragma unroll
+  for (int j = ty; j < 64; j += 8) {{
+    const int nn = n0 + j;
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int kk = k0 + tx * 2 + h;
+      if (nn < {n} && kk < {k}) out[(long long)nn * {k} + kk] = tile[tx * 2 + h][j];
+    }}
+  }}
+}}
+"""
