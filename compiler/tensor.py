@@ -141,6 +141,8 @@ class Tensor:
                 dt = DType.f32
             elif isinstance(value, int) and not isinstance(value, bool) and dt == DType.bool:
                 dt = DType.i32
+            if dt == DType.i32 and not isinstance(value, bool) and not -2**31 <= value < 2**31:
+                raise DTypeError(f"{value} does not fit in i32 (the tensor's dtype)", op)
             return self.astype(dt), Tensor(N.const(value, self.shape, dt))
         else:
             raise DTypeError(f"cannot combine a Tensor with {type(other).__name__}; "
@@ -712,6 +714,9 @@ def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
 
 
 def where(cond: Tensor, a, b) -> Tensor:
+    """`cond ? a : b` elementwise (like torch.where); cond a bool Tensor."""
+    if not isinstance(cond, Tensor):
+        raise DTypeError(f"condition must be a bool Tensor, got {type(cond).__name__}", "where")
     return cond.where(a, b)
 
 

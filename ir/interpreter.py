@@ -10,7 +10,7 @@ import numpy as np
 
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
-from ir.node import Node
+from ir.node import IRError, Node
 from ir.ops import Op
 from ir.view import ShapeTracker, View
 
@@ -28,6 +28,10 @@ def apply_view(v: View, flat: np.ndarray, fill) -> np.ndarray:
     if min(box, default=1) == 0:
         inner = np.empty(box, flat.dtype)
     else:
+        # as_strided reads raw memory: refuse a view that points outside its source
+        last = offset + sum((b - 1) * st for b, st in zip(box, v.strides))
+        if offset < 0 or last >= flat.size or min(v.strides, default=0) < 0:
+            raise IRError(f"view {v} reads elements {offset}..{last} of a source of {flat.size}")
         inner = np.lib.stride_tricks.as_strided(flat[offset:], shape=box,
                                                 strides=tuple(st * item for st in v.strides))
     if v.mask is None:

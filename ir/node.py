@@ -37,11 +37,12 @@ class Node:
     arg: object
 
     def __new__(cls, op: Op, dtype: DType, shape: Shape, srcs: tuple = (), arg=None):
+        shape, srcs = tuple(shape), tuple(srcs)
         key = (op, dtype, shape, srcs, _arg_key(arg))
         node = cls._interned.get(key)
         if node is None:
             node = object.__new__(cls)
-            node.op, node.dtype, node.shape, node.srcs, node.arg = op, dtype, tuple(shape), tuple(srcs), arg
+            node.op, node.dtype, node.shape, node.srcs, node.arg = op, dtype, shape, srcs, arg
             cls._interned[key] = node
         return node
 

@@ -82,9 +82,7 @@ def matmul_shapes(data):
     batch = shape_of(data, 0, 2)
     a = batch + (m, k) if data.draw(st.booleans()) else (k,) if data.draw(st.booleans()) else (m, k)
     b = broadcast_partner(data, batch) + (k, n) if data.draw(st.booleans()) else (k,)
-    if len(a) == 1 and len(b) == 1:
-        b = (k, n)
-    return [a, b], {}
+    return [a, b], {}  # includes 1-D @ 1-D (a scalar) and batch broadcasting
 
 
 def norm_shapes(data):

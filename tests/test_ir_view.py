@@ -207,3 +207,26 @@ def test_fill_is_compared_by_bits():
     assert nan1 == ShapeTracker.from_shape((3,)).pad(((1, 0),), float("nan"))
     out = apply_tracker(a, np.ones(3, np.float32))
     assert np.signbit(out[0]) and out[0] == 0
+
+
+def test_zero_size_views():
+    x = np.zeros((0, 3), np.float32)
+    cases = [
+        (lambda t: t.permute(1, 0).reshape(0, 3), lambda a: a.T.reshape(0, 3)),
+        (lambda t: t.pad([(1, 1), (0, 0)], 2.0), lambda a: np.pad(a, [(1, 1), (0, 0)], constant_values=2.0)),
+        (lambda t: t.sum(0), lambda a: a.sum(0)),
+        (lambda t: t[:, ::2].reshape(-1), lambda a: a[:, ::2].reshape(-1)),
+    ]
+    for ours, ref in cases:
+        graph = compiler.trace(ours, compiler.spec(x.shape))
+        np.testing.assert_array_equal(evaluate(graph, [x])[0], ref(x))
+
+
+def test_out_of_bounds_views_are_refused():
+    from ir.node import IRError
+    bad = ShapeTracker((View((4,), (1,), 1),))  # reads one element past a 4-element source
+    try:
+        apply_tracker(bad, np.arange(4, dtype=np.float32))
+    except IRError:
+        return
+    raise AssertionError("an out-of-bounds view was read")
