@@ -18,7 +18,9 @@ from compiler.verify import odd_specs
 from compiler.trace import Spec, as_spec, trace
 from ir.graph import Graph
 
-DEFAULT_BUDGET = 5.0  # seconds of search for a program compiled for the first time
+# seconds of search for a program compiled for the first time; nvcc costs ~1 s per candidate
+DEFAULT_BUDGET = {"cuda": 20.0}
+DEFAULT_BUDGET_OTHER = 5.0
 
 
 class CompiledFunction:
@@ -100,7 +102,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     """Trace `fn` on inputs described by `specs` and build the fastest verified program for `target`.
 
     target: 'cpu', 'cuda' or 'reference' (the interpreter; no search).
-    budget: seconds of search on a cold compile (default 5).
+    budget: seconds of search on a cold compile (default 5; 20 for cuda, whose compiler is slow).
     quiet: no progress line (otherwise shown on stderr for searches longer than a second).
     cache: None (on, unless `candidates` or `backend` are injected), True, False, or a directory.
     seed: fixes the verification inputs and the search order.
@@ -135,7 +137,9 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
                 return CompiledFunction(fn, specs, graph, target, exe, report, chosen=entry.graph,
                                         cache="hit", timings=timings)
 
-    opts = SearchOptions(budget=DEFAULT_BUDGET if budget is None else float(budget), seed=seed, quiet=quiet)
+    if budget is None:
+        budget = DEFAULT_BUDGET.get(target, DEFAULT_BUDGET_OTHER)
+    opts = SearchOptions(budget=float(budget), seed=seed, quiet=quiet)
     for k, v in options.items():
         if not hasattr(opts, k):
             raise TypeError(f"compile() got an unexpected option {k!r}")

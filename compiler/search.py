@@ -29,7 +29,10 @@ from ir.graph import Graph
 from ir.interpreter import evaluate
 
 
-INTERLEAVE = 4  # slices each timing round is cut into, taken in turn by the trials
+_SEARCHES = 0       # searches run in this process (names each one's data in the shared workers)
+INTERLEAVE = 4      # slices each timing round is cut into, taken in turn by the trials
+GRACE_SHARE = 0.15  # of it, how long trials already running may still finish after that
+VERIFY_SHARE = 0.6  # of the budget left after exploration, after which no new trial starts verification
 
 
 class SearchError(RuntimeError):
@@ -71,6 +74,7 @@ class TrialRecord:
     worker: int = -1
     variant_graph: Graph | None = None           # this program at odd shapes, when known
     note: str = ""
+    source_hash: str = ""
 
     @property
     def median(self) -> float:
@@ -118,14 +122,17 @@ class SearchResult:
     seconds: dict = field(default_factory=dict)      # stage -> seconds
     cache: str = "off"                               # off | miss | hit | stored
     cache_path: str = ""
+    original: Graph | None = None
 
     @property
     def chosen_graph(self) -> Graph | None:
         return self.winner.graph if self.winner else None
 
     def baseline(self) -> TrialRecord | None:
-        """The original program under the backend's default schedule (trial 0)."""
-        return self.trials[0] if self.trials else None
+        """The original program under the backend's default schedule (trial 0, if searched)."""
+        if self.trials and self.original is not None and self.trials[0].graph == self.original:
+            return self.trials[0]
+        return None
 
     def __str__(self) -> str:
         return format_report(self)
@@ -133,7 +140,7 @@ class SearchResult:
 
 # --- the search ----------------------------------------------------------------------------
 
-def explore_candidates(graph: Graph, options: SearchOptions, notes: list[str]):
+def explore_candidates(graph: Graph, options: SearchOptions, notes: list[str], progress: Progress | None = None):
     """Candidates from the e-graph, or just the original program if exploration is unavailable."""
     try:
         from compiler import explore as explore_mod
@@ -141,6 +148,8 @@ def explore_candidates(graph: Graph, options: SearchOptions, notes: list[str]):
         notes.append(f"e-graph exploration unavailable ({e}); searching schedules of the original program")
         return [_Original(graph)], [], ""
     kwargs = {"max_candidates": options.max_candidates}
+    if progress is not None:
+        kwargs["progress"] = progress.phase
     limits = _limits_for(explore_mod, options.budget * 0.4)
     if limits is not None:
         kwargs["limits"] = limits
@@ -207,6 +216,9 @@ def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes
         if h not in seen:
             seen.add(h)
             progs.append(c)
+    # the original program under the default schedule goes first: the safe choice, and the
+    # baseline every other trial is compared with
+    progs.sort(key=lambda c: c.graph.structural_hash() != graph.structural_hash())
     per_prog = [_schedules(backend, c.graph, options.max_schedules, notes) for c in progs]
     trials: list[TrialRecord] = []
     for s in range(max(len(p) for p in per_prog)):
@@ -224,14 +236,19 @@ def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes
 class _Runner:
     """Sends verify/time requests to isolated workers (or runs them in-process)."""
 
-    def __init__(self, options: SearchOptions):
+    def __init__(self, options: SearchOptions, backend_spec=None):
         self.options = options
         self.data_requests: list = []   # ("data", key, ...) requests every worker gets before work
         n = options.workers or min(os.cpu_count() or 1, 4)
         self.pool = shared_pool(n) if options.isolate else None
         self.local = None if options.isolate else _WorkerState()
         for i in range(self.size if self.pool else 0):
-            self.pool.get(i)
+            w = self.pool.get(i)
+            if backend_spec is not None:
+                try:
+                    w.post(("prepare", backend_spec))
+                except WorkerFailure:
+                    pass  # replaced when first used
 
     def _worker(self, i: int):
         w = self.pool.get(i)
@@ -252,6 +269,8 @@ class _Runner:
     def close(self):
         if self.pool:
             self.pool.reset()
+
+    grace = 0.0
 
     def verify_all(self, trials, backend_spec, deadline, on_done):
         """Build and verify `trials` on all workers at once; call on_done(trial) after each."""
@@ -280,8 +299,9 @@ class _Runner:
             if not running:
                 break
             now = time.perf_counter()
-            # once the budget is spent and something passed, nothing still running is waited for
-            stop = deadline if any(x.status == "verified" for x in trials) else float("inf")
+            # once the budget is spent and something passed, what is still running gets a short
+            # grace period (killing a worker costs its restart), then is abandoned
+            stop = deadline + self.grace if any(x.status == "verified" for x in trials) else float("inf")
             wait = min(min(start + self.options.timeout for _, start in running.values()), stop) - now
             fds = {self.pool.workers[i].fileno(): i for i in running}
             ready, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
@@ -306,10 +326,10 @@ class _Runner:
         for t in queue:
             t.status, t.reason = "skipped", "budget spent before it was verified"
 
-    @staticmethod
-    def _msg(t: TrialRecord, backend_spec, variant: bool = False) -> Trial:
-        return Trial(t.id, backend_spec, t.graph, t.schedule, "main",
-                     t.variant_graph if variant else None, "odd" if variant else "")
+    def _msg(self, t: TrialRecord, backend_spec, variant: bool = False) -> Trial:
+        keys = [r[1] for r in self.data_requests]
+        return Trial(t.id, backend_spec, t.graph, t.schedule, keys[0],
+                     t.variant_graph if variant else None, keys[1] if variant else "")
 
     def check_variant(self, t: TrialRecord, backend_spec) -> None:
         """Verify `t` at odd shapes (done for finalists only: it costs another build)."""
@@ -328,6 +348,7 @@ class _Runner:
     def _record_check(t: TrialRecord, res: verify.CheckResult):
         t.build_s, t.run_s, t.max_error = res.build_s, res.run_s, res.max_error
         t.note = getattr(res, "note", "") or t.note
+        t.source_hash = getattr(res, "source_hash", "")
         t.status, t.reason = ("verified", "") if res.ok else ("rejected", res.reason)
 
     def time(self, t: TrialRecord, backend_spec, warmup: int, repeat: int) -> list[float]:
@@ -356,14 +377,32 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
     t_start = time.perf_counter()
     deadline = t_start + options.budget
     notes: list[str] = []
-    result = SearchResult(target, device, options, [], notes=notes)
+    result = SearchResult(target, device, options, [], notes=notes, original=graph)
+    global _SEARCHES
+    _SEARCHES += 1
+    main_key, odd_key = f"main-{_SEARCHES}", f"odd-{_SEARCHES}"
 
+    runner = _Runner(options, backend_spec)   # workers start and load the backend while the e-graph is explored
+    try:
+        return _search(graph, backend, target, backend_spec, candidates, options, progress, variant,
+                       result, runner, t_start, deadline, main_key, odd_key)
+    finally:
+        runner.close()
+
+
+def _search(graph, backend, target, backend_spec, candidates, options, progress, variant, result, runner,
+            t_start, deadline, main_key, odd_key) -> SearchResult:
+    notes = result.notes
     progress.phase("saturating")
     explored = candidates is None
     if explored:
-        candidates, result.phases, result.exploration_text = explore_candidates(graph, options, notes)
+        candidates, result.phases, result.exploration_text = explore_candidates(graph, options, notes, progress)
     t_explore = time.perf_counter()
     result.seconds["explore"] = t_explore - t_start
+    # an exploration that overran its share must not starve measurement: verification and
+    # timing always get at least half the budget
+    rest = max(deadline - t_explore, 0.5 * options.budget)
+    deadline = t_explore + rest
 
     trials = make_trials(graph, candidates, backend, options, notes)
     result.trials = trials
@@ -373,15 +412,14 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
             t.status, t.reason = "rejected", f"not a valid candidate: {bad}"
     todo = [t for t in trials if t.status == "pending"]
 
-    runner = _Runner(options)   # workers start up while the reference outputs are computed
     input_sets = verify.verification_inputs(graph, options.seed)
     expected = [evaluate(graph, s) for s in input_sets]
     out_dtypes = [o.dtype for o in graph.outputs]
-    runner.data_requests.append(("data", "main", input_sets, expected, out_dtypes))
+    runner.data_requests.append(("data", main_key, input_sets, expected, out_dtypes))
+    odd = _OddCounterparts(graph, variant, explored, options) if variant is not None else None
     if variant is not None:
-        _attach_variants(todo, graph, variant, explored, options, notes)
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-        runner.data_requests.append(("data", "odd", odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs],
+        runner.data_requests.append(("data", odd_key, odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs],
                                      out_dtypes))
     counts = {"tried": 0, "verified": 0, "rejected": 0}
     progress.update(total=len(todo), **counts)
@@ -391,38 +429,40 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
         counts["verified" if t.status == "verified" else "rejected"] += t.status in ("verified", "rejected")
         progress.update(**counts)
 
-    try:
-        progress.phase("verifying")
-        runner.verify_all(todo, backend_spec, deadline, on_done)
-        t_verify = time.perf_counter()
-        result.seconds["build+verify"] = t_verify - t_explore
-        survivors = [t for t in trials if t.status == "verified"]
-        if not survivors:
-            raise SearchError("no candidate passed verification:\n" +
-                              "\n".join(f"  trial {t.id} ({t.description}, {t.schedule_text}): {t.status}: {t.reason}"
-                                         for t in trials))
-        progress.phase("timing")
-        _successive_halving(runner, survivors, backend_spec, deadline, options, progress, notes)
-        t_timing = time.perf_counter()
-        result.seconds["timing"] = t_timing - t_verify
-        # fastest first; each must also pass at odd shapes and build here before it is chosen
-        for t in sorted((t for t in survivors if t.rounds), key=_final_key):
-            if t.variant_graph is not None:
-                progress.phase("odd shapes")
-                runner.check_variant(t, backend_spec)
-                if t.status == "rejected":
-                    counts["verified"] -= 1
-                    counts["rejected"] += 1
-                    progress.update(**counts)
-                    continue
-            exe = _build_here(backend, t, input_sets[0], expected[0], out_dtypes, notes)
-            if exe is not None:
-                t.status = "chosen"
-                result.winner, result.executable = t, exe
-                break
-        result.seconds["final checks"] = time.perf_counter() - t_timing
-    finally:
-        runner.close()
+    progress.phase("verifying")
+    # no new verification starts after VERIFY_SHARE of the remaining budget: the rest is for timing
+    runner.grace = GRACE_SHARE * rest
+    runner.verify_all(todo, backend_spec, t_explore + VERIFY_SHARE * rest, on_done)
+    t_verify = time.perf_counter()
+    result.seconds["build+verify"] = t_verify - t_explore
+    survivors = _drop_duplicates([t for t in trials if t.status == "verified"])
+    if not survivors:
+        raise SearchError("no candidate passed verification:\n" +
+                          "\n".join(f"  trial {t.id} ({t.description}, {t.schedule_text}): {t.status}: {t.reason}"
+                                     for t in trials))
+    progress.phase("timing")
+    _successive_halving(runner, survivors, backend_spec, deadline, options, progress, notes)
+    t_timing = time.perf_counter()
+    result.seconds["timing"] = t_timing - t_verify
+    # fastest first; each must also pass at odd shapes and build here before it is chosen
+    for t in sorted((t for t in survivors if t.rounds), key=_final_key):
+        t.variant_graph = odd(t) if odd is not None else None
+        if odd is not None and t.variant_graph is None:
+            t.note = "odd shapes not checked: no counterpart of this program there"
+        if t.variant_graph is not None:
+            progress.phase("odd shapes")
+            runner.check_variant(t, backend_spec)
+            if t.status == "rejected":
+                counts["verified"] -= 1
+                counts["rejected"] += 1
+                progress.update(**counts)
+                continue
+        exe = _build_here(backend, t, input_sets[0], expected[0], out_dtypes, notes)
+        if exe is not None:
+            t.status = "chosen"
+            result.winner, result.executable = t, exe
+            break
+    result.seconds["final checks"] = time.perf_counter() - t_timing
     if result.winner is None:
         raise SearchError("every verified candidate failed when built in the compiling process:\n" + "\n".join(notes))
     result.seconds["total"] = time.perf_counter() - t_start
@@ -432,27 +472,52 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
     return result
 
 
-def _attach_variants(trials, graph: Graph, variant: ShapeVariant, explored: bool, options, notes) -> None:
-    """Give each trial its program at odd shapes: the retraced original, or the e-graph's
-    candidate with the same description when the odd-shaped program is explored too."""
-    counterparts = {graph.structural_hash(): variant.graph}
-    rewritten = [t for t in trials if t.graph is not graph]
-    if rewritten and explored:
-        opts = SearchOptions(**{**options.__dict__, "budget": options.budget * 0.5})
-        odd_cands, _, _ = explore_candidates(variant.graph, opts, [])
-        by_desc = {str(getattr(c, "description", "")): c.graph for c in odd_cands}
-        for t in rewritten:
-            g = by_desc.get(t.description)
-            if g is not None and _same_interface(variant.graph, g) is None:
-                counterparts[t.graph.structural_hash()] = g
-    missing = 0
-    for t in trials:
-        t.variant_graph = counterparts.get(t.graph.structural_hash())
-        if t.variant_graph is None:
-            missing += 1
-            t.note = "odd shapes not checked: no counterpart of this program there"
-    if missing:
-        notes.append(f"{missing} trials had no odd-shape counterpart and were verified at the compiled shapes only")
+class _OddCounterparts:
+    """Finds a trial's program at odd shapes: the retraced original for the original program;
+    for an e-graph candidate, the candidate of the odd-shaped program's exploration (run once,
+    lazily, only when a rewritten program reaches the final checks) with the same extraction
+    profile and the same compute-op counts."""
+
+    def __init__(self, graph: Graph, variant: ShapeVariant, explored: bool, options: SearchOptions):
+        self.graph, self.variant, self.explored, self.options = graph, variant, explored, options
+        self.by_signature: dict | None = None
+        self.seconds = 0.0
+
+    def __call__(self, t: TrialRecord) -> Graph | None:
+        if t.graph == self.graph:  # hash-consed nodes: equal programs compare equal cheaply
+            return self.variant.graph
+        if not self.explored:
+            return None
+        if self.by_signature is None:
+            t0 = time.perf_counter()
+            opts = SearchOptions(**{**self.options.__dict__, "budget": min(self.options.budget, 5.0) * 0.5})
+            cands, _, _ = explore_candidates(self.variant.graph, opts, [])
+            self.by_signature = {}
+            for c in cands:
+                if _same_interface(self.variant.graph, c.graph) is None:
+                    self.by_signature.setdefault(_signature(c.description, c.graph), c.graph)
+            self.seconds = time.perf_counter() - t0
+        return self.by_signature.get(_signature(t.description, t.graph))
+
+
+def _signature(description: str, graph: Graph) -> tuple:
+    profile = str(description).split(":")[0].split("~")[0]
+    counts = graph.op_counts()
+    return (profile,) + tuple(sorted((k, v) for k, v in counts.items() if k not in ("view", "const", "input")))
+
+
+def _drop_duplicates(verified: list[TrialRecord]) -> list[TrialRecord]:
+    """Programs that lower to the same code under the same schedule are timed once."""
+    first: dict[tuple, TrialRecord] = {}
+    out = []
+    for t in verified:
+        key = (t.source_hash, t.schedule_text)
+        if t.source_hash and key in first:
+            t.status, t.reason = "duplicate", f"same generated code as trial {first[key].id}"
+            continue
+        first[key] = t
+        out.append(t)
+    return out
 
 
 def _final_key(t: TrialRecord):

@@ -92,6 +92,7 @@ class CheckResult:
     run_s: float = 0.0          # one run on the first input set (a rough static hint)
     max_error: float = 0.0
     note: str = ""
+    source_hash: str = ""       # of the generated code: equal programs lower to equal kernels
 
 
 def odd_shape(n: int) -> int:

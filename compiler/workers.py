@@ -14,6 +14,7 @@ shapes; ("time", trial, warmup, repeat) times one.
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import pickle
 import select
@@ -112,9 +113,13 @@ def handle(state: _WorkerState, request):
         except Exception as e:
             res = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
         res.build_s = build_s
+        res.source_hash = hashlib.sha256(str(getattr(exe, "source", "")).encode()).hexdigest()[:16]
         if not res.ok:
             state.exes.pop(trial.id, None)
         return res
+    if kind == "prepare":  # load the backend ahead of the first candidate
+        state.backend(request[1])
+        return ("ok",)
     if kind == "reset":  # a new search begins: drop the previous one's inputs and executables
         state.data.clear()
         state.exes.clear()
@@ -204,12 +209,20 @@ class Worker:
         self.proc = subprocess.Popen([sys.executable, "-m", "compiler.workers"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=_child_env())
         self.data_keys: set[str] = set()
-        self.built: set[int] = set()
+        self.unanswered = 0   # requests sent with `post` whose answers are still to be read
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def post(self, request) -> None:
+        """Send a request whose answer is read (and dropped) before the next `start`."""
+        self.start(request)
+        self.unanswered += 1
+
     def start(self, request) -> None:
+        while self.unanswered:
+            self.unanswered -= 1
+            self.finish(60.0)
         try:
             _send(self.proc.stdin, request)
         except (BrokenPipeError, OSError):
