@@ -226,3 +226,14 @@ def test_blocked_matmul_edges(tile):
     assert any(matmul.match(k, exe.program) for k in exe.program.kernels)
     check(lambda a, b: a @ b.transpose(-1, -2), [(2, 9, 21), (2, 17, 21)], schedule=s)
     check(lambda a, b: a.T @ b, [(33, 5), (33, 19)], schedule=s)
+
+
+@pytest.mark.parametrize("tile", [(3, 1, 4, 16), (6, 2, 256, 1024)])
+def test_blocked_matmul_half(tile):
+    """f16 matmuls take the packed path too (products rounded to f16, sums in f32)."""
+    from backends.llvm import matmul
+    from ir.kernel import KernelSchedule, Schedule
+    s = Schedule(default=KernelSchedule(vector_width=8, tile=tile))
+    exe = check(lambda a, b, c: (a @ b + c).gelu(), [(13, 37), (37, 45), (45,)], "f16", schedule=s)
+    assert any(matmul.match(k, exe.program) for k in exe.program.kernels)
+    check(lambda a, b: (a @ b).astype("f32"), [(5, 300), (300, 17)], "f16", schedule=s)

@@ -1,12 +1,13 @@
 """A blocked, packed matmul path for kernels of the form out[b.., i, j] = epilogue(sum_r A*B).
 
 The frontend's matmul is (a[..., m, k, 1] * b[..., 1, k, n]).sum(-2); lowered, that is a kernel
-whose only Let is a full-depth `sum[r](mul(load A, load B))` with A independent of j and B of i.
+whose only Let is a full-depth `sum[r](mul(A, B))` with A independent of j and B of i. A and B
+may be any f32 expressions (views with div/mod, padding masks, casts): both are packed.
 Such kernels are rendered GotoBLAS-style:
 
     for each batch, for each column block jc (NC), for each depth block pc (KC):
         pack B[pc:pc+KC, jc:jc+NC] into NR-wide panels (zero-padded) in a per-thread scratch
-        for each MR-row block of this thread's chunk, for each panel:
+        for each MR-row block of this thread's chunk: pack A[rows, pc:pc+KC]; for each panel:
             MR x NR accumulators in vector registers, one FMA per row and vector per r
     then the epilogue (bias, activation, ...) once per element of the block, in place.
 
@@ -21,9 +22,10 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from backends.llvm.render import F32, I64, PTR, KernelRenderer, _i64, for_range
+from backends.llvm.render import F32, I64, PTR, STORAGE, KernelRenderer, _i64, for_range
 from ir.dtypes import DType
-from ir.kernel import Compute, Kernel, KernelProgram, KernelSchedule, Load, Reduce, Ref, Var, atom_vars, walk
+from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Reduce, Ref, Value, Var, atom_vars,
+                       value_vars, walk)
 from ir.ops import Op
 
 DEFAULT_TILE = (6, 2, 256, 1024)     # MR rows, NR in vectors, KC depth, NC columns
@@ -31,17 +33,17 @@ DEFAULT_TILE = (6, 2, 256, 1024)     # MR rows, NR in vectors, KC depth, NC colu
 
 @dataclass(frozen=True)
 class MatmulPattern:
-    a: Load
-    b: Load
+    a: Value        # the operand that does not depend on j (packed per row block)
+    b: Value        # the operand that does not depend on i (packed per column panel)
     r: Var
     i: Var
     j: Var
     batch: tuple[Var, ...]
 
 
-def _plain_in(load: Load, vs: set[Var]) -> bool:
-    """Every variable of vs appears in load's index only as a plain term."""
-    for a, _ in load.index.terms:
+def _plain_in(index, vs: set[Var]) -> bool:
+    """Every variable of vs appears in the index only as a plain term."""
+    for a, _ in index.terms:
         if not isinstance(a, Var) and atom_vars(a) & vs:
             return False
     return True
@@ -54,29 +56,41 @@ def match(kernel: Kernel, program: KernelProgram) -> MatmulPattern | None:
     red = let.value
     if let.depth != len(kernel.axes) or not isinstance(red, Reduce) or red.op != Op.SUM:
         return None
-    if len(red.vars) != 1 or red.dtype != DType.f32 or program.buffer(store.buffer).dtype != DType.f32:
+    if len(red.vars) != 1 or red.dtype not in (DType.f32, DType.f16):
         return None
     body = red.body
-    if not (isinstance(body, Compute) and body.op == Op.MUL and all(
-            isinstance(s, Load) and not s.valid and s.dtype == DType.f32 for s in body.srcs)):
+    if not (isinstance(body, Compute) and body.op == Op.MUL and body.dtype == red.dtype):
+        return None
+    if any(isinstance(x, (Reduce, Ref)) for s in body.srcs for x in walk(s)):
         return None
     if any(isinstance(x, Reduce) for x in walk(store.value)):
         return None
     i, j, r = kernel.axes[-2], kernel.axes[-1], red.vars[0]
     x, y = body.srcs
-    xv, yv = x.index.vars(), y.index.vars()
-    if i in xv and j not in xv and j in yv and i not in yv:
+    xv, yv = value_vars(x), value_vars(y)
+    if j not in xv and i not in yv:
         a, b = x, y
-    elif i in yv and j not in yv and j in xv and i not in xv:
+    elif i not in xv and j not in yv:
         a, b = y, x
     else:
         return None
-    if r not in a.index.vars() or r not in b.index.vars():
-        return None
-    if not (_plain_in(a, {i, j, r}) and _plain_in(b, {i, j, r}) and _plain_in(
-            Load(store.buffer, DType.f32, store.index), {i, j})):
+    if not _plain_in(store.index, {i, j}):
         return None
     return MatmulPattern(a, b, r, i, j, tuple(kernel.axes[:-2]))
+
+
+def is_direct(kernel: Kernel, program: KernelProgram) -> bool:
+    """Whole depth in one block, epilogue straight from the register tile: used when the
+    output cannot hold f32 partial sums or the products round to a half type."""
+    return program.buffer(kernel.stores[0].buffer).dtype != DType.f32 or kernel.lets[0].value.dtype != DType.f32
+
+
+def blocking(kernel: Kernel, program: KernelProgram, ks: KernelSchedule) -> tuple[int, int, int, int, int]:
+    mr, nr, kc, nc, w = tile_of(ks)
+    if is_direct(kernel, program):
+        kc = kernel.lets[0].value.vars[0].extent
+        nc = max(nr, min(nc, (1 << 18) // kc // nr * nr))   # keep the packed panel near 1 MB
+    return mr, nr, kc, nc, w
 
 
 def tile_of(ks: KernelSchedule) -> tuple[int, int, int, int, int]:
@@ -94,10 +108,10 @@ def launch_extent(kernel: Kernel, ks: KernelSchedule) -> int:
     return math.prod(v.extent for v in kernel.axes[:-2]) * -(-kernel.axes[-2].extent // mr)
 
 
-def scratch_floats(kernel: Kernel, ks: KernelSchedule) -> int:
-    mr, nr, kc, nc, w = tile_of(ks)
+def scratch_floats(kernel: Kernel, program: KernelProgram, ks: KernelSchedule) -> int:
+    mr, nr, kc, nc, w = blocking(kernel, program, ks)
     n = kernel.axes[-1].extent
-    return kc * min(nc, -(-n // nr) * nr) + mr * nr
+    return kc * min(nc, -(-n // nr) * nr) + mr * kc   # B panels, then the packed A block
 
 
 class MatmulRenderer(KernelRenderer):
@@ -109,7 +123,9 @@ class MatmulRenderer(KernelRenderer):
 
     def render(self) -> None:
         k, pat = self.k, self.pat
-        mr, nr, kc, nc, w = tile_of(self.ks)
+        mr, nr, kc, nc, w = blocking(k, self.program, self.ks)
+        direct = is_direct(k, self.program)
+        self.half_products = k.lets[0].value.dtype == DType.f16
         vty = ir.VectorType(F32, w)
         M, N, K = pat.i.extent, pat.j.extent, pat.r.extent
         nb = -(-M // mr)
@@ -131,7 +147,7 @@ class MatmulRenderer(KernelRenderer):
         out = self.ptrs[store.buffer]
         let = k.lets[0]
         fma = self._intrinsic(f"llvm.fma.v{w}f32", vty, 3)
-        ka, kb = pat.a.index.coeff(pat.r), pat.b.index.coeff(pat.r)
+        apack = b.gep(scratch, [_i64(kc * min(nc, -(-N // nr) * nr))], inbounds=True, source_etype=F32)
 
         def gep(ptr, idx, ty=F32):
             return b.gep(ptr, [idx], inbounds=True, source_etype=ty)
@@ -167,8 +183,7 @@ class MatmulRenderer(KernelRenderer):
                                 ok = b.icmp_signed("<", j, _i64(N))
                                 self.vars[pat.j] = b.select(ok, j, _i64(0))
                                 self.vars[pat.r] = b.add(pc, rr)
-                                val = b.load(gep(self.ptrs[pat.b.buffer], self.index(pat.b.index)), typ=F32)
-                                val = b.select(ok, val, ir.Constant(F32, 0.0))
+                                val = b.select(ok, self.value(pat.b), ir.Constant(F32, 0.0))
                                 dst = b.add(b.mul(b.add(b.mul(jp, _i64(kc)), rr), _i64(nr)), jj)
                                 b.store(val, gep(scratch, dst))
                                 self.scopes.pop()
@@ -177,28 +192,36 @@ class MatmulRenderer(KernelRenderer):
                         i0 = b.mul(blk, _i64(mr))
                         with for_range(b, _i64(0), npan, "jp2") as jp:
                             j0 = b.add(jc, b.mul(jp, _i64(nr)))
-                            self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=pcb)
-                            # row bases of A at r = pc (rows past M read row M-1; never stored)
-                            self.scopes.append({})
-                            self.vars[pat.r] = pc
-                            bases = []
-                            for m in range(mr):
-                                self.vars[pat.i] = smin(b.add(i0, _i64(m)), _i64(M - 1))
+                            if direct:
+                                for idx in range(mr * nr // w):
+                                    b.store(ir.Constant(vty, [0.0] * w),
+                                            b.bitcast(gep(tile, _i64(idx * w)), ir.PointerType(vty)), align=4)
+                            else:
+                                self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=pcb)
+                            # pack A[i0:i0+MR, pc:pc+kcur] as [rr][MR] (rows past M repeat row M-1)
+                            with for_range(b, _i64(0), kcur, "ra") as ra:
                                 self.scopes.append({})
-                                bases.append(self.index(pat.a.index))
+                                self.vars[pat.r] = b.add(pc, ra)
+                                for m in range(mr):
+                                    self.scopes.append({})
+                                    self.vars[pat.i] = smin(b.add(i0, _i64(m)), _i64(M - 1))
+                                    b.store(self.value(pat.a), gep(apack, b.add(b.mul(ra, _i64(mr)), _i64(m))))
+                                    self.scopes.pop()
                                 self.scopes.pop()
-                            self.scopes.pop()
                             accs0 = [[b.load(b.bitcast(gep(tile, _i64(m * nr + t * w)), ir.PointerType(vty)), typ=vty, align=4)
                                       for t in range(nr // w)] for m in range(mr)]
                             panel = b.mul(b.mul(jp, _i64(kc)), _i64(nr))
                             accs = self._kloop(b, kcur, accs0, lambda rr, accs: self._step(
-                                b, rr, accs, scratch, panel, bases, ka, fma, vty, mr, nr, w, pat))
+                                b, rr, accs, scratch, panel, apack, fma, vty, mr, nr, w))
                             for m in range(mr):
                                 for t in range(nr // w):
                                     b.store(accs[m][t], b.bitcast(gep(tile, _i64(m * nr + t * w)), ir.PointerType(vty)), align=4)
-                            self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=None)
+                            if direct:
+                                self._tile_epilogue(tile, i0, j0, mr, nr, M, N, store, out, let)
+                            else:
+                                self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=None)
                 # epilogue over this thread's rows x this column block, in place
-                if store.value != Ref(let.name, let.value.dtype):
+                if not direct and store.value != Ref(let.name, let.value.dtype):
                     row_lo = b.mul(lo_u, _i64(mr))
                     row_hi = smin(b.mul(hi_u, _i64(mr)), _i64(M))
                     with for_range(b, row_lo, row_hi, "ei") as ei:
@@ -239,20 +262,41 @@ class MatmulRenderer(KernelRenderer):
         b.position_at_end(done)
         return phis
 
-    def _step(self, b, rr, accs, scratch, panel, bases, ka, fma, vty, mr, nr, w, pat):
+    def _step(self, b, rr, accs, scratch, panel, apack, fma, vty, mr, nr, w):
         off = b.add(panel, b.mul(rr, _i64(nr)))
         bv = [b.load(b.gep(scratch, [b.add(off, _i64(t * w))], inbounds=True, source_etype=F32), typ=vty, align=4)
               for t in range(nr // w)]
-        a_ptr = self.ptrs[pat.a.buffer]
-        step = rr if ka == 1 else b.mul(rr, _i64(ka))
+        arow = b.mul(rr, _i64(mr))
         new = []
         undef = ir.Constant(vty, None)
         zeros = ir.Constant(ir.VectorType(ir.IntType(32), w), None)
         for m in range(mr):
-            av = b.load(b.gep(a_ptr, [b.add(bases[m], step)], inbounds=True, source_etype=F32), typ=F32)
+            av = b.load(b.gep(apack, [b.add(arow, _i64(m))], inbounds=True, source_etype=F32), typ=F32)
             splat = b.shuffle_vector(b.insert_element(undef, av, ir.Constant(ir.IntType(32), 0)), undef, zeros)
-            new.append([b.call(fma, [splat, bv[t], accs[m][t]]) for t in range(nr // w)])
+            if self.half_products:   # the product rounds to f16 before it is summed in f32
+                hty = ir.VectorType(ir.HalfType(), w)
+                new.append([b.fadd(accs[m][t], b.fpext(b.fptrunc(b.fmul(splat, bv[t]), hty), vty))
+                            for t in range(nr // w)])
+            else:
+                new.append([b.call(fma, [splat, bv[t], accs[m][t]]) for t in range(nr // w)])
         return new
+
+    def _tile_epilogue(self, tile, i0, j0, mr, nr, M, N, store, out, let):
+        """out <- epilogue(tile) for positions inside [0, M) x [0, N)."""
+        b = self.b
+        dt = self.program.buffer(store.buffer).dtype
+        with for_range(b, _i64(0), _i64(mr), "em") as tm:
+            with for_range(b, _i64(0), _i64(nr), "ej") as tj:
+                self.scopes.append({})
+                i, j = b.add(i0, tm), b.add(j0, tj)
+                ok = b.and_(b.icmp_signed("<", i, _i64(M)), b.icmp_signed("<", j, _i64(N)))
+                with b.if_then(ok):
+                    self.vars[self.pat.i], self.vars[self.pat.j] = i, j
+                    acc = b.load(b.gep(tile, [b.add(b.mul(tm, _i64(nr)), tj)], inbounds=True, source_etype=F32), typ=F32)
+                    self.refs[let.name] = self.round(acc, let.value.dtype)
+                    addr = b.gep(out, [self.index(store.index)], inbounds=True, source_etype=STORAGE[dt])
+                    b.store(self.to_storage(self.value(store.value), dt), addr)
+                self.scopes.pop()
 
     def _tile_copy(self, tile, i0, j0, mr, nr, M, N, store, out, load_from_c):
         """load_from_c given (the depth-block index): tile <- C (or 0 on the first block);

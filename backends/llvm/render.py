@@ -370,7 +370,7 @@ def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dic
         if pat is not None:
             r = matmul.MatmulRenderer(module, program, k, ks, pat)
             r.render()
-            info[k.name] = LaunchInfo(r.buffers, matmul.launch_extent(k, ks), matmul.scratch_floats(k, ks), 1)
+            info[k.name] = LaunchInfo(r.buffers, matmul.launch_extent(k, ks), matmul.scratch_floats(k, program, ks), 1)
         else:
             r = KernelRenderer(module, program, k, ks)
             r.render()
