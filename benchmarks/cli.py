@@ -26,6 +26,7 @@ DEFAULTS = {  # suite -> (rounds, seconds per batch)
     "full": (7, 0.2), "quick": (3, 0.05), "tiny": (2, 0.005),
 }
 ALL_PEERS = ["eager", "compile", "sdpa"]
+QUICK_BUDGET_S = 2.0  # Saturn's search budget per workload under --quick (keeps it under 2 minutes)
 
 
 def add_arguments(p) -> None:
@@ -47,7 +48,7 @@ def add_arguments(p) -> None:
                    help="CPU threads for PyTorch (default: all cores, as Saturn's CPU code uses)")
     p.add_argument("--time-limit", type=float, metavar="SECONDS",
                    help="start no new workload after this many seconds (results so far are kept)")
-    p.add_argument("--budget", type=float, metavar="SECONDS", help="Saturn's search budget per workload (compile's default otherwise)")
+    p.add_argument("--budget", type=float, metavar="SECONDS", help=f"Saturn's search budget per workload (default: compile's own; {QUICK_BUDGET_S:g} s with --quick)")
     p.add_argument("--cold", action="store_true", help="bypass Saturn's compile cache, so compile time is a full search")
     p.add_argument("--verbose", action="store_true", help="show Saturn's compile progress lines")
     p.add_argument("--saturn-option", action="append", default=[], metavar="KEY=VALUE",
@@ -79,6 +80,8 @@ def saturn_options(args) -> dict:
         opts["cache"] = False
     if args.budget is not None:
         opts["budget"] = args.budget
+    elif args.quick and "budget" in named:
+        opts["budget"] = QUICK_BUDGET_S
     unsupported = [k for k in ("cache", "budget") if k in opts and k not in named]
     if unsupported:
         raise ValueError(f"this compiler.compile() takes no {', '.join(unsupported)} option")

@@ -162,3 +162,12 @@ def test_alternate_rotates_and_isolates_failures():
     assert a.calls == [1, 10, 10, 10]
     assert "a" in samples and len(samples["a"]) == 30
     assert "b" not in samples and "boom" in errors["b"]
+
+
+def test_readme_section_is_replaced_between_markers():
+    from benchmarks import readme
+    text = "# Saturn\n\nintro\n"
+    once = readme.updated(text)
+    assert once.startswith(text.rstrip("\n")) and "## Benchmarks" in once
+    assert readme.START in once and readme.END in once
+    assert readme.updated(once) == once  # idempotent: only the marked block is rewritten

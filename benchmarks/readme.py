@@ -1,0 +1,81 @@
+"""Rewrite the README's Benchmarks section from the newest results files.
+
+    python3 -m benchmarks.readme            # updates README.md in place
+    python3 -m benchmarks.readme --check    # exit 1 if README.md is out of date
+
+For each device prefix (cpu-, h200-) the newest `benchmarks/results/<prefix>*.json` gives a
+table; its .png (if present) is shown under it, and both link to the file they came from.
+Only the text between the two markers below is replaced.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from benchmarks import report
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+DEVICES = [("h200-", "NVIDIA H200"), ("cpu-", "This 2-core CPU machine")]
+
+
+def newest(prefix: str) -> Path | None:
+    files = sorted(RESULTS.glob(f"{prefix}*.json"))
+    return files[-1] if files else None
+
+
+def section() -> str:
+    parts = [START, "",
+             "`saturn bench` times Saturn against PyTorch eager and torch.compile with every output checked "
+             "first (method and options: `docs/benchmarks.md`). Latest committed runs:", ""]
+    found = False
+    for prefix, title in DEVICES:
+        path = newest(prefix)
+        if path is None:
+            continue
+        found = True
+        data = json.loads(path.read_text())
+        rel = path.relative_to(ROOT).as_posix()
+        parts += [f"### {title}: {data.get('device', {}).get('name', '?')}, {data.get('date', '?')}", "",
+                  f"From [`{rel}`]({rel}) (`{data.get('command', '?')}`, Saturn commit "
+                  f"{data.get('versions', {}).get('commit') or '?'}); notes and versions in "
+                  f"[`{rel[:-5]}.md`]({rel[:-5]}.md).", "",
+                  report.table(data["results"]), ""]
+        png = path.with_suffix(".png")
+        if png.exists():
+            prel = png.relative_to(ROOT).as_posix()
+            parts += [f"![speedup over PyTorch eager, {title}]({prel})", "", f"Plot: [`{prel}`]({prel}).", ""]
+    if not found:
+        parts += ["No results committed yet: run `saturn bench --json FILE` (see `docs/benchmarks.md`).", ""]
+    parts.append(END)
+    return "\n".join(parts)
+
+
+def updated(readme: str) -> str:
+    body = section()
+    if START in readme and END in readme:
+        head, rest = readme.split(START, 1)
+        return head + body + rest.split(END, 1)[1]
+    return readme.rstrip("\n") + "\n\n## Benchmarks\n\n" + body + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m benchmarks.readme", description=__doc__.splitlines()[0])
+    p.add_argument("--check", action="store_true", help="only report whether README.md is up to date")
+    args = p.parse_args(argv)
+    path = ROOT / "README.md"
+    old = path.read_text()
+    new = updated(old)
+    if args.check:
+        print("README.md is up to date" if new == old else "README.md's Benchmarks section is out of date")
+        return 0 if new == old else 1
+    path.write_text(new)
+    print("README.md: Benchmarks section written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
