@@ -24,7 +24,7 @@ class Limits:
     """Bounds of one exploration. `seconds` is the wall-clock budget of the saturation."""
     seconds: float = 20.0
     node_limit: int = 30000          # e-nodes (the shape table not counted)
-    iterations: int = 12             # per phase
+    iterations: int = 30             # per phase
     tiles: tuple[int, ...] | None = None   # None: derived from the program's reduction lengths
 
 
@@ -129,7 +129,8 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
         p.eclasses = p.eclasses if p.eclasses >= 0 else 0
     if phases:
         phases[-1].eclasses = ser.num_eclasses
-    extracted = extract_candidates(ser, max_candidates)
+    extracted = extract_candidates(ser, max_candidates, cost=static_cost,
+                                   improve_seconds=max(1.0, min(6.0, deadline - time.perf_counter())))
     want = [(o.shape, o.dtype) for o in graph.outputs]
     cands = [Candidate(graph, static_cost(graph), "original program")]
     seen = {graph.structural_hash()}

@@ -359,6 +359,7 @@ class EGraphSession:
             t = imp.term(o)
             self.roots.append(t)
         self.root_names = [str(r) for r in self.roots]
+        self._pushed = 0
         for t in tiles:
             self.eg.register(tile(i64(t)))
         self.eg.run(SHAPES.saturate())
@@ -373,21 +374,26 @@ class EGraphSession:
         for rs in rulesets[1:]:
             combined = combined | rs
         stopped, it, last = "iterations", 0, 0.0
+        size = self.size()
         for it in range(1, max_iterations + 1):
             now = time.perf_counter()
             if now + 2 * last > deadline:
                 stopped, it = "time limit", it - 1
                 break
+            self.eg.push()  # an iteration that overshoots the node limit is undone
             report = self.eg.run(combined)
             self.eg.run(SHAPES.saturate())
             last = time.perf_counter() - now
+            new_size = self.size()
+            if new_size > node_limit:
+                self.eg.pop()
+                stopped, it = "node limit", it - 1
+                break
+            self._pushed += 1
+            size = new_size
             if not report.updated:
                 stopped = "saturated"
                 break
-            if self.size() > node_limit:
-                stopped = "node limit"
-                break
-        size = self.size()
         return PhaseReport(name, it, size, -1, time.perf_counter() - t0, stopped)
 
     def serialize(self) -> "SerializedEGraph":

@@ -9,12 +9,13 @@ Model (one number, roughly "bytes moved + a little compute"):
 - Each materialized value is one kernel: it reads the memory-resident tensors its fused cone
   touches (inputs and other materialized values, at their own size, not the broadcast size)
   and writes its result.
-- Reductions over the same operand shape and axes at the same dependency depth share a pass
-  and are charged their reads once: e.g. sum(x) and sum(x*x) (single-pass layernorm
-  statistics), or a tile's max m_b and its sum of exp(x - m_b) (online softmax). The depth
-  grows by one when a kernel reads a value that folded more than TILE_LIMIT elements (a
-  whole long row: x - max(x) needs the max of the row before the second pass can start);
-  statistics of the same tile do not count.
+- Reductions that run in the same loop nest (same output dims up to the reduced axis, same
+  reduced length) at the same dependency depth share a pass and are charged their reads
+  once: e.g. sum(x) and sum(x*x) (single-pass layernorm statistics), or a tile's max m_b,
+  its sum of exp(s - m_b) and its exp(s - m_b) @ v_b (online softmax / flash attention). The depth
+  grows by one when a kernel reads a reduction result broadcast back over more than
+  TILE_LIMIT elements (x - max(x) over a whole long row needs the row's max before the
+  second pass can start); a tile's own statistics, broadcast over the tile, do not count.
 - Compute adds 1/4 per element per elementwise op (recomputation is charged per consumer).
 Measured runtime decides in the end; this only orders candidates.
 """
@@ -34,52 +35,74 @@ def _numel(n: Node) -> int:
     return math.prod(n.shape) if n.shape else 1
 
 
+def _kernel_reads(m: Node, mat_set: set) -> tuple[dict[Node, float], float]:
+    """Memory-resident tensors read by m's fused cone, with the largest factor by which the
+    path to m broadcasts each; and the elementwise work in the cone."""
+    reads: dict[Node, float] = {}
+    flops = float(_numel(m)) if m.op in ELEMENTWISE else 0.0
+    stack, seen = [(s, 1.0) for s in m.srcs], {}
+    while stack:
+        n, spread = stack.pop()
+        if seen.get(n, 0.0) >= spread:
+            continue
+        first = n not in seen
+        seen[n] = spread
+        if n.op == Op.INPUT or n in mat_set:
+            reads[n] = max(reads.get(n, 0.0), spread)
+            continue
+        if n.op == Op.CONST:
+            continue
+        if n.op in ELEMENTWISE and first:
+            flops += _numel(n)
+        if n.op == Op.VIEW:
+            spread *= max(1.0, _numel(n) / max(1, _numel(n.srcs[0])))
+        stack.extend((s, spread) for s in n.srcs)
+    if m.op in REDUCE:
+        flops += _numel(m.srcs[0])
+    return reads, flops
+
+
+def _combines_tiles(c: Node, r: Node) -> bool:
+    """c reduces, across tiles, r's per-tile result (r reduced axis k, c reduces k - 1)."""
+    return (c.op in REDUCE and r.op in REDUCE and len(r.arg) == 1 and c.arg == (r.arg[0] - 1,))
+
+
 def static_cost(graph: Graph) -> float:
     outputs = set(graph.outputs)
-    nodes = graph.nodes
-    materialized = [n for n in nodes if n.op in REDUCE or n.op == Op.CONTIGUOUS or n in outputs]
+    materialized = [n for n in graph.nodes if n.op in REDUCE or n.op == Op.CONTIGUOUS or n in outputs]
     mat_set = set(materialized)
+    kernels = {m: _kernel_reads(m, mat_set) for m in materialized}
+    consumers: dict[Node, list[Node]] = {}
+    for m, (reads, _) in kernels.items():
+        for r in reads:
+            consumers.setdefault(r, []).append(m)
     depth: dict[Node, int] = {}
-    folded: dict[Node, int] = {}
-    group_of: dict[Node, tuple] = {}
+    key_of: dict[Node, tuple] = {}
     charged: dict[tuple, set] = {}
     total = 0.0
     for m in materialized:  # toposorted: producers first
-        reads: set[Node] = set()
-        flops = float(_numel(m)) if m.op in ELEMENTWISE else 0.0
-        stack, seen = list(m.srcs), set()
-        while stack:
-            n = stack.pop()
-            if n in seen:
-                continue
-            seen.add(n)
-            if n.op == Op.INPUT or n in mat_set:
-                reads.add(n)
-                continue
-            if n.op == Op.CONST:
-                continue
-            if n.op in ELEMENTWISE:
-                flops += _numel(n)
-            stack.extend(n.srcs)
-        shape_key = (m.srcs[0].shape, m.arg) if m.op in REDUCE else ("own", id(m))
-        # statistics of the same tiles (same operand shape and axes) share a pass
-        same = [r for r in reads if r in group_of and group_of[r][:2] == shape_key
-                and folded[r] <= TILE_LIMIT]
-        other = [r for r in reads if r not in same]
-        d = max([depth.get(r, 0) + (1 if folded.get(r, 1) > TILE_LIMIT else 0) for r in other] +
-                [depth[r] for r in same], default=0)
-        f = max([folded.get(r, 1) for r in other], default=1)
+        reads, flops = kernels[m]
+        in_registers = {r for r in reads if r in key_of and _combines_tiles(m, r)}
+        # a value broadcast back over more than a tile must be complete before this pass;
+        # a running combine across tiles (online softmax) does not wait
+        d = max((depth.get(r, 0) + (1 if r in depth and f > TILE_LIMIT and not in_registers else 0)
+                 for r, f in reads.items()), default=0)
         if m.op in REDUCE:
-            src = m.srcs[0]
-            flops += _numel(src)
-            f *= math.prod(src.shape[a] for a in m.arg)
-        depth[m], folded[m] = d, f
-        key = shape_key + (d,)
-        group_of[m] = key
+            last = max(m.arg)  # one tile loop: same leading output dims, same reduced length
+            key = (m.shape[:last + 1], tuple(m.srcs[0].shape[a] for a in m.arg), d)
+        else:
+            key = ("own", id(m))
+        depth[m], key_of[m] = d, key
         seen_reads = charged.setdefault(key, set())
         for r in reads:
-            if r not in seen_reads:
+            if r not in seen_reads and r not in in_registers:
                 seen_reads.add(r)
                 total += _numel(r) * r.dtype.itemsize
-        total += _numel(m) * m.dtype.itemsize + COMPUTE_WEIGHT * flops
+        # per-tile results that only their own tile loop and a running cross-tile combine
+        # read stay in registers: no write
+        stays = m.op in REDUCE and m not in outputs and consumers.get(m) and all(
+            key_of.get(c, key) == key or _combines_tiles(c, m) for c in consumers[m])
+        if not stays:
+            total += _numel(m) * m.dtype.itemsize
+        total += COMPUTE_WEIGHT * flops
     return total

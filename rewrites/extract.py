@@ -9,9 +9,12 @@ perturbations for diversity. Every choice is rebuilt as an ordinary IR `Graph` (
 """
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 import random
 import sys
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -95,12 +98,15 @@ class Profile:
     long_axis: int = 128         # longer reduced axes count as a separate pass over memory
     view: float = 0.05           # views are index arithmetic
     materialize: float = 2.0     # CONTIGUOUS writes and re-reads
-    second_pass: float = 0.0     # per element, for a reduction over an already long-folded operand
+    second_pass: float = 0.0     # per element, for a reduction along a row-wide broadcast
     jitter: float = 0.0          # random factor range for diversity
+    dag: bool = False            # count a shared sub-program once (greedy DAG cost)
     seed: int = 0
 
 
 PROFILES = (
+    Profile("one-pass-dag", long_reduce=4.0, second_pass=32.0, dag=True),
+    Profile("compute-dag", long_reduce=0.0, dag=True),
     Profile("compute", long_reduce=0.0),
     Profile("one-pass", long_reduce=4.0, second_pass=32.0),
     Profile("one-pass-light", long_reduce=0.0, second_pass=16.0),
@@ -127,17 +133,81 @@ def node_cost(e: ENode, info: Info, infos: dict, prof: Profile) -> float:
     return 1.0 + numel
 
 
-def choose(eg: SerializedEGraph, infos: dict, prof: Profile) -> dict[str, ENode]:
-    """Best e-node per class under `prof` (fixed point of the tree cost).
+CAP = 1 << 20
 
-    Besides its tree cost each choice carries `folded`: how many elements a reduction chain
-    has folded into one value. A reduction whose operand already depends on a long fold
-    (folded > long_axis, e.g. x - max(x) over a whole row) is a second sequential pass over
-    that operand and pays `prof.second_pass` per element; per-tile statistics (the online
-    form) fold only a tile before they are reused, so they do not pay it."""
+
+def _shift(bc: dict, at: int, by: int) -> dict:
+    return {(k + by if k >= at else k): v for k, v in bc.items()}
+
+
+def broadcast_analysis(eg: SerializedEGraph) -> dict[str, tuple[bool, dict]]:
+    """Per class: (depends on a reduction, {axis: factor}) where factor is how far along that
+    axis a reduction result has been broadcast back into this value (max over the class's
+    e-nodes, so it describes the value, not one way of computing it). `exp(x - max(x))` over
+    a row of n has factor n on the row axis; its tile-local form `exp(x_b - max_b(x_b))`
+    only the tile size. A reduction along an axis with a large factor is a second pass."""
+    info: dict[str, tuple[bool, dict]] = {c: (False, {}) for c in eg.classes}
+    changed = True
+    while changed:
+        changed = False
+        for cid, nodes in eg.classes.items():
+            der, bc = info[cid]
+            for e in nodes:
+                kids = [info[c] for c in e.children]
+                op = e.op
+                if op in ("inp", "lit"):
+                    continue
+                if op == "view":
+                    nd, nb = kids[0][0], {}
+                elif op in ("sum", "max"):
+                    nd, nb = True, {k: v for k, v in kids[0][1].items() if k != e.ints[0]}
+                elif op == "expand":
+                    nd, nb = kids[0][0], dict(kids[0][1])
+                    if nd:
+                        nb[e.ints[0]] = min(CAP, nb.get(e.ints[0], 1) * e.ints[1])
+                elif op == "unsq":
+                    nd, nb = kids[0][0], _shift(kids[0][1], e.ints[0], 1)
+                elif op == "sqz":
+                    a = e.ints[0]
+                    nd, nb = kids[0][0], _shift({k: v for k, v in kids[0][1].items() if k != a}, a + 1, -1)
+                elif op == "split":
+                    a = e.ints[0]
+                    nd, nb = kids[0][0], _shift(kids[0][1], a + 1, 1)
+                    if a in kids[0][1]:
+                        nb[a + 1] = kids[0][1][a]
+                elif op == "merge":
+                    a = e.ints[0]
+                    old = kids[0][1]
+                    nd = kids[0][0]
+                    nb = _shift({k: v for k, v in old.items() if k not in (a, a + 1)}, a + 2, -1)
+                    if a in old or a + 1 in old:
+                        nb[a] = max(old.get(a, 1), old.get(a + 1, 1))
+                else:  # elementwise
+                    nd, nb = any(k[0] for k in kids), {}
+                    for _, kb in kids:
+                        for k, v in kb.items():
+                            nb[k] = max(nb.get(k, 0), v)
+                if (nd and not der) or any(v > bc.get(k, 0) for k, v in nb.items()):
+                    der = der or nd
+                    bc = {**bc, **{k: max(v, bc.get(k, 0)) for k, v in nb.items()}}
+                    changed = True
+            info[cid] = (der, bc)
+    return info
+
+
+def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None = None) -> dict[str, ENode]:
+    """Best e-node per class under `prof`: Knuth's generalization of Dijkstra (a class is
+    settled by its cheapest e-node whose children are settled, so the choice is acyclic
+    whatever the costs). Tree cost, or with `prof.dag` a greedy DAG cost that counts each
+    class below a node once. A reduction along an axis whose broadcast factor
+    (`broadcast_analysis`) exceeds `prof.long_axis` is a second sequential pass over its
+    operand and pays `prof.second_pass` per element: that is what makes the tile-local
+    online forms cheaper than their row-wide originals."""
+    spread = spread if spread is not None else broadcast_analysis(eg)
     rng = random.Random(prof.seed)
-    best: dict[str, tuple[float, ENode, int]] = {}
-    own: dict[int, float] = {}
+    best: dict[str, tuple[float, ENode]] = {}
+    entries = []  # (class id, e-node, own cost)
+    parents: dict[str, list[int]] = {}
     for cid, nodes in eg.classes.items():
         if cid not in infos:
             continue
@@ -145,36 +215,64 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile) -> dict[str, ENode]
             if any(c not in infos for c in e.children):
                 continue
             c = node_cost(e, infos[cid], infos, prof)
+            if e.op in ("sum", "max") and spread[e.children[0]][1].get(e.ints[0], 1) > prof.long_axis:
+                c += prof.second_pass * (math.prod(infos[e.children[0]][0]) or 1)
             if prof.jitter:
                 c *= math.exp(rng.uniform(-prof.jitter, prof.jitter))
-            own[id(e)] = c
-    changed = True
-    while changed:
-        changed = False
-        for cid, nodes in eg.classes.items():
-            for e in nodes:
-                if id(e) not in own or any(c not in best for c in e.children):
-                    continue
-                total = own[id(e)] + sum(best[c][0] for c in e.children)
-                folded = max((best[c][2] for c in e.children), default=1)
-                if e.op in ("sum", "max"):
-                    cshape = infos[e.children[0]][0]
-                    if folded > prof.long_axis:
-                        total += prof.second_pass * (math.prod(cshape) or 1)
-                    folded *= cshape[e.ints[0]]
-                if cid not in best or total < best[cid][0] - 1e-9:
-                    best[cid] = (total, e, folded)
-                    changed = True
+            for ch in set(e.children):
+                parents.setdefault(ch, []).append(len(entries))
+            entries.append((cid, e, c))
+    waiting = [len(set(e.children)) for _, e, _ in entries]
+    heap: list = []
+    paid: dict[str, dict[str, float]] = {}  # dag mode: class -> own cost of every class below
+
+    def push(i: int) -> None:
+        cid, e, own = entries[i]
+        below = None
+        if prof.dag:
+            kids = sorted(set(e.children), key=lambda c: -len(paid[c]))
+            below = dict(paid[kids[0]]) if kids else {}
+            for c in kids[1:]:
+                below.update(paid[c])
+            total = own + sum(below.values())
+        else:
+            total = own + sum(best[c][0] for c in e.children)
+        heapq.heappush(heap, (total, i, below))
+
+    for i, w in enumerate(waiting):
+        if w == 0:
+            push(i)
+    while heap:
+        total, i, below = heapq.heappop(heap)
+        cid, e, own = entries[i]
+        if cid in best:
+            continue
+        best[cid] = (total, e)
+        if prof.dag:
+            below[cid] = own
+            paid[cid] = below
+        for p in parents.get(cid, ()):
+            waiting[p] -= 1
+            if waiting[p] == 0:
+                push(p)
     return {cid: v[1] for cid, v in best.items()}
+
+
+class CycleError(IRError):
+    """The chosen e-nodes refer back to their own class (only possible after a manual swap)."""
 
 
 def rebuild(eg: SerializedEGraph, choice: dict[str, ENode]) -> Graph:
     """The IR program that `choice` selects for the roots."""
     memo: dict[str, Node] = {}
+    active: set[str] = set()
 
     def go(cid: str) -> Node:
         if cid in memo:
             return memo[cid]
+        if cid in active:
+            raise CycleError(f"class {cid} depends on itself")
+        active.add(cid)
         e = choice[cid]
         if e.op == "inp":
             n = eg.tables.inputs[e.ints[0]]
@@ -184,6 +282,7 @@ def rebuild(eg: SerializedEGraph, choice: dict[str, ENode]) -> Graph:
             n = N.view(go(e.children[0]), eg.tables.views[e.ints[0]])
         else:
             n = build(e.op, [go(c) for c in e.children], list(e.ints), list(e.floats), list(e.strs))
+        active.discard(cid)
         memo[cid] = n
         return n
 
@@ -196,33 +295,84 @@ def rebuild(eg: SerializedEGraph, choice: dict[str, ENode]) -> Graph:
     return Graph(eg.tables.inputs, outs)
 
 
+def _reachable(eg: SerializedEGraph, choice: dict[str, ENode]) -> list[str]:
+    order, seen, stack = [], set(), list(eg.roots)
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        order.append(c)
+        stack.extend(choice[c].children)
+    return order
+
+
+def improve(eg: SerializedEGraph, choice: dict[str, ENode], cost: Callable[[Graph], float],
+            seconds: float = 2.0, on_better: Callable[[Graph], None] | None = None) -> dict[str, ENode]:
+    """Hill-climb on the real (DAG) cost: swap one chosen class to another of its e-nodes
+    (its new children keep their tree-cost choices) while that lowers `cost`. The tree cost
+    counts a shared sub-program once per use; this step sees sharing."""
+    deadline = time.perf_counter() + seconds
+    current = cost(rebuild(eg, choice))
+    improved = True
+    while improved and time.perf_counter() < deadline:
+        improved = False
+        for cid in _reachable(eg, choice):
+            for e in eg.classes[cid]:
+                if e is choice[cid] or any(c not in choice for c in e.children):
+                    continue
+                if time.perf_counter() > deadline:
+                    return choice
+                trial = dict(choice)
+                trial[cid] = e
+                try:
+                    g = rebuild(eg, trial)
+                except IRError:
+                    continue
+                c = cost(g)
+                if c < current * (1 - 1e-9):
+                    choice, current, improved = trial, c, True
+                    if on_better:
+                        on_better(g)
+                    break
+    return choice
+
+
 def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_rounds: int = 24,
-                       on_profile: Callable[[str, Graph], None] | None = None) -> list[tuple[str, Graph]]:
-    """Up to `k * 3` distinct programs (by structural hash), each labelled by its profile."""
+                       cost: Callable[[Graph], float] | None = None, improve_seconds: float = 3.0,
+                       ) -> list[tuple[str, Graph]]:
+    """Distinct programs (by structural hash), each labelled by how it was found: one per
+    node-cost profile, seeded random perturbations of them, and, when `cost` is given, every
+    step of a hill-climb on that cost from the first profiles' choices."""
     infos = class_infos(eg)
+    spread = broadcast_analysis(eg)
     out: list[tuple[str, Graph]] = []
     seen: set[str] = set()
+
+    def add(label: str, g: Graph) -> None:
+        h = g.structural_hash()
+        if h not in seen:
+            seen.add(h)
+            out.append((label, g))
+
     plan = list(profiles)
-    base = list(profiles)
+    random_rounds = min(random_rounds, max(4, 300_000 // max(1, eg.num_enodes)))
     for i in range(random_rounds):
-        p = base[i % len(base)]
+        p = profiles[i % len(profiles)]
         plan.append(Profile(f"{p.name}~{i}", p.long_reduce, p.long_axis, p.view, p.materialize,
-                            p.second_pass, jitter=0.7, seed=i + 1))
+                            p.second_pass, jitter=0.7, seed=i + 1, dag=p.dag))
+    climbs = 0
     for prof in plan:
         if len(out) >= 3 * k:
             break
-        choice = choose(eg, infos, prof)
+        choice = choose(eg, infos, prof, spread)
         if any(r not in choice for r in eg.roots):
             continue
         try:
-            g = rebuild(eg, choice)
+            add(prof.name, rebuild(eg, choice))
         except IRError:
             continue
-        h = g.structural_hash()
-        if h in seen:
-            continue
-        seen.add(h)
-        out.append((prof.name, g))
-        if on_profile:
-            on_profile(prof.name, g)
+        if cost is not None and climbs < 2 and prof.second_pass > 0:
+            climbs += 1
+            improve(eg, choice, cost, improve_seconds / 2, lambda g, n=prof.name: add(f"{n}+climb", g))
     return out

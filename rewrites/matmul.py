@@ -1,21 +1,20 @@
 """Matmul family. A matmul is the broadcast-multiply-sum `sum(mul(expand(A'), expand(B')), k)`
 that the frontend builds and the lowering recognizes (tensor cores / blocked kernels); these
 rules produce its useful variants: operands swapped (the transposed product), a scalar
-epilogue moved into an operand (scale Q instead of the scores), and the squeeze that follows
-a matmul moved past its epilogue. Split-K comes from the reduction family's split rules."""
-from rewrites.pattern import Rule, mul, mulc, sqz, sum_, addc
-from rewrites.vars import a, c, x, y
+epilogue moved into an operand (scale Q instead of the scores: fewer multiplies), and a
+squeeze that follows a matmul moved past its scalar epilogue. Split-K comes from the
+reduction family's split rules; bias and activation epilogues stay elementwise consumers of
+the sum, which the lowering fuses."""
+from rewrites.pattern import Rule, addc, expand, mul, mulc, ne, sqz, sum_
+from rewrites.vars import a, b, c, k, m, n, x, y
 
 F = "matmul"
 RULES = [
     # sum(x * y, a) -> sum(y * x, a)
     Rule("swap-operands", sum_(mul(x, y), a), sum_(mul(y, x), a), family=F),
-    # sum(x, a) * c -> sum(x * c, a)
-    Rule("scale-into-reduction", mulc(sum_(x, a), c), sum_(mulc(x, c), a), family=F),
-    # (x * y) * c -> (x * c) * y
-    Rule("scale-into-operand", mulc(mul(x, y), c), mul(mulc(x, c), y), family=F),
-    # sqz(x, a) * c -> sqz(x * c, a)
-    Rule("scale-before-squeeze", mulc(sqz(x, a), c), sqz(mulc(x, c), a), family=F),
+    # sqz(sum(expand(x, b, n) * expand(y, k, m), a), a) * c -> sqz(sum(expand(x * c, b, n) * expand(y, k, m), a), a)   if b != k  (scale the small operand, not the product)
+    Rule("scale-into-operand", mulc(sqz(sum_(mul(expand(x, b, n), expand(y, k, m)), a), a), c),
+         sqz(sum_(mul(expand(mulc(x, c), b, n), expand(y, k, m)), a), a), (ne(b, k),), family=F),
     # sqz(x, a) + c -> sqz(x + c, a)
     Rule("bias-before-squeeze", addc(sqz(x, a), c), sqz(addc(x, c), a), family=F),
 ]
