@@ -640,3 +640,40 @@ def _eval_value(e: Value, ev, lin, env, bufs, pos, ndim):
              Op.RECIP: lambda: np.float32(1) / xs[0], Op.ADD: lambda: xs[0] + xs[1],
              Op.MUL: lambda: xs[0] * xs[1], Op.MOD: lambda: np.fmod(xs[0], xs[1])}[op]()
         return np.asarray(r).astype(dt.np)
+
+
+# --------------------------------------------------------------------------------------------
+# substitution
+# --------------------------------------------------------------------------------------------
+
+
+def substitute_lin(e: Lin, mapping: dict[Var, Lin]) -> Lin:
+    """e with loop variables replaced (div/mod re-simplified)."""
+    out = Lin(const=e.const)
+    for a, c in e.terms:
+        if isinstance(a, Var):
+            x = mapping.get(a, as_lin(a))
+        elif isinstance(a, Div):
+            x = floordiv(substitute_lin(a.arg, mapping), a.divisor)
+        else:
+            x = mod(substitute_lin(a.arg, mapping), a.divisor)
+        out = out + x * c
+    return out
+
+
+def substitute(e: Value, mapping: dict[Var, Lin], _memo=None) -> Value:
+    """e with loop variables replaced in every index and bound."""
+    memo = {} if _memo is None else _memo
+    if e in memo:
+        return memo[e]
+    if isinstance(e, Load):
+        r = Load(e.buffer, e.dtype, substitute_lin(e.index, mapping),
+                 tuple(Bound(substitute_lin(b.expr, mapping), b.lo, b.hi) for b in e.valid), e.fill)
+    elif isinstance(e, Compute):
+        r = Compute(e.op, e.dtype, tuple(substitute(s, mapping, memo) for s in e.srcs))
+    elif isinstance(e, Reduce):
+        r = Reduce(e.op, e.dtype, e.vars, substitute(e.body, mapping, memo))
+    else:
+        r = e
+    memo[e] = r
+    return r

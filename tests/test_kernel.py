@@ -57,3 +57,14 @@ def test_bounds_fold():
     assert bound(as_lin(i), 0, 4) is True
     assert bound(as_lin(i) + 10, 0, 4) is False
     assert str(bound(as_lin(i), 1, 4)) == "1 <= i < 4"
+
+
+def test_substitute_replaces_variables_everywhere():
+    from ir.dtypes import DType
+    from ir.kernel import Bound, Compute, Load, substitute
+    from ir.ops import Op
+    r, i = Var("r", 8), Var("i", 8)
+    x = Load("in0", DType.f32, as_lin(r) * 3 + 1, (Bound(as_lin(r), 1, 8),))
+    e = Compute(Op.EXP2, DType.f32, (x,))
+    got = substitute(e, {r: as_lin(i)})
+    assert got == Compute(Op.EXP2, DType.f32, (Load("in0", DType.f32, as_lin(i) * 3 + 1, (Bound(as_lin(i), 1, 8),)),))

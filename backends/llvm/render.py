@@ -18,7 +18,7 @@ from llvmlite import ir
 from backends.llvm import jit, mathfns
 from ir.dtypes import DType
 from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Lin, Load, Mod,
-                       Reduce, Ref, Schedule, Value, Var)
+                       Reduce, Ref, Schedule, Value, Var, as_lin, substitute, value_vars, walk)
 from ir.ops import Op
 
 F32, F16, I1, I8, I16, I32, I64 = (ir.FloatType(), ir.HalfType(), ir.IntType(1), ir.IntType(8),
@@ -51,6 +51,13 @@ def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
     i.add_incoming(nxt, b.block)
     b.branch(head)
     b.position_at_end(done)
+
+
+MAX_ROW_CACHE = 16384       # floats of stack per row cache
+
+
+def _expensive(e) -> bool:
+    return any(isinstance(x, Compute) and x.op in (Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP) for x in walk(e))
 
 
 def parallel_depth(k: Kernel) -> int:
@@ -89,6 +96,7 @@ class KernelRenderer:
         body = fn.append_basic_block("body")
         b = self.b = ir.IRBuilder(body)
         self.scopes.append({})
+        self.row_cache = self._plan_row_cache()
         P = parallel_depth(k)
         self._emit_lets(0)
         if not k.axes:
@@ -122,9 +130,47 @@ class KernelRenderer:
         with for_range(self.b, _i64(0), _i64(v.extent), v.name) as i:
             self.scopes.append({})
             self.vars[v] = i
+            if depth == len(k.axes) - 1:
+                for _, (expr, inner, buf) in self.row_cache.items():
+                    ptr = self.b.gep(buf, [i], inbounds=True, source_etype=F32)
+                    self.scopes[-1][inner] = self.b.load(ptr, typ=F32)
             self._emit_lets(depth + 1)
             self._nest(depth + 1)
             self.scopes.pop()
+
+    def _plan_row_cache(self) -> dict:
+        """Row kernels (softmax): when a row reduction's body and the epilogue compute the same
+        expensive per-element value (exp(x - max)), compute it once: the reduction loop keeps it
+        in a per-row stack buffer and the epilogue loop reads it back. Same code, same bits.
+        Returns {reduce: (expr in the reduction, the same expr in the epilogue, buffer)}."""
+        k = self.k
+        out: dict = {}
+        if len(k.axes) < 2:
+            return out
+        last = k.axes[-1]
+        if last.extent > MAX_ROW_CACHE:
+            return out
+        epilogue = set()
+        for st in k.stores:
+            epilogue |= set(walk(st.value))
+        for let in k.lets:
+            red = let.value
+            if let.depth != len(k.axes) - 1 or not isinstance(red, Reduce) or len(red.vars) != 1:
+                continue
+            r = red.vars[0]
+            if r.extent != last.extent:
+                continue
+            for sub in walk(red.body):
+                if COMPUTE.get(getattr(sub, "dtype", None)) != F32 or not _expensive(sub):
+                    continue
+                if r not in value_vars(sub):
+                    continue
+                inner = substitute(sub, {r: as_lin(last)})
+                if inner in epilogue:
+                    buf = ir.IRBuilder(self.entry).alloca(F32, size=last.extent)
+                    out[red] = (sub, inner, buf)
+                    break
+        return out
 
     def _emit_lets(self, depth: int) -> None:
         for let in self.k.lets:
@@ -203,9 +249,14 @@ class KernelRenderer:
         b.store(init, slot)
         flags = FAST if self.ks.fast_math else ()
 
+        cache = self.row_cache.get(e)
+
         def loop(vs):
             if not vs:
                 x = self.value(e.body)
+                if cache is not None:   # keep this row's value for the epilogue
+                    ptr = b.gep(cache[2], [self.vars[e.vars[0]]], inbounds=True, source_etype=F32)
+                    b.store(self.value(cache[0]), ptr)
                 acc = b.load(slot, typ=ty)
                 if e.op == Op.SUM:
                     new = b.fadd(acc, x, flags=flags) if ty == F32 else (b.add(acc, x) if ty == I32 else b.or_(acc, x))
