@@ -1,6 +1,7 @@
 """Render bench results (the JSON dict) as a readable table, a Markdown report and a bar chart.
 
-`python3 -m benchmarks.report RESULTS.json [--md FILE] [--plot FILE]` re-renders a saved run.
+`python3 -m benchmarks.report RESULTS.json [--md FILE] [--plot FILE]` re-renders a saved run;
+several files (parts of one suite run in several commands) merge with `--out MERGED.json`.
 """
 from __future__ import annotations
 
@@ -167,19 +168,44 @@ def plot(data: dict, path: str) -> str | None:
     return None
 
 
+def merge(runs: list[dict]) -> dict:
+    """One result set from several runs of the same target (e.g. a suite split over several
+    commands): the first run's metadata, every run's results in order, all notes kept."""
+    out = dict(runs[0])
+    out["results"] = [r for d in runs for r in d["results"]]
+    out["skipped"] = [s for d in runs for s in d.get("skipped", [])]
+    out["notes"] = list(dict.fromkeys(n for d in runs for n in d.get("notes", [])))
+    out["command"] = " ; ".join(d.get("command", "?") for d in runs)
+    out["merged_from"] = [{"date": d.get("date"), "command": d.get("command"), "ceilings": d.get("ceilings")}
+                          for d in runs]
+    return out
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python3 -m benchmarks.report", description=__doc__)
-    p.add_argument("json_file")
+    p = argparse.ArgumentParser(prog="python3 -m benchmarks.report", description=__doc__.splitlines()[0])
+    p.add_argument("json_files", nargs="+", help="one results file, or several runs to merge (same target)")
+    p.add_argument("--out", help="with several inputs: write the merged JSON here")
     p.add_argument("--md", help="write the Markdown report here")
     p.add_argument("--plot", help="write the bar chart (PNG) here")
     args = p.parse_args(argv)
-    with open(args.json_file) as f:
-        data = json.load(f)
-    text = markdown(data, args.json_file)
+    runs = []
+    for name in args.json_files:
+        with open(name) as f:
+            runs.append(json.load(f))
+    targets = {d["target"] for d in runs}
+    if len(targets) > 1:
+        print(f"cannot merge runs of different targets: {sorted(targets)}", file=sys.stderr)
+        return 2
+    data = merge(runs) if len(runs) > 1 else runs[0]
+    source = args.json_files[0] if len(runs) == 1 else args.out
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(data, f, indent=1)
+    text = markdown(data, source)
     if args.md:
         with open(args.md, "w") as f:
             f.write(text)
-    else:
+    elif not args.out:
         print(text)
     if args.plot:
         reason = plot(data, args.plot)

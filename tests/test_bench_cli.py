@@ -171,3 +171,15 @@ def test_readme_section_is_replaced_between_markers():
     assert once.startswith(text.rstrip("\n")) and "## Benchmarks" in once
     assert readme.START in once and readme.END in once
     assert readme.updated(once) == once  # idempotent: only the marked block is rewritten
+
+
+def test_report_merges_runs(tmp_path):
+    from benchmarks import report
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    assert cli.main(["--target", "reference", "--tiny", "--workloads", "softmax", "--json", str(a)]) == 0
+    assert cli.main(["--target", "reference", "--tiny", "--workloads", "layernorm", "--json", str(b)]) == 0
+    out, md = tmp_path / "m.json", tmp_path / "m.md"
+    assert report.main([str(a), str(b), "--out", str(out), "--md", str(md)]) == 0
+    merged = json.loads(out.read_text())
+    assert [r["workload"] for r in merged["results"]] == ["softmax", "layernorm"]
+    assert "layernorm f32 8x33" in md.read_text()
