@@ -10,7 +10,9 @@ in a way that costs real work:
     scores of attention, read by a max, a sum and the output);
   - an elementwise subtree with transcendental work (weight >= 4) evaluated at least four times
     per element is materialized (for example, a GELU read through a broadcast by a matmul);
-  - a padded (masked) read of something that is not a buffer materializes that thing.
+  - a padded (masked) read of something that is not a buffer materializes that thing;
+  - a whole-tensor reduction feeding a kernel with output axes gets its own scalar kernel
+    (otherwise every parallel chunk would recompute it).
 A reduction whose result depends only on a kernel's outer output axes becomes a `Let` at that
 depth, so softmax, layernorm and rmsnorm each become one kernel per row: the row reductions are
 computed once per row, then the elementwise epilogue writes the row.
@@ -88,6 +90,10 @@ class _KernelBuilder:
         idx = tuple(Lin() if s == 1 else as_lin(next(it)) for s in self.root.shape)
         value = self.value(self.root, ("multi", idx), root=True)
         store = Store(out_buffer, to_flat(self.root.shape, ("multi", idx)), value)
+        if self.axes:
+            # a whole-tensor reduction (depth 0) inside a kernel with a parallel loop would be
+            # recomputed by every chunk: give it its own (scalar) kernel instead
+            self.needs |= {self.origin[l.value] for l in self.lets if l.depth == 0 and l.value in self.origin}
         return Kernel(self.name, self.axes, tuple(self.lets), (store,))
 
     # --- values -----------------------------------------------------------------------------

@@ -77,3 +77,8 @@ def test_random_views_and_reductions(shape, data):
         z = x.permute(perm)
         return y.exp().sum(1), (z - z.max(axis, keepdim=True)).exp().sum(axis)
     _run(fn, shape)
+
+
+def test_whole_tensor_reduction_gets_its_own_kernel():
+    p = _run(lambda x: (x - x.max()).exp(), (50,))
+    assert len(p.kernels) == 2 and not p.kernels[0].axes
