@@ -29,9 +29,10 @@ def apply_view(v: View, flat: np.ndarray, fill) -> np.ndarray:
         inner = np.empty(box, flat.dtype)
     else:
         # as_strided reads raw memory: refuse a view that points outside its source
-        last = offset + sum((b - 1) * st for b, st in zip(box, v.strides))
-        if offset < 0 or last >= flat.size or min(v.strides, default=0) < 0:
-            raise IRError(f"view {v} reads elements {offset}..{last} of a source of {flat.size}")
+        first = offset + sum(min(0, (b - 1) * st) for b, st in zip(box, v.strides))
+        last = offset + sum(max(0, (b - 1) * st) for b, st in zip(box, v.strides))
+        if first < 0 or last >= flat.size:
+            raise IRError(f"view {v} reads elements {first}..{last} of a source of {flat.size}")
         inner = np.lib.stride_tricks.as_strided(flat[offset:], shape=box,
                                                 strides=tuple(st * item for st in v.strides))
     if v.mask is None:
@@ -109,7 +110,8 @@ def evaluate(graph: Graph, args) -> list[np.ndarray]:
         if n.op == Op.INPUT:
             raise KeyError(f"no value given for input {n.arg}")
         env[n] = _eval_node(n, [env[s] for s in n.srcs])
-    return [env[o] for o in graph.outputs]
+    # an output that is an input is returned as a copy, never as the caller's own array
+    return [env[o].copy() if o.op == Op.INPUT else env[o] for o in graph.outputs]
 
 
 def evaluate_nodes(outputs, env: dict[Node, np.ndarray]) -> list[np.ndarray]:

@@ -230,3 +230,11 @@ def test_out_of_bounds_views_are_refused():
     except IRError:
         return
     raise AssertionError("an out-of-bounds view was read")
+
+
+def test_negative_strides_are_read_correctly():
+    # the frontend never flips, but a rewrite may build a reversed view by hand
+    x = np.arange(6, dtype=np.float32)
+    np.testing.assert_array_equal(apply_tracker(ShapeTracker((View((6,), (-1,), 5),)), x), x[::-1])
+    np.testing.assert_array_equal(apply_tracker(ShapeTracker((View((2, 3), (-3, 1), 3),)), x),
+                                  x.reshape(2, 3)[::-1])
