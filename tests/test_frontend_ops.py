@@ -327,9 +327,12 @@ CASE_IDS = [c.name for c in CASES]
 
 def draw_view(data, shape, pad_value):
     """(input shape, fn applied to a Tensor or a numpy array) giving an array of `shape`."""
-    kinds = ["none", "permute", "step", "expand", "pad"]
+    kinds = ["none", "permute", "step", "expand", "pad", "transpose_reshape"]
     kind = data.draw(st.sampled_from(kinds))
     rank = len(shape)
+    if kind == "transpose_reshape" and rank >= 1:  # a reshape after a permute: two stacked views
+        src = (shape[-1], math.prod(shape[:-1]))
+        return src, lambda x: x.T.reshape(shape)
     if kind == "permute" and rank >= 2:
         q = tuple(data.draw(st.permutations(range(rank))))
         src = [0] * rank

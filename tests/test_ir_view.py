@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 import compiler
 from ir import node as N
 from ir.dtypes import DType
-from ir.interpreter import apply_tracker, evaluate
+from ir.interpreter import apply_tracker, evaluate, evaluate_nodes
 from ir.ops import Op
 from ir.view import ShapeTracker, View
 
@@ -145,6 +145,10 @@ def test_tracker_chain_matches_numpy(data, shape, fill):
     expected = numpy_chain(x, ops, fill)
     assert tracker.shape == expected.shape
     np.testing.assert_array_equal(apply_tracker(tracker, x), expected, err_msg=f"{ops}\n{tracker}")
+    # the same tracker as a VIEW node built with the ir.node constructor
+    leaf = N.input_(0, "x", shape, DType.f32)
+    (out,) = evaluate_nodes([N.view(leaf, tracker)], {leaf: x})
+    np.testing.assert_array_equal(out, expected)
 
 
 @given(st.data(), shapes)
