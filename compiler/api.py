@@ -14,7 +14,7 @@ from compiler import cache as cache_mod
 from compiler.errors import DTypeError, ShapeError
 from compiler.progress import Progress
 from compiler.search import SearchOptions, SearchResult, ShapeVariant, describe_schedule, search
-from compiler.verify import odd_specs
+from compiler.verify import odd_specs, odd_variant_graph
 from compiler.trace import Spec, as_spec, trace
 from ir.graph import Graph
 
@@ -87,14 +87,9 @@ def _saturn_version() -> str:
 
 
 def _odd_variant(fn, specs) -> ShapeVariant | None:
-    """`fn` traced at odd shapes, if it is shape-generic (tracing there succeeds)."""
-    odd = odd_specs(specs)
-    if [s.shape for s in odd] == [s.shape for s in specs]:
-        return None
-    try:
-        return ShapeVariant(trace(fn, *odd))
-    except Exception:  # the function only works at its own shapes
-        return None
+    """`fn` traced at odd (and, for big programs, smaller) shapes, if it is shape-generic."""
+    g = odd_variant_graph(lambda *s: trace(fn, *s), specs)
+    return ShapeVariant(g) if g is not None else None
 
 
 def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet: bool = False,  # noqa: A001
@@ -145,14 +140,14 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
             raise TypeError(f"compile() got an unexpected option {k!r}")
         setattr(opts, k, v)
     name = getattr(fn, "__name__", "function")
-    variant = _odd_variant(fn, specs) if opts.odd_shapes else None
+    variant = _odd_variant(fn, specs)
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
                     device=device, candidates=candidates, options=opts,
                     progress=Progress(f"{name} for {target}", quiet=quiet),
                     variant=variant)
     if opts.odd_shapes and variant is None:
-        result.notes.append("odd shapes not checked: the function does not trace at odd shapes "
-                            f"({', '.join(str(list(s.shape)) for s in odd_specs(specs))}) or has none")
+        result.notes.append("odd shapes not checked: the function does not trace at other shapes "
+                            f"(tried {', '.join(str(list(s.shape)) for s in odd_specs(specs))} and smaller)")
     state = "off"
     if use_cache:
         result.cache = "miss" + (f" ({why_not})" if why_not not in ("", "miss") else "")

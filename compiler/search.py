@@ -31,6 +31,7 @@ from ir.interpreter import evaluate
 
 _SEARCHES = 0       # searches run in this process (names each one's data in the shared workers)
 INTERLEAVE = 4      # slices each timing round is cut into, taken in turn by the trials
+PRUNE_FLOOR = 1e-3  # a verification run shorter than this is too short to prune on
 GRACE_SHARE = 0.15  # of it, how long trials already running may still finish after that
 VERIFY_SHARE = 0.6  # of the budget left after exploration, after which no new trial starts verification
 
@@ -51,7 +52,10 @@ class SearchOptions:
     workers: int = 0               # 0: one per core, at most 4
     isolate: bool = True           # run candidates in worker processes (off only for debugging)
     quiet: bool = False
-    odd_shapes: bool = True        # also verify at odd shapes where the program can be retraced there
+    odd_shapes: bool = True        # also verify finalists at odd shapes where the program can be retraced there
+    reference_limit: float = verify.REFERENCE_LIMIT  # interpreter work per input set; above: see _baseline_reference
+    prune_factor: float = 8.0      # a survivor whose verification run was this many times slower than the
+                                   # fastest one's is not timed
     min_repeat: int = 3
     max_repeat: int = 200
 
@@ -326,10 +330,17 @@ class _Runner:
         for t in queue:
             t.status, t.reason = "skipped", "budget spent before it was verified"
 
+    main_key, odd_key = "", ""
+
     def _msg(self, t: TrialRecord, backend_spec, variant: bool = False) -> Trial:
-        keys = [r[1] for r in self.data_requests]
-        return Trial(t.id, backend_spec, t.graph, t.schedule, keys[0],
-                     t.variant_graph if variant else None, keys[1] if variant else "")
+        return Trial(t.id, backend_spec, t.graph, t.schedule, self.main_key,
+                     t.variant_graph if variant else None, self.odd_key if variant else "")
+
+    def call(self, request, worker: int = 0):
+        """One request on one worker (or in-process), with the per-request timeout."""
+        if self.local is not None:
+            return handle(self._local(), request)
+        return self._worker(worker).call(request, self.options.timeout)
 
     def check_variant(self, t: TrialRecord, backend_spec) -> None:
         """Verify `t` at odd shapes (done for finalists only: it costs another build)."""
@@ -412,15 +423,19 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
             t.status, t.reason = "rejected", f"not a valid candidate: {bad}"
     todo = [t for t in trials if t.status == "pending"]
 
-    input_sets = verify.verification_inputs(graph, options.seed)
-    expected = [evaluate(graph, s) for s in input_sets]
+    runner.main_key, runner.odd_key = main_key, odd_key
     out_dtypes = [o.dtype for o in graph.outputs]
-    runner.data_requests.append(("data", main_key, input_sets, expected, out_dtypes))
-    odd = _OddCounterparts(graph, variant, explored, options) if variant is not None else None
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
         runner.data_requests.append(("data", odd_key, odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs],
                                      out_dtypes))
+    input_sets = verify.verification_inputs(graph, options.seed)
+    if verify.reference_work(graph) <= options.reference_limit:
+        expected = [evaluate(graph, s) for s in input_sets]
+    else:
+        expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
+    runner.data_requests.append(("data", main_key, input_sets, expected, out_dtypes))
+    odd = _OddCounterparts(graph, variant, explored, options) if variant is not None and options.odd_shapes else None
     counts = {"tried": 0, "verified": 0, "rejected": 0}
     progress.update(total=len(todo), **counts)
 
@@ -470,6 +485,40 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
                    f"{counts['tried']} tried, {counts['verified']} verified, {counts['rejected']} rejected, "
                    f"best {format_seconds(result.winner.median)}")
     return result
+
+
+def _baseline_reference(runner: _Runner, graph: Graph, trials, variant, backend_spec, input_sets, notes):
+    """Reference outputs for a program too big for the interpreter: the original program under
+    the backend's default schedule, run in a worker, after that same program and schedule
+    matched the interpreter at smaller odd shapes (the variant). Every candidate is then
+    compared with it at the compiled shapes; finalists are checked at the small shapes too."""
+    first = next((t for t in trials if t.graph == graph), None)
+    schedule = first.schedule if first is not None else None
+    work = verify.reference_work(graph)
+    if variant is None:
+        notes.append(f"the interpreter would need {work:.2g} element-ops per input set and the function does not "
+                     "trace at smaller shapes: the reference is the original program under the default schedule, "
+                     "itself unchecked")
+    else:
+        try:
+            res = runner.call(("verify", Trial(-1, backend_spec, variant.graph, schedule, runner.odd_key)))
+        except WorkerFailure as e:
+            res = verify.CheckResult(False, e.reason)
+        if not res.ok:
+            raise SearchError(f"the original program under the default schedule fails against the interpreter at "
+                              f"{_shapes(variant.graph)}: {res.reason}; no trusted reference at the compiled shapes")
+        notes.append(f"the interpreter would need {work:.2g} element-ops per input set: candidates were compared with "
+                     f"the original program under the default schedule, which matched the interpreter at "
+                     f"{_shapes(variant.graph)}")
+    try:
+        return [list(outs) for outs in runner.call(("run", Trial(-2, backend_spec, graph, schedule, ""), input_sets))]
+    except WorkerFailure as e:
+        raise SearchError(f"the original program under the default schedule failed at the compiled shapes: "
+                          f"{e.reason}") from None
+
+
+def _shapes(g: Graph) -> str:
+    return ", ".join(str(list(n.shape)) for n in g.inputs)
 
 
 class _OddCounterparts:
@@ -527,14 +576,14 @@ def _final_key(t: TrialRecord):
 
 def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, options, progress, notes):
     """Time all survivors briefly, keep the faster half, time those longer, until one is left."""
-    alive = list(survivors)
+    alive = _prune_slow(list(survivors), options.prune_factor)
     rounds_left = max(1, math.ceil(math.log2(len(alive)))) + 1 if len(alive) > 1 else 1
     repeat = options.min_repeat
     best = float("inf")
     while alive:
         remaining = max(deadline - time.perf_counter(), 0.0)
-        per_run = max(min((t.median if t.rounds else max(t.run_s, 1e-6)) for t in alive), 1e-6)
-        affordable = int(remaining / rounds_left / (len(alive) * per_run * 1.25))
+        one_each = sum(max(t.median if t.rounds else t.run_s, 1e-6) for t in alive)  # one run of every trial
+        affordable = int(remaining / rounds_left / (one_each * 1.25))
         cap = options.max_repeat if len(alive) > 1 else min(options.max_repeat, 20)  # a lone survivor is timed for the report only
         repeat = max(repeat, min(cap, affordable), options.min_repeat)
         # interleave: every trial gets a slice of its runs in turn, so a change in machine load
@@ -567,6 +616,19 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
         if len(alive) == 1:
             return
         repeat *= 2
+
+
+def _prune_slow(trials: list[TrialRecord], factor: float) -> list[TrialRecord]:
+    """The static step of the halving: a trial whose verification run was `factor` times
+    slower than the fastest one's is not timed at all."""
+    best = min(t.run_s for t in trials)
+    keep = []
+    for t in trials:
+        if t.run_s > factor * best and t.run_s > PRUNE_FLOOR:
+            t.status, t.reason = "pruned", f"its verification run was {t.run_s / best:.0f}x slower than the fastest"
+        else:
+            keep.append(t)
+    return keep
 
 
 def _build_here(backend, t: TrialRecord, args, expected, out_dtypes, notes):

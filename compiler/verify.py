@@ -95,6 +95,17 @@ class CheckResult:
     source_hash: str = ""       # of the generated code: equal programs lower to equal kernels
 
 
+# Element-ops the numpy interpreter may spend on one input set (~0.5-1 s). Above it (a matmul
+# of 1024^3 broadcasts a billion elements) candidates are checked differently: see search.py.
+REFERENCE_LIMIT = 2.5e7
+
+
+def reference_work(graph: Graph) -> int:
+    """Elements the interpreter materializes to run `graph` once (views included)."""
+    from ir.ops import Op
+    return sum(n.numel for n in graph.nodes if n.op not in (Op.INPUT, Op.CONST))
+
+
 def odd_shape(n: int) -> int:
     """A size near n that is no multiple of any power-of-two tile (1 and odd sizes stay)."""
     return n + 1 if n >= 2 and n % 2 == 0 else n
@@ -105,6 +116,30 @@ def odd_specs(specs):
     (so sizes that must agree, like a matmul's inner axis, still agree)."""
     from compiler.trace import Spec
     return [Spec(tuple(odd_shape(n) for n in s.shape), s.dtype, s.name) for s in specs]
+
+
+def shrink_specs(specs, factor: int):
+    """Every size n >= 32 divided by `factor` (at least 17), then made odd, one mapping for all inputs."""
+    from compiler.trace import Spec
+    def size(n):
+        return odd_shape(max(17, n // factor)) if n >= 32 else odd_shape(n)
+    return [Spec(tuple(size(n) for n in s.shape), s.dtype, s.name) for s in specs]
+
+
+def odd_variant_graph(trace_fn, specs, limit: float = REFERENCE_LIMIT):
+    """`trace_fn(*specs)` at odd sizes (n -> n + 1), shrunk until the interpreter can afford it;
+    None if the function does not trace there (it is not shape-generic)."""
+    candidates = [odd_specs(specs)] + [shrink_specs(specs, f) for f in (2, 4, 8, 16, 32, 64, 128)]
+    for odd in candidates:
+        if [s.shape for s in odd] == [s.shape for s in specs]:
+            continue
+        try:
+            g = trace_fn(*odd)
+        except Exception:  # hard-coded sizes: a reshape or normalized_shape that no longer fits
+            return None
+        if reference_work(g) <= limit:
+            return g
+    return None
 
 
 def _as_list(outs) -> list:

@@ -92,6 +92,8 @@ class _WorkerState:
 
 def handle(state: _WorkerState, request):
     """Serve one request (also used in-process when isolation is off)."""
+    import numpy as np
+
     from compiler import timing, verify
     kind = request[0]
     if kind == "data":
@@ -124,6 +126,10 @@ def handle(state: _WorkerState, request):
         state.data.clear()
         state.exes.clear()
         return ("ok",)
+    if kind == "run":  # outputs of a candidate on given inputs (to serve as the reference)
+        _, trial, input_sets = request
+        exe = state.build(trial)
+        return [[np.array(o, copy=True) for o in verify._as_list(exe(*args))] for args in input_sets]
     if kind == "verify_variant":
         return _check_variant(state, request[1], verify.CheckResult(True))
     if kind == "time":

@@ -95,6 +95,7 @@ def _compile(plan, **kw):
     kw.setdefault("candidates", [Cand(saturn.trace(softmax, kw.pop("spec", SPEC)), 1.0, "original program")])
     kw.setdefault("budget", 20.0)  # ample: a search ends once every trial is verified and timed
     kw.setdefault("timeout", 3.0)
+    kw.setdefault("prune_factor", float("inf"))
     return saturn.compile(softmax, SPEC, target="fake", backend=FakeBackend(plan), quiet=True, **kw)
 
 
@@ -133,7 +134,9 @@ def test_crash_hang_nan_build_error_and_nondeterminism_are_rejected_with_reasons
 
 def test_schedule_that_is_right_only_at_the_compiled_shape_is_rejected_at_odd_shapes():
     spec = saturn.spec((8, 64))  # a multiple of the tile: tail_bug is exact here
+    # prune_factor=inf: the fakes' "fast" claims come from benchmark(), not their real run time
     kw = dict(target="fake", backend=FakeBackend(["tail_bug", "ok"]), quiet=True, budget=20.0, timeout=3.0,
+              prune_factor=float("inf"),
               candidates=[Cand(saturn.trace(softmax, spec), 1.0, "original program")])
     f = saturn.compile(softmax, spec, **kw)
     trials = _by_schedule(f)
@@ -152,6 +155,21 @@ def test_search_does_not_wait_for_a_hung_candidate_once_the_budget_is_spent():
     trials = _by_schedule(f)
     assert trials["hang"].status == "skipped" and "budget" in trials["hang"].reason
     assert f.result.winner.schedule == "ok"
+
+
+def test_program_too_big_for_the_interpreter_is_checked_against_the_anchored_baseline():
+    # reference_limit=100 makes this small program count as "too big for the interpreter"
+    f = _compile(["ok", "wrong_fast"], reference_limit=100)
+    trials = _by_schedule(f)
+    assert trials["wrong_fast"].status == "rejected" and "mismatch" in trials["wrong_fast"].reason
+    assert f.result.winner.schedule == "ok"
+    assert any("compared with the original program" in n for n in f.result.notes)
+    _check_correct(f)
+
+
+def test_baseline_that_fails_at_small_shapes_is_not_trusted_as_reference():
+    with pytest.raises(SearchError, match="no trusted reference"):
+        _compile(["wrong_fast", "ok"], reference_limit=100)
 
 
 def _wrong_softmax(x):
