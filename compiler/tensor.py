@@ -167,6 +167,7 @@ class Tensor:
     def __radd__(self, o): return self._binary(Op.ADD, o, "add", True)
     def __mul__(self, o): return self._binary(Op.MUL, o, "mul")
     def __rmul__(self, o): return self._binary(Op.MUL, o, "mul", True)
+
     def fmod(self, o) -> "Tensor":
         """C-style remainder (sign follows the dividend), the primitive MOD: like torch.fmod."""
         return self._binary(Op.MOD, o, "fmod")
@@ -184,16 +185,18 @@ class Tensor:
 
     def __mod__(self, o): return self._remainder(o, False)
     def __rmod__(self, o): return self._remainder(o, True)
+
     def __lt__(self, o): return self._binary(Op.CMPLT, o, "lt")
     def __gt__(self, o): return self._binary(Op.CMPLT, o, "gt", True)
 
     def __le__(self, o):
         a, b = self._coerce(o, "le")
-        return (a < b).logical_or(a == b)
+        # "not b < a" is wrong only for NaN, which integers do not have
+        return (a < b).logical_or(a == b) if a.dtype.is_float else (b < a).logical_not()
 
     def __ge__(self, o):
         a, b = self._coerce(o, "ge")
-        return (b < a).logical_or(a == b)
+        return (b < a).logical_or(a == b) if a.dtype.is_float else (a < b).logical_not()
 
     def __eq__(self, o):  # noqa: D105 - elementwise, like PyTorch
         a, b = self._coerce(o, "eq")
@@ -253,16 +256,21 @@ class Tensor:
     def __pow__(self, exponent):
         e = _as_scalar(exponent)
         if e is not None and not isinstance(e, bool):
-            if float(e).is_integer() and 0 <= e <= 8:
-                out = None
-                for _ in range(int(e)):
-                    out = self if out is None else out * self
+            if float(e).is_integer() and 0 <= e <= 64:
+                # exact for every sign of the base: square-and-multiply
+                out, power, n = None, self, int(e)
+                while n:
+                    if n & 1:
+                        out = power if out is None else out * power
+                    n >>= 1
+                    if n:
+                        power = power * power
                 return self._const(1) if out is None else out
             if e == 0.5:
                 return self.sqrt()
             if e == -0.5:
                 return self.rsqrt()
-            if float(e).is_integer() and e < 0:
+            if float(e).is_integer() and -64 <= e < 0:
                 return (self ** -e).reciprocal()
         a, b = self._coerce(exponent, "pow")
         return a._float()._pow(b._float())

@@ -234,6 +234,8 @@ CASES = [
     Case("fmod", lambda a, b: a.fmod(b), np.fmod, lambda a, b: _t().fmod(a, b), two_broadcast, domain="nonzero"),
     Case("neg", lambda a: -a, np.negative, lambda a: -a, one),
     Case("pow_int", lambda a: a ** 3, lambda a: a ** 3, lambda a: a ** 3, one, scale=3),
+    Case("pow_int_large", lambda a: a ** 5 + a ** -2, lambda a: a ** 5 + a ** -2.0, lambda a: a ** 5 + a ** -2,
+         one, domain="nonzero", scale=8),
     Case("pow_float", lambda a: a ** 2.5, lambda a: a ** 2.5, lambda a: a ** 2.5, one, domain="positive", scale=4),
     Case("pow_tensor", lambda a, b: a ** b, np.power, lambda a, b: a ** b, two_broadcast, domain="positive", scale=8),
     Case("rpow", lambda a: 2.0 ** a, lambda a: 2.0 ** a, lambda a: 2.0 ** a, one, scale=4),
