@@ -83,6 +83,7 @@ def dim(x: Term, a: i64Like) -> i64: ...
 
 
 tile = relation("tile", i64)
+isfloat = relation("isfloat", Term)
 
 CTOR = {"exp2": Exp2, "log2": Log2, "sin": Sin, "sqrt": Sqrt, "recip": Recip, "contiguous": Contig,
         "cast": CastT, "add": Add, "mul": Mul, "mod": Mod, "lt": Lt, "where": Where, "addc": AddC,
@@ -131,6 +132,21 @@ def _shape_rules():
         set_(dim(e, a)).to(n * t)))
     rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), dim(x, i) == n, i != a).then(set_(dim(e, i)).to(n)))
     rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), dim(x, a) == n).then(set_(dim(e, a)).to(n + p)))
+    # dtype analysis: which terms hold floats (leaves are seeded from Python)
+    for c in (Exp2, Log2, Sin, Sqrt, Recip, Contig):
+        rs.append(rule(eg_eq(e).to(c(x)), isfloat(x)).then(isfloat(e)))
+    for c in (Add, Mul, Mod):
+        rs.append(rule(eg_eq(e).to(c(x, y)), isfloat(x)).then(isfloat(e)))
+    rs.append(rule(eg_eq(e).to(Where(x, y, z)), isfloat(y)).then(isfloat(e)))
+    rs.append(rule(eg_eq(e).to(AddC(x, f))).then(isfloat(e)))
+    rs.append(rule(eg_eq(e).to(MulC(x, f))).then(isfloat(e)))
+    for name in ("f32", "f16", "bf16"):
+        rs.append(rule(eg_eq(e).to(CastT(x, String(name)))).then(isfloat(e)))
+    for c in (SumT, MaxT, Unsq, Sqz, Merge, ViewT):
+        rs.append(rule(eg_eq(e).to(c(x, a)), isfloat(x)).then(isfloat(e)))
+    for c in (Expand, Split):
+        rs.append(rule(eg_eq(e).to(c(x, a, t)), isfloat(x)).then(isfloat(e)))
+    rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), isfloat(x)).then(isfloat(e)))
     return rs
 
 
@@ -193,6 +209,8 @@ def to_egglog(p, vs: _Vars, conds: list | None = None):
 def _guard(g, vs: _Vars):
     if isinstance(g, P.IsTile):
         return tile(_int(g.t, vs, []))
+    if isinstance(g, P.IsFloat):
+        return isfloat(vs.get(g.x))
     l, r = _int(g.lhs, vs, []), _int(g.rhs, vs, [])
     if g.op == "==":
         # `n == dim(x, a)`: egglog binds n from the table when written as a fact
@@ -266,9 +284,11 @@ class Importer:
         self.lit_keys: dict[Node, int] = {}
         self.view_keys: dict[ShapeTracker, int] = {}
 
-    def _let(self, expr, shape=None):
+    def _let(self, expr, shape=None, is_float: bool = False):
         self.count += 1
         ref = self.eg.let(f"n{self.count}", expr)
+        if is_float:
+            self.eg.register(isfloat(ref))
         if shape is not None:
             for i, s in enumerate(shape):
                 self.eg.register(set_(dim(ref, i64(i))).to(i64(s)))
@@ -286,12 +306,12 @@ class Importer:
     def _term(self, n: Node):
         op = n.op
         if op == Op.INPUT:
-            return self._let(Inp(i64(self.tables.inputs.index(n))), n.shape)
+            return self._let(Inp(i64(self.tables.inputs.index(n))), n.shape, n.dtype.is_float)
         if op == Op.CONST:
             key = self.lit_keys.setdefault(n, len(self.tables.lits))
             if key == len(self.tables.lits):
                 self.tables.lits.append(n)
-            return self._let(Lit(i64(key)), n.shape)
+            return self._let(Lit(i64(key)), n.shape, n.dtype.is_float)
         if op in (Op.ADD, Op.MUL):
             a, b = n.srcs
             ca, cb = self._const_of(a), self._const_of(b)

@@ -220,6 +220,10 @@ class _Instance:
                 if self.int_(g.t) not in CHECK_TILES:
                     raise Retry()
                 continue
+            if isinstance(g, P.IsFloat):
+                if g.x.name not in self.dtypes or not self.dtypes[g.x.name].is_float:
+                    raise Retry()
+                continue
             lhs, rhs = self.int_(g.lhs, "axis", 4), self.int_(g.rhs, "axis", 4)
             ok = {"==": lhs == rhs, "!=": lhs != rhs, "<": lhs < rhs, ">": lhs > rhs, "<=": lhs <= rhs,
                   ">=": lhs >= rhs}[g.op]
@@ -282,16 +286,28 @@ def _random_array(n: Node, rng: np.random.Generator, scale: float = 1.0) -> np.n
     return (rng.standard_normal(n.shape) * scale).astype(n.dtype.np)
 
 
-def _close(a: np.ndarray, b: np.ndarray, tol: float) -> bool:
-    if a.shape != b.shape:
+def _close(want: np.ndarray, got: np.ndarray, tol: float, refine: bool = False) -> bool:
+    """got (right side) matches want (left side). With `refine` (large-magnitude inputs) a
+    rule may turn an overflow on the left (inf, or the nan of inf * 0) into a finite value,
+    never the reverse: rewriting must not lose range. At ordinary magnitudes both sides must
+    agree exactly up to `tol`, nan for nan, so a rule that is wrong on part of the domain
+    (exp2(log2(x)) -> x for x < 0) is still caught."""
+    if want.shape != got.shape:
         return False
-    if a.dtype == np.bool_ or b.dtype == np.bool_:
-        return bool(np.array_equal(a, b))
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    same_special = (np.isnan(a64) & np.isnan(b64)) | (np.isinf(a64) & (a64 == b64))
-    finite = np.isfinite(a64) & np.isfinite(b64)
-    scale = max(1.0, float(np.abs(a64[finite]).max(initial=0.0)))
-    ok = same_special | (finite & (np.abs(a64 - b64) <= tol * scale))
+    if want.dtype == np.bool_ or got.dtype == np.bool_:
+        return bool(np.array_equal(want, got))
+    a64, b64 = want.astype(np.float64), got.astype(np.float64)
+    with np.errstate(all="ignore"):
+        same_special = (np.isnan(a64) & np.isnan(b64)) | (np.isinf(a64) & (a64 == b64))
+        if refine:  # overflow territory: the left side overflowed (anything may replace it), or was about to
+            edge = np.isfinite(a64) & (np.abs(a64) > 1e-2 * float(np.finfo(want.dtype).max))
+            refined = ~np.isfinite(a64) | edge
+            tol = max(tol, 1e-3)  # denormals lose digits at these magnitudes
+        else:
+            refined = np.zeros(a64.shape, bool)
+        finite = np.isfinite(a64) & np.isfinite(b64)
+        scale = max(1.0, float(np.abs(a64[finite]).max(initial=0.0)))
+        ok = same_special | refined | (finite & (np.abs(a64 - b64) <= tol * scale))
     return bool(ok.all())
 
 
@@ -314,15 +330,17 @@ def check_rule(rule: P.Rule, trials: int = 12, seed: int = 0,
             return CheckResult(rule.name, False, done + 1,
                                f"sides differ in type: {lhs.dtype.value}{list(lhs.shape)} vs "
                                f"{rhs.dtype.value}{list(rhs.shape)}")
-        # every third f32 instance uses large magnitudes (logits x 100): float overflow counts
-        scale = 100.0 if dtype == DType.f32 and i % 3 == 2 else 1.0
+        # every second f32 instance uses large magnitudes (logits x 200): float overflow counts
+        scale = 200.0 if dtype == DType.f32 and (i // len(dtypes)) % 2 == 1 else 1.0
         env = {leaf: _random_array(leaf, nprng, scale) for leaf in leaves.values()}
         want, got = evaluate_nodes([lhs, rhs], env)
         done += 1
         tol = max(rule.tolerance, TOLERANCE.get(dtype, 1e-4))
-        if not _close(want, got, tol):
+        if not _close(want, got, tol, refine=scale > 1):
             shapes = ", ".join(f"{k}: {v.dtype.value}{list(v.shape)}" for k, v in leaves.items())
-            err = np.nanmax(np.abs(want.astype(np.float64) - got.astype(np.float64)))
+            with np.errstate(all="ignore"):
+                diff = np.abs(want.astype(np.float64) - got.astype(np.float64))
+            err = float(np.nanmax(diff)) if np.isfinite(diff).any() or np.isinf(diff).any() else float("nan")
             return CheckResult(rule.name, False, done, f"differs on {shapes} (max abs error {err:.3g})")
     if done == 0:
         return CheckResult(rule.name, False, 0, "no well-formed instance found; cannot check")

@@ -169,7 +169,13 @@ class IsTile:
     t: IntExpr
 
 
-Guard = Union[Cond, IsTile]
+@dataclass(frozen=True)
+class IsFloat:
+    """x holds floating-point values (a dtype analysis), e.g. before padding with -inf."""
+    x: "Var"
+
+
+Guard = Union[Cond, IsTile, IsFloat]
 
 
 def eq(a, b) -> Cond: return Cond("==", a, b)
@@ -231,6 +237,8 @@ def show(p) -> str:
 def show_guard(g) -> str:
     if isinstance(g, IsTile):
         return f"tile({show_int(g.t)})"
+    if isinstance(g, IsFloat):
+        return f"float({g.x.name})"
     return f"{show_int(g.lhs)} {g.op} {show_int(g.rhs)}"
 
 
@@ -256,4 +264,6 @@ def variables(p, out=None) -> dict:
         variables(p.rhs, out)
     elif isinstance(p, IsTile):
         variables(p.t, out)
+    elif isinstance(p, IsFloat):
+        variables(p.x, out)
     return out

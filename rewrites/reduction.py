@@ -5,7 +5,7 @@ merge reductions."""
 from rewrites.pattern import (IsTile, Rule, add, addc, cast, contiguous, exp2, expand, gt, log2, lt,
                               lt_, max_, merge, mod, mul, mulc, ne, pad, recip, sin, split, sqrt, sqz,
                               sum_, unsq, where, eq)
-from rewrites.pattern import Dim
+from rewrites.pattern import Dim, IsFloat
 from rewrites.vars import a, b, c, g, m, n, t, x, y, z
 
 F = "reduction"
@@ -21,9 +21,10 @@ RULES = [
     # sum(x, a) -> merge(sum(sum(split(pad(x, a, t - n%t, 0), a, t), a+1), a), a)  if t does not divide n
     Rule("split-sum-pad", sum_(x, a),
          merge(sum_(sum_(split(pad(x, a, t - n % t, 0.0), a, t), a + 1), a), a), _tile_pad, family=F),
-    # max(x, a) -> merge(max(max(split(pad(x, a, t - n%t, -inf), a, t), a+1), a), a)
+    # max(x, a) -> merge(max(max(split(pad(x, a, t - n%t, -inf), a, t), a+1), a), a)   (floats only)
     Rule("split-max-pad", max_(x, a),
-         merge(max_(max_(split(pad(x, a, t - n % t, float("-inf")), a, t), a + 1), a), a), _tile_pad, family=F),
+         merge(max_(max_(split(pad(x, a, t - n % t, float("-inf")), a, t), a + 1), a), a),
+         _tile_pad + (IsFloat(x),), family=F),
     # merge(sum(sum(split(x, a, t), a+1), a), a) -> sum(x, a)
     Rule("merge-split-sum", merge(sum_(sum_(split(x, a, t), a + 1), a), a), sum_(x, a), family=F),
     # merge(split(x, a, t), a) -> x
