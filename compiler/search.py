@@ -54,7 +54,7 @@ class SearchOptions:
     quiet: bool = False
     odd_shapes: bool = True        # also verify finalists at odd shapes where the program can be retraced there
     reference_limit: float = verify.REFERENCE_LIMIT  # interpreter work per input set; above: see _baseline_reference
-    prune_factor: float = 8.0      # a survivor whose verification run was this many times slower than the
+    prune_factor: float = 20.0     # a survivor whose verification run was this many times slower than the
                                    # fastest one's is not timed
     min_repeat: int = 3
     max_repeat: int = 200
@@ -456,7 +456,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
                           "\n".join(f"  trial {t.id} ({t.description}, {t.schedule_text}): {t.status}: {t.reason}"
                                      for t in trials))
     progress.phase("timing")
-    _successive_halving(runner, survivors, backend_spec, deadline, options, progress, notes)
+    _successive_halving(runner, survivors, backend_spec, deadline, options, progress, notes, result.baseline())
     t_timing = time.perf_counter()
     result.seconds["timing"] = t_timing - t_verify
     # fastest first; each must also pass at odd shapes and build here before it is chosen
@@ -574,9 +574,10 @@ def _final_key(t: TrialRecord):
     return (-len(t.rounds), t.median, t.id)
 
 
-def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, options, progress, notes):
-    """Time all survivors briefly, keep the faster half, time those longer, until one is left."""
-    alive = _prune_slow(list(survivors), options.prune_factor)
+def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, options, progress, notes, baseline=None):
+    """Time all survivors briefly, keep the faster half, time those longer, until one is left.
+    The baseline (original program, default schedule) is never pruned, so it always has a time."""
+    alive = _prune_slow(list(survivors), options.prune_factor, baseline)
     rounds_left = max(1, math.ceil(math.log2(len(alive)))) + 1 if len(alive) > 1 else 1
     repeat = options.min_repeat
     best = float("inf")
@@ -618,17 +619,17 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
         repeat *= 2
 
 
-def _prune_slow(trials: list[TrialRecord], factor: float) -> list[TrialRecord]:
+def _prune_slow(trials: list[TrialRecord], factor: float, baseline=None) -> list[TrialRecord]:
     """The static step of the halving: a trial whose verification run was `factor` times
-    slower than the fastest one's is not timed at all."""
+    slower than the fastest one's is not timed at all (the baseline always is)."""
     best = min(t.run_s for t in trials)
-    keep = []
+    kept = []
     for t in trials:
-        if t.run_s > factor * best and t.run_s > PRUNE_FLOOR:
+        if t is not baseline and t.run_s > factor * best and t.run_s > PRUNE_FLOOR:
             t.status, t.reason = "pruned", f"its verification run was {t.run_s / best:.0f}x slower than the fastest"
         else:
-            keep.append(t)
-    return keep
+            kept.append(t)
+    return kept
 
 
 def _build_here(backend, t: TrialRecord, args, expected, out_dtypes, notes):
