@@ -77,7 +77,10 @@ class LLVMExecutable:
 
     def __init__(self, program: KernelProgram, schedule: Schedule, source: str, addrs: dict[str, int],
                  infos: dict, engine, cache_hit: bool, compile_seconds: float):
-        self.program, self.schedule, self.source = program, schedule, source
+        self.program, self.schedule = program, schedule
+        # what explain() shows: the kernel IR listing (as comments), then the LLVM IR
+        listing = "\n".join("; " + line for line in str(program).splitlines())
+        self.source = f"; schedule: {schedule.name}\n{listing}\n{source}"
         self.cache_hit, self.compile_seconds = cache_hit, compile_seconds
         self._engine = engine   # owns the machine code
         self.threads = schedule.threads or cpu_count()
@@ -114,6 +117,16 @@ class LLVMExecutable:
         return np.empty(max(buf.size, 1), buf.dtype.np)
 
     def __call__(self, *args) -> list[np.ndarray]:
+        return self._run(args, None)
+
+    def profile(self, args, repeat: int = 5) -> list[tuple[str, float]]:
+        """Median seconds per kernel over `repeat` calls, in execution order."""
+        times: dict[str, list[float]] = {}
+        for _ in range(repeat + 1):
+            self._run(args, times)
+        return [(l.kernel.name, float(np.median(times[l.kernel.name][1:]))) for l in self.launches]
+
+    def _run(self, args, times) -> list[np.ndarray]:
         p = self.program
         if len(args) != len(p.inputs):
             raise ValueError(f"expected {len(p.inputs)} inputs, got {len(args)}")
@@ -129,6 +142,7 @@ class LLVMExecutable:
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
                 env[buf.name] = self._take(buf)
+            t0 = time.perf_counter() if times is not None else 0.0
             if len(l.chunks) == 1 or pool is None:
                 for c, (a, b) in enumerate(l.chunks):
                     l.fn(*l.args(env, c), a, b)
@@ -136,6 +150,8 @@ class LLVMExecutable:
                 futures = [pool.submit(l.fn, *l.args(env, c), a, b) for c, (a, b) in enumerate(l.chunks)]
                 for f in futures:
                     f.result()
+            if times is not None:
+                times.setdefault(l.kernel.name, []).append(time.perf_counter() - t0)
             for name in self.free_after[i]:
                 buf = p.buffer(name)
                 self._free.setdefault((buf.dtype, buf.size), []).append(env.pop(name))
