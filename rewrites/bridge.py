@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from egglog import (EGraph, Expr, StringLike, f64, f64Like, function, i64, i64Like, relation,
-                    rewrite, rule, ruleset, set_, String, var)
+                    rewrite, rule, ruleset, set_, String, union, var)
 from egglog import eq as eg_eq
 
 from ir.graph import Graph
@@ -80,6 +80,8 @@ def Merge(x: Term, a: i64Like) -> Term: ...
 def Pad(x: Term, a: i64Like, p: i64Like, fill: f64Like) -> Term: ...
 @function
 def dim(x: Term, a: i64Like) -> i64: ...
+@function
+def Out(i: i64Like) -> Term: ...   # marks output i's e-class (survives merges, unlike let names)
 
 
 tile = relation("tile", i64)
@@ -242,11 +244,20 @@ class Tables:
 
 
 def _ones_reshape_steps(src: tuple, dst: tuple):
-    """Sqz/Unsq steps turning shape src into dst when they differ only in size-1 axes."""
+    """The fewest Sqz/Unsq steps turning shape src into dst when they differ only in size-1
+    axes (each step's axis indexes the shape as it is at that step), or None."""
     if [s for s in src if s != 1] != [s for s in dst if s != 1]:
         return None
-    steps = [("sqz", i) for i in reversed(range(len(src))) if src[i] == 1]
-    steps += [("unsq", i) for i in range(len(dst)) if dst[i] == 1]
+    steps, i, j = [], 0, 0
+    while i < len(src) or j < len(dst):
+        if i < len(src) and j < len(dst) and src[i] == dst[j]:
+            i, j = i + 1, j + 1
+        elif i < len(src) and src[i] == 1:
+            steps.append(("sqz", j))
+            i += 1
+        else:
+            steps.append(("unsq", j))
+            j += 1
     return steps
 
 
@@ -378,7 +389,7 @@ class EGraphSession:
         for i, o in enumerate(graph.outputs):
             t = imp.term(o)
             self.roots.append(t)
-        self.root_names = [str(r) for r in self.roots]
+            self.eg.register(union(Out(i64(i))).with_(t))
         self._pushed = 0
         for t in tiles:
             self.eg.register(tile(i64(t)))
@@ -467,12 +478,12 @@ class SerializedEGraph:
                     strs.append(json.loads(cn["op"]) if cn["op"].startswith('"') else cn["op"])
             classes.setdefault(nd["eclass"], []).append(
                 ENode(op, tuple(ts), tuple(ints), tuple(floats), tuple(strs), False))
-        # root classes: the let-bound names of the outputs
-        let_class = {}
-        for cid, data in js.get("class_data", {}).items():
-            if "let" in data:
-                let_class[data["let"].lstrip("$")] = cid
-        roots = [let_class[n.lstrip("$")] for n in session.root_names]
+        # root classes: where the Out(i) markers live
+        outs = {}
+        for nd in nodes.values():
+            if nd["op"] == "Out":
+                outs[int(nodes[nd["children"][0]]["op"])] = nd["eclass"]
+        roots = [outs[i] for i in range(len(session.roots))]
         return SerializedEGraph(classes, roots, session.tables)
 
     @property
