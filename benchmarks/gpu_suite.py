@@ -28,6 +28,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 2e-2}
+TORCH_COMPILE_VARIANTS = {"full"}     # --torch-compile: which size variants also time torch.compile
 
 
 def log(*a):
@@ -129,8 +130,10 @@ def run_case(torch, be, case, args, results, variants=True):
     from backends.cuda import render, toolchain
     arch = be_arch()
     t0 = time.perf_counter()
+    import dataclasses
+    sources = list(dict.fromkeys(render(graph, dataclasses.replace(s, arch=arch))[0] for s in scheds))
     with ThreadPoolExecutor(16) as ex:
-        list(ex.map(lambda s: toolchain.compile_source(render(graph, s)[0], arch), scheds))
+        list(ex.map(lambda src: toolchain.compile_source(src, arch), sources))
     row["compile_s"] = time.perf_counter() - t0
     row["saturn"] = []
     for s in scheds:
@@ -160,7 +163,7 @@ def run_case(torch, be, case, args, results, variants=True):
             row["eager_ms"] = median_ms(time_torch(torch, case.torch_fn, t_in))
         except Exception as e:
             row["eager_error"] = str(e)[:200]
-        if not os.environ.get("SATURN_NO_TORCH_COMPILE"):
+        if not os.environ.get("SATURN_NO_TORCH_COMPILE") and case.variant in TORCH_COMPILE_VARIANTS:
             try:
                 cf = torch.compile(case.torch_fn)
                 row["compile_ms"] = median_ms(time_torch(torch, cf, t_in))
@@ -219,14 +222,17 @@ def markdown(meta, ceil, rows, checks=None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def probe_wgmma() -> int:
-    """Check every wgmma schedule on a few shapes (run in a child process: a kernel fault
-    poisons the CUDA context, so the parent decides from the exit code whether to keep them)."""
+def probe_wgmma(kind: str) -> int:
+    """Check the wgmma schedules of one kind ("k": k-contiguous B, transposing an n-contiguous
+    one; "mn1"/"mn2": n-contiguous B read as is, two descriptor readings) on a few shapes. Run in
+    a child process: a kernel fault poisons the CUDA context, so the parent decides from the
+    exit code whether to keep them."""
     import compiler
     from compiler.trace import spec
     from backends.cuda import CUDABackend
     from backends.cuda.render import Schedule
-    from backends.cuda.templates.gemm_wgmma import WG_CONFIGS
+    from backends.cuda.templates.gemm_wgmma import WG_CONFIGS, WG_MN_CONFIGS
+    configs = WG_CONFIGS if kind == "k" else [c for c in WG_MN_CONFIGS if f"mn{c.b_mn}" == kind]
     from ir.interpreter import evaluate
     be = CUDABackend()
     rng = np.random.default_rng(0)
@@ -236,8 +242,8 @@ def probe_wgmma() -> int:
         g = compiler.trace(fn, *[spec(s, "f16") for s in shapes])
         args = [rng.standard_normal(s).astype(np.float16) for s in shapes]
         want = evaluate(g, args)[0].astype(np.float64)
-        for c in WG_CONFIGS:
-            exe, why = be.try_build(g, Schedule(wg=c))
+        for c in configs:
+            exe, why = be.try_build(g, Schedule(wg=c, gemm="wgmma"))
             if exe is None:
                 log("wgmma probe: rejected", c, why)
                 continue
@@ -255,23 +261,39 @@ def main(argv=None):
     ap.add_argument("--suite", default="full", help="full (main sizes), odd, or both")
     ap.add_argument("--only", nargs="*", help="workload names")
     ap.add_argument("--no-variants", action="store_true", help="time the default schedule only")
-    ap.add_argument("--probe-wgmma", action="store_true", help="only check the wgmma schedules (exit code)")
+    ap.add_argument("--probe-wgmma", default=None, help="only check wgmma schedules of a kind: k, mn1, mn2 (exit code)")
     ap.add_argument("--tests", action="store_true", help="run the GPU test suite (pytest -m gpu) first")
+    ap.add_argument("--torch-compile", default="full", choices=["full", "all", "none"],
+                    help="time torch.compile for the main sizes (default), all sizes, or none")
     args = ap.parse_args(argv)
+    TORCH_COMPILE_VARIANTS.clear()
+    TORCH_COMPILE_VARIANTS.update({"full": {"full"}, "all": {"full", "odd"}, "none": set()}[args.torch_compile])
     if args.probe_wgmma:
-        return probe_wgmma()
+        return probe_wgmma(args.probe_wgmma)
     os.makedirs(args.out, exist_ok=True)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     checks = {}
     # 1. wgmma schedules are kept only if a child process runs them correctly
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-wgmma"], capture_output=True, text=True,
-                       cwd=here, timeout=300)
+    probe_log = []
+    for kind in ("k", "mn1", "mn2"):
+        try:
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-wgmma", kind], capture_output=True,
+                               text=True, cwd=here, timeout=300)
+            rc, text = p.returncode, p.stdout + p.stderr
+        except subprocess.TimeoutExpired:
+            rc, text = -1, "timed out"
+        probe_log.append(f"== {kind}: exit {rc}\n{text}")
+        checks[f"wgmma_probe_{kind}"] = "passed" if rc == 0 else f"failed (exit {rc})"
+        log(f"wgmma probe {kind}:", checks[f"wgmma_probe_{kind}"])
     with open(os.path.join(args.out, "wgmma_probe.log"), "w") as f:
-        f.write(p.stdout + p.stderr)
-    checks["wgmma_probe"] = "passed" if p.returncode == 0 else f"failed (exit {p.returncode}); wgmma schedules off"
-    if p.returncode != 0:
+        f.write("\n".join(probe_log))
+    if checks["wgmma_probe_k"] != "passed":
         os.environ["SATURN_CUDA_NO_WGMMA"] = "1"
-    log("wgmma probe:", checks["wgmma_probe"])
+    mn_ok = [k for k in ("mn1", "mn2") if checks[f"wgmma_probe_{k}"] == "passed"]
+    if mn_ok:
+        os.environ["SATURN_CUDA_WGMMA_MN"] = mn_ok[0][-1]
+    else:
+        os.environ["SATURN_CUDA_NO_WGMMA_MN"] = "1"
     # 2. the GPU test suite, in its own process
     if args.tests:
         p = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "--tb=short",
@@ -297,9 +319,10 @@ def main(argv=None):
     log(json.dumps(meta))
     ceil = ceilings(torch)
     log(json.dumps(ceil))
-    cases = []
-    for suite in (["full", "odd"] if args.suite == "both" else [args.suite]):
-        cases += select_cases("cuda", suite, args.only or None)
+    # benchmarks.workloads' "full" suite holds the main sizes and the odd ones (variant "odd")
+    cases = select_cases("cuda", "full", args.only or None)
+    if args.suite != "both":
+        cases = [c for c in cases if c.variant == args.suite]
     rows = []
     for case in cases:
         try:

@@ -32,8 +32,10 @@ def precompile(be) -> None:
     from backends.cuda.runtime import get_runtime
     arch = get_runtime().info.arch
 
+    from backends.cuda.render import Schedule
+
     def one(name):
-        src, _ = render(graph_of(name))
+        src, _ = render(graph_of(name), Schedule(arch=arch))
         toolchain.compile_source(src, arch)
     with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
         list(ex.map(one, list(CASES)))

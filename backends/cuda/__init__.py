@@ -48,10 +48,18 @@ class CUDABackend:
         kinds = {s.kind for s in plan(graph)}
         out = [Schedule()]
         if "gemm" in kinds:
-            out += [Schedule(tc=c, name=f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}") for c in TC_CONFIGS]
+            out += [Schedule(tc=c, gemm="mma", name=f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}")
+                    for c in TC_CONFIGS]
             if self._has_wgmma():
-                from backends.cuda.templates.gemm_wgmma import WG_CONFIGS
-                out += [Schedule(wg=c, name=f"wgmma{c.bm}x{c.bn}s{c.stages}") for c in WG_CONFIGS]
+                import os
+                from backends.cuda.templates.gemm_wgmma import WG_CONFIGS, WG_MN_CONFIGS
+                configs = list(WG_CONFIGS)
+                # reading an n-contiguous B as is: only the descriptor variant the device probe passed
+                mn = os.environ.get("SATURN_CUDA_WGMMA_MN", "")
+                if not os.environ.get("SATURN_CUDA_NO_WGMMA_MN"):
+                    configs += [c for c in WG_MN_CONFIGS if str(c.b_mn) == mn]
+                out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else ""))
+                        for c in configs]
         if "attention" in kinds:
             out += [Schedule(attn=c, name=f"attn_w{c.warps}_kv{c.bkv}") for c in ATTN_CONFIGS]
         if "row" in kinds:
@@ -85,7 +93,11 @@ class CUDABackend:
         from backends.cuda import toolchain
         from backends.cuda.executable import CUDAExecutable
         from backends.cuda.runtime import CUDAFailure, get_runtime
+        import dataclasses
         rt = get_runtime()
+        schedule = schedule or Schedule()
+        if schedule.arch is None:
+            schedule = dataclasses.replace(schedule, arch=rt.info.arch)
         source, launches = render(graph, schedule)
         res = toolchain.compile_source(source, rt.info.arch)
         if res.error:

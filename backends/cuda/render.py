@@ -7,6 +7,7 @@ puts all kernels of a graph in one translation unit (one nvcc call).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 
 from ir.dtypes import DType, HALVES
@@ -33,8 +34,15 @@ class Schedule:
     row_threads: int | None = None      # threads per row for row kernels
     ew_block: int = 256                 # threads per block for elementwise / generic kernels
     use_tensor_cores: bool = True
-    wg: gemm_wgmma.WGConfig | None = None   # Hopper wgmma GEMM (when the device and operands allow)
+    wg: gemm_wgmma.WGConfig | None = None   # Hopper wgmma GEMM tile (when the device and operands allow)
+    gemm: str = "auto"                 # f16/bf16 products: "mma" (mma.sync), "wgmma", or "auto" (by size)
+    stage_operands: bool = True        # copy unaligned / multi-view f16 operands once instead of gathering
+    arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
     name: str = "default"
+
+    def wgmma_allowed(self) -> bool:
+        import os
+        return bool(self.arch) and self.arch.startswith("sm_9") and not os.environ.get("SATURN_CUDA_NO_WGMMA")
 
 
 @dataclass
@@ -405,49 +413,143 @@ def _pure_half_read(side: Node, names: dict[Node, str]):
     return n.dtype if n.dtype in HALVES else None
 
 
-def tc_plan(step: Step, names: dict[Node, str]):
+def _cp_async_ready(acc, unit_axis: int, sizes) -> bool:
+    """A strided read cp.async can copy in 16-byte chunks: unit stride along `unit_axis`, whose
+    size is a multiple of 8, and every other stride and the offset 8-element aligned."""
+    if acc is None or acc.strides[unit_axis] != 1 or sizes[unit_axis] % 8:
+        return False
+    return acc.offset % 8 == 0 and all(st % 8 == 0 for i, st in enumerate(acc.strides) if i != unit_axis)
+
+
+def _stage(side: Node, names: dict[Node, str], drop_axes, last_axis: int, k_axis: int):
+    """A contiguous copy of a half-precision operand that cp.async can read: its broadcast axes
+    dropped to size 1, `last_axis` made innermost, and the innermost and k axes zero-padded to
+    multiples of 8. -> (copy node, its buffer, Access over the product's axes) or None."""
+    from ir import node as N
+    from ir.view import ShapeTracker
+    from backends.cuda.plan import is_lossless_cast
+    from backends.cuda.resolve import Access
+    trackers, n = [], side
+    while n not in names:
+        if n.op == Op.VIEW:
+            trackers.append(n.arg)
+            n = n.srcs[0]
+        elif is_lossless_cast(n):
+            n = n.srcs[0]
+        else:
+            return None
+    fills = {t.fill for t in trackers if t.has_mask}
+    if len(fills) > 1 or fills - {0.0}:
+        return None
+    views = []
+    for t in reversed(trackers):
+        views.extend(t.views)
+    st = ShapeTracker(tuple(views), fill=0.0) if views else ShapeTracker.from_shape(n.shape)
+    rank = len(side.shape)
+    st = st.shrink(tuple((0, 1) if ax in drop_axes else (0, sz) for ax, sz in enumerate(side.shape)))
+    order = [ax for ax in range(rank) if ax != last_axis] + [last_axis]
+    st = st.permute(tuple(order))
+    pads = [(0, 0)] * rank
+    for ax in {last_axis, k_axis}:
+        pos = order.index(ax)
+        size = st.shape[pos]
+        pads[pos] = (0, (-size) % 8)
+    if any(p != (0, 0) for p in pads):
+        st = st.pad(tuple(pads), 0.0)
+    copy = N.contiguous(N.view(n, st))
+    cs = contiguous_strides(copy.shape)
+    strides = tuple(cs[order.index(ax)] if ax not in drop_axes else 0 for ax in range(rank))
+    return copy, n, Access(copy, strides, 0)
+
+
+def _kn_strided(acc, g) -> bool:
+    """B is one strided 2-D read with n contiguous (any alignment): the wgmma path transposes it."""
+    return acc is not None and bool(g.n_axes) and acc.strides[g.n_axes[-1]] == 1 and \
+        not any(acc.strides[ax] for ax in g.batch_axes)
+
+
+def tc_plan(step: Step, names: dict[Node, str], staged: dict | None = None, relax_kn: bool = False):
     """The tensor-core GEMM's index maps and operand modes for this step, or (None, reason).
-    An operand that cp.async cannot copy (not one strided view, or rows not 16-byte aligned) is
-    gathered element by element, as long as its values are exact in the half type."""
+    `staged` maps "a"/"b" to the Access of a staged copy (see `_stage`). An operand that is
+    neither cp.async-ready nor staged is gathered element by element, as long as its values
+    are exact in the half type."""
     g = step.gemm
     x = g.mul
+    staged = staged or {}
     ta, tb = _pure_half_read(g.a, names), _pure_half_read(g.b, names)
     if ta is None or tb is None or ta != tb:
         return None, "operands are not one half type (tensor cores take f16/bf16 pairs)"
-    acc_a = resolve(g.a, lambda n: n in names)
-    acc_b = resolve(g.b, lambda n: n in names)
+    acc_a = staged.get("a") or resolve(g.a, lambda n: n in names)
+    acc_b = staged.get("b") or resolve(g.b, lambda n: n in names)
     k = g.k_axis
     cR = contiguous_strides(g.reduce.shape)
     sizes = x.shape
+    K = sizes[k]
     sa = acc_a.strides if acc_a is not None else cR
     sb = acc_b.strides if acc_b is not None else cR
-    m, a_sm, c_sm, left_m = _merge(list(g.m_axes), sizes, sa, cR)
-    n, b_sn, c_sn, left_n = _merge(list(g.n_axes), sizes, sb, cR)
+    m, a_sm, c_sm, left_m = _merge(list(g.m_axes), x.shape, sa, cR)
+    n, b_sn, c_sn, left_n = _merge(list(g.n_axes), x.shape, sb, cR)
     if m < 16 or n < 16:
         return None, "too small for tensor-core tiles"
-    a_gather = acc_a is None or acc_a.strides[k] != 1
-    if acc_b is not None and acc_b.strides[k] == 1:
+    a_gather = not ("a" in staged or _cp_async_ready(acc_a, k, sizes))
+    if "b" in staged:
+        layout = "nk" if acc_b.strides[k] == 1 else "kn"
+        b_gather = False
+    elif _cp_async_ready(acc_b, k, sizes):
         layout, b_gather = "nk", False
-    elif acc_b is not None and b_sn == 1:
+    elif g.n_axes and (_cp_async_ready(acc_b, g.n_axes[-1], x.shape) or (relax_kn and _kn_strided(acc_b, g))):
         layout, b_gather = "kn", False
     else:
         layout, b_gather = "nk", True
     batch_axes = list(g.batch_axes) + left_m + left_n
-    batch = tuple((sizes[ax], sa[ax] if acc_a is not None else 0, sb[ax] if acc_b is not None else 0, cR[ax])
+    batch = tuple((x.shape[ax], sa[ax] if acc_a is not None else 0, sb[ax] if acc_b is not None else 0, cR[ax])
                   for ax in batch_axes)
-    K = x.shape[k]
     b_sk = acc_b.strides[k] if acc_b is not None else 0
-    shape = gemm_tc.GemmShape(m, n, K, batch, acc_a.offset if acc_a is not None else 0, a_sm,
-                              acc_b.offset if acc_b is not None else 0, layout, b_sk, b_sn, c_sm, c_sn)
-    # cp.async needs every 16-byte chunk of a row inside the row and aligned
-    a_rows = [shape.a_off, shape.a_sm, K] + [b[1] for b in batch]
-    b_rows = [shape.b_off] + [b[2] for b in batch] + ([b_sk, n] if layout == "kn" else [b_sn, K])
-    a_gather = a_gather or any(v % 8 for v in a_rows)
-    b_gather = b_gather or any(v % 8 for v in b_rows)
     if b_gather:
-        shape = gemm_tc.GemmShape(m, n, K, batch, shape.a_off, a_sm, 0, "nk", 0, 0, c_sm, c_sn)
+        shape = gemm_tc.GemmShape(m, n, K, batch, acc_a.offset if acc_a is not None else 0, a_sm, 0, "nk", 0, 0,
+                                  c_sm, c_sn)
+    else:
+        shape = gemm_tc.GemmShape(m, n, K, batch, acc_a.offset if acc_a is not None else 0, a_sm,
+                                  acc_b.offset, layout, b_sk, b_sn, c_sm, c_sn)
     groups = (batch_axes, list(g.m_axes)[len(left_m):], list(g.n_axes)[len(left_n):])
     return (shape, acc_a, acc_b, a_gather, b_gather, ta, groups), ""
+
+
+def stage_operands(name: str, step: Step, names: dict[Node, str], M: set[Node], sched: "Schedule",
+                   keep_kn_b: bool = False):
+    """Copy kernels for the operands cp.async cannot read directly (unaligned rows, several
+    views): one memory-bound pass each, after which the product runs at full speed.
+    -> (staged accesses by side, extra buffer nodes, sources, launches)."""
+    g = step.gemm
+    if _pure_half_read(g.a, names) is None or _pure_half_read(g.b, names) is None:
+        return {}, (), [], []
+    k = g.k_axis
+    sizes = g.mul.shape
+    acc_a = resolve(g.a, lambda n: n in names)
+    acc_b = resolve(g.b, lambda n: n in names)
+    plans = []
+    if not _cp_async_ready(acc_a, k, sizes):
+        plans.append(("a", g.a, set(g.n_axes), k))
+    b_ok = _cp_async_ready(acc_b, k, sizes) or (g.n_axes and _cp_async_ready(acc_b, g.n_axes[-1], sizes)) or \
+        (keep_kn_b and _kn_strided(acc_b, g))
+    if not b_ok and g.n_axes:
+        # keep B's source order: n innermost unless k is the contiguous one
+        last = k if acc_b is not None and abs(acc_b.strides[k]) == 1 else g.n_axes[-1]
+        plans.append(("b", g.b, set(g.m_axes), last))
+    staged, extra, srcs, launches = {}, [], [], []
+    for side, node, drop, last in plans:
+        r = _stage(node, names, drop, last, k)
+        if r is None:
+            continue
+        copy, base, acc = r
+        cstep = Step("elementwise", copy, [base])
+        src, launch = render_elementwise(f"{name}_stage_{side}", cstep, M | {base}, sched)
+        launch.kind, launch.detail = "stage", f"{side.upper()} -> {list(copy.shape)} " + launch.detail
+        staged[side] = acc
+        extra.append(copy)
+        srcs.append(src)
+        launches.append(launch)
+    return staged, tuple(extra), srcs, launches
 
 
 def _loaders(name: str, step: Step, names: dict[Node, str], params: str, groups) -> str:
@@ -481,16 +583,43 @@ def _loaders(name: str, step: Step, names: dict[Node, str], params: str, groups)
     return "\n".join(out)
 
 
+def _want_wgmma(step: Step, sched: Schedule) -> bool:
+    if sched.gemm == "mma" or not sched.wgmma_allowed():
+        return False
+    if sched.gemm == "wgmma":
+        return True
+    g = step.gemm     # auto: large products (measured: 4096^3 0.31 ms wgmma vs 0.40 mma.sync on an H200)
+    m = math.prod(g.mul.shape[a] for a in g.m_axes)
+    n = math.prod(g.mul.shape[a] for a in g.n_axes)
+    return m * n >= 4096 * 4096 and g.mul.shape[g.k_axis] >= 1024
+
+
 def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
     o = step.output
+    if sched.use_tensor_cores and _want_wgmma(step, sched):
+        params, call, names = _params(step)
+        staged, extra, pre_src, pre = stage_operands(name, step, names, M, sched, keep_kn_b=True) \
+            if sched.stage_operands else ({}, (), [], [])
+        if extra:
+            params, call, names = _params(step, extra)
+        tc, _ = tc_plan(step, names, staged, relax_kn=True)
+        if tc is not None and not tc[3] and not tc[4]:
+            epi = _epilogue(name, step, M, params, names)
+            wg = _render_wgmma(name, step, M, sched, tc, extra, params, call, names, epi)
+            if wg is not None:
+                return "\n".join(pre_src + [wg[0]]), pre + wg[1]
     params, call, names = _params(step)
+    staged, extra, pre_src, pre = ({}, (), [], [])
+    if sched.use_tensor_cores and sched.stage_operands:
+        staged, extra, pre_src, pre = stage_operands(name, step, names, M, sched)
+    if extra:
+        params, call, names = _params(step, extra)
     epi = _epilogue(name, step, M, params, names)
     out_t = C_STORAGE[o.dtype]
-    tc, why = tc_plan(step, names) if sched.use_tensor_cores else (None, "tensor cores off")
-    if tc is not None and sched.wg is not None and not tc[3] and not tc[4]:
-        wg = _render_wgmma(name, step, M, sched, tc)
-        if wg is not None:
-            return wg
+    tc, why = tc_plan(step, names, staged) if sched.use_tensor_cores else (None, "tensor cores off")
+    if tc is None and extra:           # staging did not make a tensor-core product: plain path
+        import dataclasses
+        return render_gemm(name, step, M, dataclasses.replace(sched, stage_operands=False))
     if tc is not None:
         shape, acc_a, acc_b, a_gather, b_gather, dt, groups = tc
         cfg = sched.tc or default_tc(shape)
@@ -501,60 +630,78 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
                              names[acc_a.buffer] if acc_a is not None else "in0",
                              names[acc_b.buffer] if acc_b is not None else "in0",
                              a_gather, b_gather, loaders)
-        mode = ("A gathered " if a_gather else "") + ("B gathered " if b_gather else "")
-        return src, Launch(name, "gemm_tc", gemm_tc.grid(shape, cfg), (cfg.threads, 1, 1),
-                           cfg.smem_bytes(shape.b_layout), o, step.inputs,
+        mode = ("A gathered " if a_gather else "") + ("B gathered " if b_gather else "") + \
+            "".join(f"{x.upper()} staged " for x in staged)
+        return "\n".join(pre_src + [src]), pre + [Launch(name, "gemm_tc", gemm_tc.grid(shape, cfg), (cfg.threads, 1, 1),
+                           cfg.smem_bytes(shape.b_layout), o, list(step.inputs) + list(extra),
                            f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} B={shape.b_layout} {mode}"
-                           f"tile={cfg.bm}x{cfg.bn}x{cfg.bk} warps={cfg.warps_m}x{cfg.warps_n} stages={cfg.stages}")
+                           f"tile={cfg.bm}x{cfg.bn}x{cfg.bk} warps={cfg.warps_m}x{cfg.warps_n} stages={cfg.stages}")]
     return _render_simt(name, step, M, sched, params, call, names, epi, why)
 
 
-def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc):
-    """The wgmma GEMM (plus a transpose of an n-contiguous B into k-contiguous rows), or None
-    when the operands do not fit it."""
+def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extra, params, call, names, epi):
+    """The wgmma GEMM (plus a transpose of an n-contiguous B into k-contiguous rows, padded to
+    a multiple of 8), or None when the operands do not fit it."""
     from ir import node as N
     from ir.view import ShapeTracker, View
     shape, acc_a, acc_b, _, _, dt, _ = tc
-    cfg = sched.wg
+    cfg = sched.wg or default_wg()
     o = step.output
     launches = []
     src_parts = []
-    extra: tuple[Node, ...] = ()
-    if shape.b_layout == "kn":
+    b_node = acc_b.buffer
+    import dataclasses
+    if shape.b_layout == "kn" and cfg.b_mn and gemm_wgmma.aligned(shape, b_mn=True) \
+            and not any(b[2] for b in shape.batch) and os.environ.get("SATURN_CUDA_NO_WGMMA_MN") is None:
+        pass                                 # read n-contiguous B as is (transpose bit)
+    elif shape.b_layout == "kn":
+        cfg = dataclasses.replace(cfg, b_mn=0)
         if any(b[2] for b in shape.batch):
             return None                      # a batched n-contiguous B: no transpose path yet
-        view = View((shape.n, shape.k), (1, shape.b_sk), shape.b_off, None)
+        kp = shape.k + (-shape.k) % 8
+        view = View((shape.n, kp), (1, shape.b_sk), shape.b_off, ((0, shape.n), (0, shape.k)))
         bt = N.contiguous(N.view(acc_b.buffer, ShapeTracker((view,))))
         tname = f"{name}_bt"
         ctype = C_STORAGE[dt]
-        src_parts.append(gemm_wgmma.render_transpose(tname, ctype, shape.n, shape.k, shape.b_off, shape.b_sk))
-        launches.append(Launch(tname, "transpose", ((shape.n + 63) // 64, (shape.k + 63) // 64, 1), (256, 1, 1), 0,
+        src_parts.append(gemm_wgmma.render_transpose(tname, ctype, shape.n, shape.k, shape.b_off, shape.b_sk, kp))
+        launches.append(Launch(tname, "transpose", ((shape.n + 63) // 64, (kp + 63) // 64, 1), (256, 1, 1), 0,
                                bt, [acc_b.buffer], f"B {shape.k}x{shape.n} -> k-contiguous"))
-        extra = (bt,)
+        extra = tuple(extra) + (bt,)
+        params, call, names = _params(step, extra)
+        epi = _epilogue(name, step, M, params, names)
         shape = gemm_tc.GemmShape(shape.m, shape.n, shape.k, shape.batch, shape.a_off, shape.a_sm, 0, "nk",
-                                  1, shape.k, shape.c_sm, shape.c_sn)
-    if not gemm_wgmma.aligned(shape):
+                                  1, kp, shape.c_sm, shape.c_sn)
+        b_node = bt
+    if shape.b_layout == "nk":
+        cfg = dataclasses.replace(cfg, b_mn=0)
+    if not gemm_wgmma.aligned(shape, b_mn=shape.b_layout == "kn"):
         return None
-    params, call, names = _params(step, extra)
-    epi = _epilogue(name, step, M, params, names)
+    if shape.b_layout == "kn" and not cfg.b_mn:
+        return None
     pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
         and o.dtype in (DType.f16, DType.bf16, DType.f32)
-    b_name = names[extra[0]] if extra else names[acc_b.buffer]
+    b_name = names[b_node]
     src_parts.append(gemm_wgmma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair,
                                        names[acc_a.buffer], b_name))
     launches.append(Launch(name, "gemm_wgmma", gemm_wgmma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
                            list(step.inputs) + list(extra),
                            f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
-                           f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages}"))
+                           f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages}" + (f" B n-major (desc {cfg.b_mn})" if cfg.b_mn else "")))
     return "\n".join(src_parts), launches
+
+
+def default_wg() -> gemm_wgmma.WGConfig:
+    """128x256 tiles, 4 stages (measured best for 4096^3 on an H200). An n-contiguous B is read
+    as is when SATURN_CUDA_WGMMA_MN names a descriptor reading that passed the on-device probe,
+    else transposed first."""
+    mn = os.environ.get("SATURN_CUDA_WGMMA_MN", "")
+    return gemm_wgmma.WGConfig(128, 256, 4, int(mn) if mn in ("1", "2") else 0)
 
 
 def default_tc(shape: gemm_tc.GemmShape) -> gemm_tc.TCConfig:
     tiles = ((shape.m + 127) // 128) * ((shape.n + 127) // 128) * shape.batch_count
-    if tiles >= 264:     # measured best for 4096^3 on an H200 (benchmarks/results/h200-cuda.md)
-        return gemm_tc.TCConfig(128, 128, 64, 2, 2, 3)
-    if tiles >= 66:
-        return gemm_tc.TCConfig(128, 128, 32, 2, 2, 4)
+    if tiles >= 66:      # measured best across the H200 workloads (benchmarks/results/h200-cuda.md)
+        return gemm_tc.TCConfig(128, 128, 32, 2, 4, 4)
     return gemm_tc.TCConfig(64, 64, 32, 2, 2, 4)
 
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +83,7 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
                                  seconds=time.perf_counter() - t0)
         binary = out.read_bytes()
     # write atomically so concurrent compiles of one source never see a half file
-    tmp_path = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp_path = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp_path.write_bytes(binary)
     os.replace(tmp_path, path)
     logpath.write_text(log)

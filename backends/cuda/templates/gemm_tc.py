@@ -35,8 +35,8 @@ class TCConfig:
                 and (self.bm * self.bk // 8) % self.threads == 0 and (self.bk * self.bn // 8) % self.threads == 0)
 
 
-TC_CONFIGS = [TCConfig(128, 128, 32, 2, 2, 4), TCConfig(128, 256, 32, 2, 4, 3), TCConfig(256, 128, 32, 4, 2, 3),
-              TCConfig(128, 128, 64, 2, 2, 3), TCConfig(128, 128, 32, 2, 4, 4), TCConfig(64, 64, 32, 2, 2, 4)]
+TC_CONFIGS = [TCConfig(128, 128, 32, 2, 4, 4), TCConfig(128, 128, 64, 2, 2, 3), TCConfig(128, 128, 64, 2, 4, 3),
+              TCConfig(128, 256, 32, 2, 4, 3), TCConfig(64, 64, 32, 2, 2, 4)]
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,10 @@ NEEDS_ARCH_SPECIFIC = "// saturn: needs arch-specific target (a)"
 @dataclass(frozen=True)
 class WGConfig:
     bm: int = 128          # 64 rows per warpgroup
-    bn: int = 256          # wgmma N (<= 256, multiple of 16)
+    bn: int = 256          # wgmma N (<= 256, multiple of 64)
     stages: int = 4
+    b_mn: int = 0          # n-contiguous B read as is ("MN-major", transpose bit set): 0 off (transpose
+                           # B first); 1, 2: the two readings of the descriptor's LBO/SBO for that layout
 
     @property
     def threads(self) -> int:
@@ -33,16 +35,17 @@ class WGConfig:
 
 
 WG_CONFIGS = [WGConfig(128, 256, 4), WGConfig(128, 256, 3), WGConfig(128, 128, 5), WGConfig(64, 256, 4)]
+WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 2)]
 
 
-def helpers(n: int, dtype: str) -> str:
+def helpers(n: int, dtype: str, trans_b: int = 0) -> str:
     ty = "f16" if dtype == "f16" else "bf16"
     regs = n // 2
     outs = ", ".join(f"%{i}" for i in range(regs))
     cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return (f"DEV void wgmma_n{n}_{ty}(float* d, uint64_t da, uint64_t db, int one) {{\n"
+    return (f"DEV void wgmma_n{n}_{ty}_t{trans_b}(float* d, uint64_t da, uint64_t db, int one) {{\n"
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
-            f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, 0;\\n}}\\n"\n'
+            f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, {trans_b};\\n}}\\n"\n'
             f'    : {cons}\n'
             f'    : "l"(da), "l"(db), "r"(one));\n'
             "}\n")
@@ -55,6 +58,10 @@ COMMON = r"""
 DEV uint64_t wg_desc(uint32_t addr) {
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
+// any layout: leading / stride byte offsets given, 128-byte swizzle
+DEV uint64_t wg_desc2(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)1 << 62);
+}
 DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
@@ -63,10 +70,13 @@ DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" :
 """
 
 
-def aligned(shape: GemmShape) -> bool:
-    vals = [shape.a_off, shape.a_sm, shape.b_off, shape.b_sn, shape.k] + [b[1] for b in shape.batch] + \
-           [b[2] for b in shape.batch]
-    return shape.b_layout == "nk" and all(v % 8 == 0 for v in vals)
+def aligned(shape: GemmShape, b_mn: bool = False) -> bool:
+    """Rows of A and B start 16-byte aligned (k itself may be ragged: rows are padded or
+    the caller checked that k is a multiple of 8)."""
+    vals = [shape.a_off, shape.a_sm, shape.b_off] + [b[1] for b in shape.batch] + [b[2] for b in shape.batch]
+    if b_mn:
+        return shape.b_layout == "kn" and all(v % 8 == 0 for v in vals + [shape.b_sk, shape.n])
+    return shape.b_layout == "nk" and all(v % 8 == 0 for v in vals + [shape.b_sn])
 
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, call_args: str,
@@ -81,6 +91,32 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     pack2 = "__floats2half2_rn" if out_type == "__half" else ("__floats2bfloat162_rn" if out_type == "__nv_bfloat16" else "make_float2")
     pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
     conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
+    tb = 1 if cfg.b_mn else 0
+    if cfg.b_mn:
+        # B tile: 64 k-rows x BN n-values, n contiguous: atoms of 8 k-rows x 64 n (1024 B, swizzled),
+        # k-groups 1024 B apart, 64-wide n-blocks 8192 B apart
+        lbo, sbo = (8192, 1024) if cfg.b_mn == 1 else (1024, 8192)
+        b_desc = f"wg_desc2(sb + kk * 2048, {lbo}, {sbo})"
+        b_load = f"""
+    #pragma unroll
+    for (int i = 0; i < {b_chunks}; ++i) {{
+      const int c = tid + i * {NT}, r = c / {BN // 8}, cn = c % {BN // 8};
+      const int gk = k0 + r, gn = n0 + cn * 8;
+      const bool ok = gk < {shape.k} && gn < {shape.n};
+      const int rr = r & 7;
+      cp_async16(sb + (cn >> 3) * 8192 + (r >> 3) * 1024 + rr * 128 + (((cn & 7) ^ rr) << 4),
+                 ok ? Bb + (long long)gk * {shape.b_sk} + gn : Bb, ok ? 16 : 0);
+    }}"""
+    else:
+        b_desc = "wg_desc(sb + kk * 32)"
+        b_load = f"""
+    #pragma unroll
+    for (int i = 0; i < {b_chunks}; ++i) {{
+      const int c = tid + i * {NT}, r = c >> 3, ch = c & 7;
+      const int gn = n0 + r, gk = k0 + ch * 8;
+      const bool ok = gn < {shape.n} && gk < {shape.k};
+      cp_async16(sb + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Bb + (long long)gn * {shape.b_sn} + gk : Bb, ok ? 16 : 0);
+    }}"""
     if pair_store:
         store = f"""
         if (col + 1 < {shape.n}) {{
@@ -97,9 +133,9 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     return f"""
 {NEEDS_ARCH_SPECIFIC}
 {COMMON}
-#ifndef SATURN_WGMMA_N{BN}_{ty}
-#define SATURN_WGMMA_N{BN}_{ty}
-{helpers(BN, dtype)}
+#ifndef SATURN_WGMMA_N{BN}_{ty}_T{tb}
+#define SATURN_WGMMA_N{BN}_{ty}_T{tb}
+{helpers(BN, dtype, tb)}
 #endif
 {epilogue}
 
@@ -126,13 +162,7 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
       const bool ok = gm < {shape.m} && gk < {shape.k};
       cp_async16(sa + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Ab + (long long)gm * {shape.a_sm} + gk : Ab, ok ? 16 : 0);
     }}
-    #pragma unroll
-    for (int i = 0; i < {b_chunks}; ++i) {{
-      const int c = tid + i * {NT}, r = c >> 3, ch = c & 7;
-      const int gn = n0 + r, gk = k0 + ch * 8;
-      const bool ok = gn < {shape.n} && gk < {shape.k};
-      cp_async16(sb + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Bb + (long long)gn * {shape.b_sn} + gk : Bb, ok ? 16 : 0);
-    }}
+{b_load}
   }};
 
   #pragma unroll
@@ -148,7 +178,7 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
     const uint32_t sb = base + (kt % {S}) * {A_ST + B_ST} + {A_ST};
     wg_fence();
     #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}(acc, wg_desc(sa + kk * 32), wg_desc(sb + kk * 32), 1);
+    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
     wg_commit();
     wg_wait<1>();
     __syncthreads();           // every warpgroup finished tile kt-1: its stage may be refilled
@@ -176,8 +206,9 @@ def grid(shape: GemmShape, cfg: WGConfig) -> tuple[int, int, int]:
     return ((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)
 
 
-def render_transpose(name: str, ctype: str, n: int, k: int, b_off: int, b_sk: int) -> str:
-    """out[n, k] = in0[b_off + k * b_sk + n]: B (k rows, n contiguous) to k-contiguous rows."""
+def render_transpose(name: str, ctype: str, n: int, k: int, b_off: int, b_sk: int, kp: int) -> str:
+    """out[n, k] = in0[b_off + k * b_sk + n]: B (k rows, n contiguous) to k-contiguous rows of
+    length kp (zeros past k)."""
     return f"""
 extern "C" __global__ void __launch_bounds__(256) {name}({ctype}* __restrict__ out, const {ctype}* __restrict__ in0) {{
   __shared__ {ctype} tile[64][66];
@@ -189,7 +220,7 @@ extern "C" __global__ void __launch_bounds__(256) {name}({ctype}* __restrict__ o
     #pragma unroll
     for (int h = 0; h < 2; ++h) {{
       const int nn = n0 + tx * 2 + h;
-      if (kk < {k} && nn < {n}) tile[j][tx * 2 + h] = in0[{b_off} + (long long)kk * {b_sk} + nn];
+      tile[j][tx * 2 + h] = (kk < {k} && nn < {n}) ? in0[{b_off} + (long long)kk * {b_sk} + nn] : {ctype}(0.f);
     }}
   }}
   __syncthreads();
@@ -199,7 +230,7 @@ extern "C" __global__ void __launch_bounds__(256) {name}({ctype}* __restrict__ o
     #pragma unroll
     for (int h = 0; h < 2; ++h) {{
       const int kk = k0 + tx * 2 + h;
-      if (nn < {n} && kk < {k}) out[(long long)nn * {k} + kk] = tile[tx * 2 + h][j];
+      if (nn < {n} && kk < {kp}) out[(long long)nn * {kp} + kk] = tile[tx * 2 + h][j];
     }}
   }}
 }}
