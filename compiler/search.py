@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 import select
+import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from ir.graph import Graph
 from ir.interpreter import evaluate
 
 
+_ONE_SEARCH_AT_A_TIME = threading.Lock()
 _SEARCHES = 0       # searches run in this process (names each one's data in the shared workers)
 INTERLEAVE = 4      # slices each timing round is cut into, taken in turn by the trials
 PRUNE_FLOOR = 1e-3  # a verification run shorter than this is too short to prune on
@@ -393,12 +395,13 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
     _SEARCHES += 1
     main_key, odd_key = f"main-{_SEARCHES}", f"odd-{_SEARCHES}"
 
-    runner = _Runner(options, backend_spec)   # workers start and load the backend while the e-graph is explored
-    try:
-        return _search(graph, backend, target, backend_spec, candidates, options, progress, variant,
-                       result, runner, t_start, deadline, main_key, odd_key)
-    finally:
-        runner.close()
+    with _ONE_SEARCH_AT_A_TIME:  # the workers are shared, and timings must not overlap
+        runner = _Runner(options, backend_spec)   # workers start and load the backend while the e-graph is explored
+        try:
+            return _search(graph, backend, target, backend_spec, candidates, options, progress, variant,
+                           result, runner, t_start, deadline, main_key, odd_key)
+        finally:
+            runner.close()
 
 
 def _search(graph, backend, target, backend_spec, candidates, options, progress, variant, result, runner,
