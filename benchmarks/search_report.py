@@ -77,6 +77,15 @@ def run_workload(name: str, target: str, size: str, dtype: str, budget: float | 
             "explain": cold.explain(), "warm_explain_head": "\n".join(warm.explain().splitlines()[:4])}
 
 
+def _trim_source(text: str, n: int) -> str:
+    if n <= 0 or "\ngenerated code:\n" not in text:
+        return text
+    head, code = text.split("\ngenerated code:\n", 1)
+    lines = code.splitlines()
+    more = f"\n... ({len(lines) - n} more lines)" if len(lines) > n else ""
+    return head + "\ngenerated code:\n" + "\n".join(lines[:n]) + more
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="cpu")
@@ -85,6 +94,7 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=float, default=None)
     p.add_argument("--workloads", default="softmax,layernorm,attention")
     p.add_argument("--json", default=None, help="also write the results here")
+    p.add_argument("--source-lines", type=int, default=0, help="print at most this many lines of generated code (0: all)")
     args = p.parse_args(argv)
     size = args.size or ("large" if args.target == "cuda" else "small")
     print(f"# search report: target {args.target}, size {size}, {args.dtype}; {time.strftime('%Y-%m-%d %H:%M')}; "
@@ -95,7 +105,7 @@ def main(argv=None) -> int:
             r = run_workload(name, args.target, size, args.dtype, args.budget, cache_dir)
             rows.append(r)
             print(f"\n## {name} ({r['inputs']})\n")
-            print(r["explain"])
+            print(_trim_source(r["explain"], args.source_lines))
             print("\nwarm compile:\n" + r["warm_explain_head"])
     print("\n## summary\n")
     print("| workload | chosen | schedule | median | original (default schedule) | cold search | warm (same process) "
