@@ -247,7 +247,7 @@ def run(args) -> int:
 
     # Ceilings, measured now, on this device
     log("measuring ceilings (large copy, large matmul)...")
-    mm_dtypes = {c.dtype for c in cases if c.flops}
+    mm_dtypes = {"f32"} | {c.dtype for c in cases if c.flops}
     try:
         data["ceilings"] = ceiling_mod.measure(env, family, suite, mm_dtypes)
     except Exception as e:  # noqa: BLE001 - a failed ceiling must not lose the run
