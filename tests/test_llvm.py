@@ -237,3 +237,17 @@ def test_blocked_matmul_half(tile):
     exe = check(lambda a, b, c: (a @ b + c).gelu(), [(13, 37), (37, 45), (45,)], "f16", schedule=s)
     assert any(matmul.match(k, exe.program) for k in exe.program.kernels)
     check(lambda a, b: (a @ b).astype("f32"), [(5, 300), (300, 17)], "f16", schedule=s)
+
+
+def test_column_reductions_interchanged():
+    """Reductions over a non-contiguous axis run with the contiguous output axis innermost."""
+    from backends.llvm.render import KernelRenderer
+    check(lambda x: x.sum(0) + x.max(0), [(37, 13)])
+    check(lambda x: x.softmax(1), [(3, 19, 5)])
+    check(lambda x: x.var(0), [(300,)])
+    check(lambda x: (x.astype("i32")).sum(0), [(9, 4)])
+    exe = check(lambda x: x.mean((0, 1)), [(5, 6, 7)])
+    k = exe.program.kernels[-1]
+    import llvmlite.ir as lir
+    r = KernelRenderer(lir.Module(), exe.program, k, exe.schedule.default)
+    assert r._plan_interchange()

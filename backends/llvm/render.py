@@ -97,6 +97,7 @@ class KernelRenderer:
         b = self.b = ir.IRBuilder(body)
         self.scopes.append({})
         self.row_cache = self._plan_row_cache()
+        self.interchange = self._plan_interchange()
         P = parallel_depth(k)
         self._emit_lets(0)
         if not k.axes:
@@ -104,6 +105,8 @@ class KernelRenderer:
                 self.scopes.append({})
                 self._emit_stores()
                 self.scopes.pop()
+        elif self.interchange and len(k.axes) == 1:
+            self._interchanged(start, end, start)
         else:
             with for_range(b, start, end, "p") as p:
                 self.scopes.append({})
@@ -127,6 +130,9 @@ class KernelRenderer:
             self._emit_stores()
             return
         v = k.axes[depth]
+        if depth == len(k.axes) - 1 and self.interchange:
+            self._interchanged(_i64(0), _i64(v.extent), _i64(0))
+            return
         with for_range(self.b, _i64(0), _i64(v.extent), v.name) as i:
             self.scopes.append({})
             self.vars[v] = i
@@ -136,6 +142,71 @@ class KernelRenderer:
                     self.scopes[-1][inner] = self.b.load(ptr, typ=F32)
             self._emit_lets(depth + 1)
             self._nest(depth + 1)
+            self.scopes.pop()
+
+    def _plan_interchange(self) -> list:
+        """Column reductions: when every innermost-depth Let is a reduction whose loads walk the
+        last output axis contiguously but not its own innermost variable (x.sum(0), softmax over
+        axis 0), run the reduction loops outside and the last axis inside, with one accumulator
+        per output element in a stack buffer. Each element still sums in the same order."""
+        k = self.k
+        if not k.axes or k.axes[-1].extent > MAX_ROW_CACHE:
+            return []
+        full = [l for l in k.lets if l.depth == len(k.axes)]
+        if not full or any(not isinstance(l.value, Reduce) for l in full):
+            return []
+        last = k.axes[-1]
+        for l in full:
+            red = l.value
+            if any(isinstance(x, (Reduce, Ref)) for x in walk(red.body)):
+                return []
+            loads = [x for x in walk(red.body) if isinstance(x, Load)]
+            inner = red.vars[-1]
+            if not loads or any(x.index.coeff(inner) == 1 for x in loads):
+                return []
+            if not any(x.index.coeff(last) == 1 for x in loads):
+                return []
+        if len({l.value.vars for l in full}) != 1:
+            return []
+        return full
+
+    def _interchanged(self, lo, hi, base) -> None:
+        """The last axis over [lo, hi) with the full-depth reductions interchanged (see
+        _plan_interchange); accumulator slot = index - base."""
+        b, k = self.b, self.k
+        last = k.axes[-1]
+        lets = self.interchange
+        bufs = [ir.IRBuilder(self.entry).alloca(COMPUTE[l.value.dtype], size=last.extent) for l in lets]
+        with for_range(b, lo, hi, last.name + ".init") as j:
+            for l, buf in zip(lets, bufs):
+                b.store(self._init(l.value), b.gep(buf, [b.sub(j, base)], inbounds=True, source_etype=COMPUTE[l.value.dtype]))
+
+        def loop(vs):
+            if not vs:
+                with for_range(b, lo, hi, last.name + ".acc") as j:
+                    self.scopes.append({})
+                    self.vars[last] = j
+                    for l, buf in zip(lets, bufs):
+                        ty = COMPUTE[l.value.dtype]
+                        ptr = b.gep(buf, [b.sub(j, base)], inbounds=True, source_etype=ty)
+                        b.store(self._combine(l.value, b.load(ptr, typ=ty), self.value(l.value.body)), ptr)
+                    self.scopes.pop()
+                return
+            with for_range(b, _i64(0), _i64(vs[0].extent), vs[0].name) as i:
+                self.scopes.append({})
+                self.vars[vs[0]] = i
+                loop(vs[1:])
+                self.scopes.pop()
+
+        loop(list(lets[0].value.vars))
+        with for_range(b, lo, hi, last.name) as j:
+            self.scopes.append({})
+            self.vars[last] = j
+            for l, buf in zip(lets, bufs):
+                ty = COMPUTE[l.value.dtype]
+                acc = b.load(b.gep(buf, [b.sub(j, base)], inbounds=True, source_etype=ty), typ=ty)
+                self.refs[l.name] = self.round(acc, l.value.dtype)
+            self._emit_stores()
             self.scopes.pop()
 
     def _plan_row_cache(self) -> dict:
@@ -238,16 +309,29 @@ class KernelRenderer:
             v = b.select(ok, v, const(e.fill, e.dtype))
         return v
 
+    def _init(self, e: Reduce) -> ir.Constant:
+        ty = COMPUTE[e.dtype]
+        if e.op == Op.SUM:
+            return ir.Constant(ty, 0.0 if ty == F32 else 0)
+        return ir.Constant(ty, float("-inf")) if ty == F32 else ir.Constant(ty, -2 ** 31 if ty == I32 else 0)
+
+    def _combine(self, e: Reduce, acc: ir.Value, x: ir.Value) -> ir.Value:
+        b, ty = self.b, COMPUTE[e.dtype]
+        flags = FAST if self.ks.fast_math else ()
+        if e.op == Op.SUM:
+            return b.fadd(acc, x, flags=flags) if ty == F32 else (b.add(acc, x) if ty == I32 else b.or_(acc, x))
+        if ty == F32:
+            new = b.call(self._intrinsic("llvm.maximum.f32", F32, 2), [acc, x])
+            if flags:
+                new.fastmath.add("nsz")
+            return new
+        return b.select(b.icmp_signed(">", x, acc) if ty == I32 else b.icmp_unsigned(">", x, acc), x, acc)
+
     def _reduce(self, e: Reduce) -> ir.Value:
         b = self.b
         ty = COMPUTE[e.dtype]
         slot = ir.IRBuilder(self.entry).alloca(ty)
-        if e.op == Op.SUM:
-            init = ir.Constant(ty, 0.0 if ty == F32 else 0)
-        else:
-            init = ir.Constant(ty, float("-inf")) if ty == F32 else ir.Constant(ty, -2 ** 31 if ty == I32 else 0)
-        b.store(init, slot)
-        flags = FAST if self.ks.fast_math else ()
+        b.store(self._init(e), slot)
 
         cache = self.row_cache.get(e)
 
@@ -257,16 +341,7 @@ class KernelRenderer:
                 if cache is not None:   # keep this row's value for the epilogue
                     ptr = b.gep(cache[2], [self.vars[e.vars[0]]], inbounds=True, source_etype=F32)
                     b.store(self.value(cache[0]), ptr)
-                acc = b.load(slot, typ=ty)
-                if e.op == Op.SUM:
-                    new = b.fadd(acc, x, flags=flags) if ty == F32 else (b.add(acc, x) if ty == I32 else b.or_(acc, x))
-                elif ty == F32:
-                    new = b.call(self._intrinsic("llvm.maximum.f32", F32, 2), [acc, x])
-                    if flags:
-                        new.fastmath.add("nsz")
-                else:
-                    new = b.select(b.icmp_signed(">", x, acc) if ty == I32 else b.icmp_unsigned(">", x, acc), x, acc)
-                b.store(new, slot)
+                b.store(self._combine(e, b.load(slot, typ=ty), x), slot)
                 return
             with for_range(b, _i64(0), _i64(vs[0].extent), vs[0].name) as i:
                 self.scopes.append({})
