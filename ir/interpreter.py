@@ -15,6 +15,19 @@ from ir.ops import Op
 from ir.view import ShapeTracker, View
 
 
+def typed_fill(fill: float, dtype: np.dtype):
+    """`fill` (a float) as a value of `dtype`: for i32, +-inf saturate to the i32 range and NaN
+    is 0; for bool, nonzero (NaN included) is True."""
+    if dtype == np.bool_:
+        return bool(fill != 0)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if np.isnan(fill):
+            return 0
+        return int(min(max(fill, info.min), info.max))
+    return fill
+
+
 def apply_view(v: View, flat: np.ndarray, fill) -> np.ndarray:
     """Read `flat` (a 1-D contiguous buffer) through one view."""
     shape = v.shape
@@ -37,7 +50,7 @@ def apply_view(v: View, flat: np.ndarray, fill) -> np.ndarray:
                                                 strides=tuple(st * item for st in v.strides))
     if v.mask is None:
         return inner
-    out = np.full(shape, fill, dtype=flat.dtype)
+    out = np.full(shape, typed_fill(fill, flat.dtype), dtype=flat.dtype)
     out[tuple(slice(l, l + b) for l, b in zip(lo, box))] = inner
     return out
 
@@ -83,7 +96,8 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
                 r = x.astype(acc).sum(axis=n.arg, keepdims=True) if dt.is_float else \
                     x.sum(axis=n.arg, keepdims=True, dtype=acc)
             else:
-                r = x.max(axis=n.arg, keepdims=True) if x.size else np.full(n.shape, -np.inf)
+                r = x.max(axis=n.arg, keepdims=True) if x.size else \
+                    np.full(n.shape, typed_fill(-np.inf, dt.np), dt.np)
             return r.astype(dt.np)
         xs = [_compute(v, dt) for v in vals]
         r = {

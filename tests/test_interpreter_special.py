@@ -140,3 +140,23 @@ def test_half_precision_overflow_and_rounding():
     ref = np.exp(row.astype(np.float64) - row.max())
     ref /= ref.sum()
     np.testing.assert_allclose(run(lambda x: x.softmax(-1), row).astype(np.float64), ref, rtol=1e-3, atol=1e-5)
+
+
+def test_pad_fill_and_empty_max_are_typed():
+    """Fill values are floats; for i32 they saturate (-inf -> i32 min), for bool nonzero is True."""
+    from ir import node as N
+    from ir.dtypes import DType
+    from ir.interpreter import evaluate_nodes
+    from ir.ops import Op
+    from ir.view import ShapeTracker
+    x = N.input_(0, "x", (3,), DType.i32)
+    padded = N.view(x, ShapeTracker.from_shape((3,)).pad(((1, 1),), float("-inf")))
+    out = evaluate_nodes([padded, N.reduce(Op.MAX, padded, (0,))], {x: np.array([4, -7, 2], np.int32)})
+    np.testing.assert_array_equal(out[0], [-(2**31), 4, -7, 2, -(2**31)])
+    assert out[1][0] == 4
+    b = N.input_(0, "b", (2,), DType.bool)
+    bpad = N.view(b, ShapeTracker.from_shape((2,)).pad(((0, 1),), 1.0))
+    np.testing.assert_array_equal(evaluate_nodes([bpad], {b: np.array([False, True])})[0], [False, True, True])
+    empty = N.input_(0, "e", (0, 2), DType.i32)
+    (m,) = evaluate_nodes([N.reduce(Op.MAX, empty, (0,))], {empty: np.zeros((0, 2), np.int32)})
+    np.testing.assert_array_equal(m, [[-(2**31), -(2**31)]])
