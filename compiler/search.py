@@ -48,8 +48,8 @@ class SearchOptions:
     budget: float = 5.0
     seed: int = 0
     max_candidates: int = 8        # programs asked from the e-graph
-    max_schedules: int = 4         # schedules tried per program
-    max_trials: int = 24           # (program, schedule) pairs verified at most
+    max_schedules: int = 8         # schedules tried per program
+    max_trials: int = 32           # (program, schedule) pairs verified at most
     timeout: float = 60.0          # seconds for one build + verify (or one timing) before it counts as a hang
     workers: int = 0               # 0: one per core, at most 4
     isolate: bool = True           # run candidates in worker processes (off only for debugging)
@@ -222,16 +222,21 @@ def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes
         if h not in seen:
             seen.add(h)
             progs.append(c)
-    # the original program under the default schedule goes first: the safe choice, and the
-    # baseline every other trial is compared with
+    # the original program goes first, under every schedule (the default one first: the safe
+    # choice, and the baseline the others are compared with); then the rewritten programs,
+    # round-robin: each one's default schedule, then each one's second schedule, ...
     progs.sort(key=lambda c: c.graph.structural_hash() != graph.structural_hash())
     per_prog = [_schedules(backend, c.graph, options.max_schedules, notes) for c in progs]
+    order = []
+    if progs[0].graph.structural_hash() == graph.structural_hash():
+        order += [(0, s) for s in range(len(per_prog[0]))]
+    rest = range(1 if order else 0, len(progs))
+    order += [(ci, s) for s in range(max(len(p) for p in per_prog)) for ci in rest if s < len(per_prog[ci])]
     trials: list[TrialRecord] = []
-    for s in range(max(len(p) for p in per_prog)):
-        for ci, (c, scheds) in enumerate(zip(progs, per_prog)):
-            if s < len(scheds):
-                trials.append(TrialRecord(len(trials), ci, str(getattr(c, "description", "")),
-                                          float(getattr(c, "cost", 0.0)), c.graph, scheds[s]))
+    for ci, s in order:
+        c = progs[ci]
+        trials.append(TrialRecord(len(trials), ci, str(getattr(c, "description", "")),
+                                  float(getattr(c, "cost", 0.0)), c.graph, per_prog[ci][s]))
     if len(trials) > options.max_trials:
         notes.append(f"{len(trials)} trials; verifying the first {options.max_trials} in static-rank order")
         for t in trials[options.max_trials:]:
