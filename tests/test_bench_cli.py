@@ -183,3 +183,17 @@ def test_report_merges_runs(tmp_path):
     merged = json.loads(out.read_text())
     assert [r["workload"] for r in merged["results"]] == ["softmax", "layernorm"]
     assert "layernorm f32 8x33" in md.read_text()
+
+
+def test_readme_section_shows_newest_results_with_links(tmp_path, monkeypatch):
+    from benchmarks import readme
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
+    assert cli.main(["--target", "reference", "--tiny", "--workloads", "softmax",
+                     "--json", str(results / "cpu-2026-11-29.json")]) == 0
+    (results / "cpu-2026-11-30.json").write_text((results / "cpu-2026-11-29.json").read_text())
+    monkeypatch.setattr(readme, "ROOT", tmp_path)
+    monkeypatch.setattr(readme, "RESULTS", results)
+    text = readme.section()
+    assert "](benchmarks/results/cpu-2026-11-30.json)" in text and "cpu-2026-11-29" not in text
+    assert "softmax f32 4x37" in text
