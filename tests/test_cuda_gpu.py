@@ -104,7 +104,8 @@ def test_deterministic(backend, name):
             assert np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
-@pytest.mark.parametrize("name", ["matmul_aligned_f16", "attention_f16", "layernorm_f32"])
+@pytest.mark.parametrize("name", ["matmul_aligned_f16", "matmul_f16", "matmul_bt_f16", "mlp_f16", "attention_f16",
+                                  "layernorm_f32"])
 def test_all_schedules_match(backend, name):
     g = graph_of(name)
     args = random_inputs(g, 5)

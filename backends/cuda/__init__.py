@@ -58,10 +58,10 @@ class CUDABackend:
                 mn = os.environ.get("SATURN_CUDA_WGMMA_MN", "")
                 if not os.environ.get("SATURN_CUDA_NO_WGMMA_MN"):
                     configs += [c for c in WG_MN_CONFIGS if str(c.b_mn) == mn]
-                out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else ""))
-                        for c in configs]
+                out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "")
+                                 + ("e" if c.smem_epilogue else "")) for c in configs]
         if "attention" in kinds:
-            out += [Schedule(attn=c, name=f"attn_w{c.warps}_kv{c.bkv}") for c in ATTN_CONFIGS]
+            out += [Schedule(attn=c, name=f"attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}") for c in ATTN_CONFIGS]
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
         return out

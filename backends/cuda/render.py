@@ -744,12 +744,12 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
                              batch=batch, q_off=q.offset, k_off=k.offset, v_off=v.offset,
                              q_ss=q.strides[nd - 3], k_ss=k.strides[nd - 1], v_ss=v.strides[nd - 2],
                              o_ss=cR[nd - 3], o_sd=cR[nd - 1], scale_log2=am.scale_log2)
-    cfg = sched.attn or attn_t.AttnConfig(8, 64)
+    cfg = sched.attn or attn_t.AttnConfig(4, 64, 2)
     src = attn_t.render(name, q.dtype.value, shape, cfg, params, names[q.buffer], names[k.buffer], names[v.buffer],
                         C_STORAGE[o.dtype])
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
                        o, step.inputs, f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} "
-                                       f"rows/block={cfg.bq} keys/tile={cfg.bkv}")
+                                       f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) keys/tile={cfg.bkv}")
 
 
 RENDERERS = {"elementwise": render_elementwise, "generic": render_generic, "row": render_row,

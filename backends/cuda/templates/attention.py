@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class AttnConfig:
-    warps: int = 4        # query rows per block = 16 * warps
+    warps: int = 4        # query rows per block = 16 * mtiles * warps
     bkv: int = 64         # keys per K/V tile
+    mtiles: int = 1       # m16 tiles of query rows per warp (more: fewer shared-memory reads per row)
 
     @property
     def threads(self) -> int:
@@ -23,10 +24,11 @@ class AttnConfig:
 
     @property
     def bq(self) -> int:
-        return 16 * self.warps
+        return 16 * self.mtiles * self.warps
 
 
-ATTN_CONFIGS = [AttnConfig(4, 64), AttnConfig(8, 64), AttnConfig(4, 128)]
+ATTN_CONFIGS = [AttnConfig(4, 64, 2), AttnConfig(8, 64, 1), AttnConfig(4, 64, 1), AttnConfig(8, 64, 2),
+                AttnConfig(4, 128, 1)]
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
     pack = "pack_f16" if dtype == "f16" else "pack_bf16"
     conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
     PAD = 8
-    D, DV, BQ, BKV, NT = shape.d, shape.dv, cfg.bq, cfg.bkv, cfg.threads
+    D, DV, BQ, BKV, NT, MT = shape.d, shape.dv, cfg.bq, cfg.bkv, cfg.threads, cfg.mtiles
     qld, kld, vld = D + PAD, D + PAD, DV + PAD
     offs = {"q": [str(shape.q_off)], "k": [str(shape.k_off)], "v": [str(shape.v_off)], "o": ["0"]}
     inner = 1
@@ -125,16 +127,24 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   cp_async_wait<1>();
   __syncthreads();
 
-  uint32_t qf[{D // 16}][4];
+  // each warp owns MT m16 tiles of query rows: K/V fragments read from shared memory once per MT tiles
+  uint32_t qf[{MT}][{D // 16}][4];
   #pragma unroll
-  for (int t = 0; t < {D // 16}; ++t) {{
-    int r = warp * 16 + (lane & 15), c = t * 16 + (lane >> 4) * 8;
-    ldsm_x4(qf[t][0], qf[t][1], qf[t][2], qf[t][3], smem_u32(sQ + r * {qld} + c));
+  for (int mt = 0; mt < {MT}; ++mt)
+    #pragma unroll
+    for (int t = 0; t < {D // 16}; ++t) {{
+      int r = (warp * {MT} + mt) * 16 + (lane & 15), c = t * 16 + (lane >> 4) * 8;
+      ldsm_x4(qf[mt][t][0], qf[mt][t][1], qf[mt][t][2], qf[mt][t][3], smem_u32(sQ + r * {qld} + c));
+    }}
+  float o[{MT}][{DV // 8}][4];
+  float m0[{MT}], m1[{MT}], l0[{MT}], l1[{MT}];
+  #pragma unroll
+  for (int mt = 0; mt < {MT}; ++mt) {{
+    #pragma unroll
+    for (int j = 0; j < {DV // 8}; ++j) o[mt][j][0] = o[mt][j][1] = o[mt][j][2] = o[mt][j][3] = 0.f;
+    m0[mt] = m1[mt] = -__int_as_float(0x7f800000);
+    l0[mt] = l1[mt] = 0.f;
   }}
-  float o[{DV // 8}][4];
-  #pragma unroll
-  for (int j = 0; j < {DV // 8}; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
-  float m0 = -__int_as_float(0x7f800000), m1 = m0, l0 = 0.f, l1 = 0.f;
 
   const int NTILES = {(shape.skv + BKV - 1) // BKV};
   for (int t = 0; t < NTILES; ++t) {{
@@ -144,9 +154,11 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
     __syncthreads();
     const {T}* tK = sK + (t & 1) * {BKV * kld};
     const {T}* tV = sV + (t & 1) * {BKV * vld};
-    float s[{BKV // 8}][4];
+    float s[{MT}][{BKV // 8}][4];
     #pragma unroll
-    for (int j = 0; j < {BKV // 8}; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    for (int mt = 0; mt < {MT}; ++mt)
+      #pragma unroll
+      for (int j = 0; j < {BKV // 8}; ++j) s[mt][j][0] = s[mt][j][1] = s[mt][j][2] = s[mt][j][3] = 0.f;
     #pragma unroll
     for (int kd = 0; kd < {D // 16}; ++kd) {{
       #pragma unroll
@@ -154,70 +166,87 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
         uint32_t b0, b1, b2, b3;
         int nr = j * 16 + (lane & 7) + (lane >> 4) * 8, kc = kd * 16 + ((lane >> 3) & 1) * 8;
         ldsm_x4(b0, b1, b2, b3, smem_u32(tK + nr * {kld} + kc));
-        {mma}(s[2 * j], qf[kd], b0, b1);
-        {mma}(s[2 * j + 1], qf[kd], b2, b3);
+        #pragma unroll
+        for (int mt = 0; mt < {MT}; ++mt) {{
+          {mma}(s[mt][2 * j], qf[mt][kd], b0, b1);
+          {mma}(s[mt][2 * j + 1], qf[mt][kd], b2, b3);
+        }}
       }}
     }}
-    // scale, mask keys past the end, running max
     const int j0 = t * {BKV};
-    float mx0 = m0, mx1 = m1;
+    const bool ragged = j0 + {BKV} > {shape.skv};
     #pragma unroll
-    for (int j = 0; j < {BKV // 8}; ++j) {{
+    for (int mt = 0; mt < {MT}; ++mt) {{
+      // scale, mask keys past the end (last tile only), running max
+      float mx0 = m0[mt], mx1 = m1[mt];
       #pragma unroll
-      for (int e = 0; e < 4; ++e) {{
-        int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
-        float x = s[j][e] * {sc}f;
-        s[j][e] = key < {shape.skv} ? x : -__int_as_float(0x7f800000);
+      for (int j = 0; j < {BKV // 8}; ++j) {{
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) {{
+          int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
+          float x = s[mt][j][e] * {sc}f;
+          s[mt][j][e] = (!ragged || key < {shape.skv}) ? x : -__int_as_float(0x7f800000);
+        }}
+        mx0 = fmaxf(mx0, fmaxf(s[mt][j][0], s[mt][j][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[mt][j][2], s[mt][j][3]));
       }}
-      mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+      mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+      const float a0 = exp2f(m0[mt] - mx0), a1 = exp2f(m1[mt] - mx1);
+      m0[mt] = mx0; m1[mt] = mx1;
+      l0[mt] *= a0; l1[mt] *= a1;
+      #pragma unroll
+      for (int j = 0; j < {DV // 8}; ++j) {{ o[mt][j][0] *= a0; o[mt][j][1] *= a0; o[mt][j][2] *= a1; o[mt][j][3] *= a1; }}
+      #pragma unroll
+      for (int j = 0; j < {BKV // 8}; ++j) {{
+        s[mt][j][0] = exp2f(s[mt][j][0] - mx0); s[mt][j][1] = exp2f(s[mt][j][1] - mx0);
+        s[mt][j][2] = exp2f(s[mt][j][2] - mx1); s[mt][j][3] = exp2f(s[mt][j][3] - mx1);
+        l0[mt] += s[mt][j][0] + s[mt][j][1]; l1[mt] += s[mt][j][2] + s[mt][j][3];
+      }}
     }}
-    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-    const float a0 = exp2f(m0 - mx0), a1 = exp2f(m1 - mx1);
-    m0 = mx0; m1 = mx1;
-    l0 *= a0; l1 *= a1;
-    #pragma unroll
-    for (int j = 0; j < {DV // 8}; ++j) {{ o[j][0] *= a0; o[j][1] *= a0; o[j][2] *= a1; o[j][3] *= a1; }}
-    #pragma unroll
-    for (int j = 0; j < {BKV // 8}; ++j) {{
-      s[j][0] = exp2f(s[j][0] - m0); s[j][1] = exp2f(s[j][1] - m0);
-      s[j][2] = exp2f(s[j][2] - m1); s[j][3] = exp2f(s[j][3] - m1);
-      l0 += s[j][0] + s[j][1]; l1 += s[j][2] + s[j][3];
-    }}
-    // O += P V
+    // O += P V, P re-packed from the S accumulators into A fragments
     #pragma unroll
     for (int kt = 0; kt < {BKV // 16}; ++kt) {{
-      uint32_t pa[4];
-      pa[0] = {pack}(s[2 * kt][0], s[2 * kt][1]);
-      pa[1] = {pack}(s[2 * kt][2], s[2 * kt][3]);
-      pa[2] = {pack}(s[2 * kt + 1][0], s[2 * kt + 1][1]);
-      pa[3] = {pack}(s[2 * kt + 1][2], s[2 * kt + 1][3]);
+      uint32_t pa[{MT}][4];
+      #pragma unroll
+      for (int mt = 0; mt < {MT}; ++mt) {{
+        pa[mt][0] = {pack}(s[mt][2 * kt][0], s[mt][2 * kt][1]);
+        pa[mt][1] = {pack}(s[mt][2 * kt][2], s[mt][2 * kt][3]);
+        pa[mt][2] = {pack}(s[mt][2 * kt + 1][0], s[mt][2 * kt + 1][1]);
+        pa[mt][3] = {pack}(s[mt][2 * kt + 1][2], s[mt][2 * kt + 1][3]);
+      }}
       #pragma unroll
       for (int j = 0; j < {DV // 16}; ++j) {{
         uint32_t b0, b1, b2, b3;
         int kr = kt * 16 + (lane & 7) + ((lane >> 3) & 1) * 8, nc = j * 16 + (lane >> 4) * 8;
         ldsm_x4_t(b0, b1, b2, b3, smem_u32(tV + kr * {vld} + nc));
-        {mma}(o[2 * j], pa, b0, b1);
-        {mma}(o[2 * j + 1], pa, b2, b3);
+        #pragma unroll
+        for (int mt = 0; mt < {MT}; ++mt) {{
+          {mma}(o[mt][2 * j], pa[mt], b0, b1);
+          {mma}(o[mt][2 * j + 1], pa[mt], b2, b3);
+        }}
       }}
     }}
     __syncthreads();
   }}
-  l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-  l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-  const float r0 = 1.f / l0, r1 = 1.f / l1;
-  const int row0 = q0 + warp * 16 + (lane >> 2), row1 = row0 + 8;
   #pragma unroll
-  for (int j = 0; j < {DV // 8}; ++j) {{
-    const int col = j * 8 + (lane & 3) * 2;
-    if (row0 < {shape.sq}) {{
-      out[o_base + (long long)row0 * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[j][0] * r0);
-      out[o_base + (long long)row0 * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[j][1] * r0);
-    }}
-    if (row1 < {shape.sq}) {{
-      out[o_base + (long long)row1 * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[j][2] * r1);
-      out[o_base + (long long)row1 * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[j][3] * r1);
+  for (int mt = 0; mt < {MT}; ++mt) {{
+    float L0 = l0[mt], L1 = l1[mt];
+    L0 += __shfl_xor_sync(0xffffffffu, L0, 1); L0 += __shfl_xor_sync(0xffffffffu, L0, 2);
+    L1 += __shfl_xor_sync(0xffffffffu, L1, 1); L1 += __shfl_xor_sync(0xffffffffu, L1, 2);
+    const float r0 = 1.f / L0, r1 = 1.f / L1;
+    const int row0 = q0 + (warp * {MT} + mt) * 16 + (lane >> 2), row1 = row0 + 8;
+    #pragma unroll
+    for (int j = 0; j < {DV // 8}; ++j) {{
+      const int col = j * 8 + (lane & 3) * 2;
+      if (row0 < {shape.sq}) {{
+        out[o_base + (long long)row0 * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[mt][j][0] * r0);
+        out[o_base + (long long)row0 * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[mt][j][1] * r0);
+      }}
+      if (row1 < {shape.sq}) {{
+        out[o_base + (long long)row1 * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[mt][j][2] * r1);
+        out[o_base + (long long)row1 * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[mt][j][3] * r1);
+      }}
     }}
   }}
 }}

@@ -24,6 +24,7 @@ class WGConfig:
     stages: int = 4
     b_mn: int = 0          # n-contiguous B read as is ("MN-major", transpose bit set): 0 off (transpose
                            # B first); 1, 2: the two readings of the descriptor's LBO/SBO for that layout
+    smem_epilogue: bool = False   # stage the output tile in shared memory for 16-byte row stores
 
     @property
     def threads(self) -> int:
@@ -35,7 +36,9 @@ class WGConfig:
 
 
 WG_CONFIGS = [WGConfig(128, 256, 4), WGConfig(128, 256, 3), WGConfig(128, 128, 5), WGConfig(64, 256, 4)]
-WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 2)]
+WG_CONFIGS += [WGConfig(128, 256, 4, 0, True), WGConfig(128, 128, 5, 0, True)]
+WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 2), WGConfig(128, 256, 4, 1, True),
+                 WGConfig(128, 256, 4, 2, True)]
 
 
 def helpers(n: int, dtype: str, trans_b: int = 0) -> str:
@@ -130,6 +133,11 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
         store = f"""
         if (col < {shape.n}) out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
         if (col + 1 < {shape.n}) out[flat + {shape.c_sn}] = {conv}(epi_{name}({call_args}, flat + {shape.c_sn}, acc[j * 4 + 2 * h + 1]));"""
+    if cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16", "float") and \
+            smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
+        epilogue_code = _smem_epilogue(name, shape, cfg, call_args, out_type, conv)
+    else:
+        epilogue_code = _direct_epilogue(name, shape, BN, store)
     return f"""
 {NEEDS_ARCH_SPECIFIC}
 {COMMON}
@@ -187,7 +195,13 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
     cp_async_commit();
   }}
   wg_wait<0>();
+{epilogue_code}
+}}
+"""
 
+
+def _direct_epilogue(name, shape, BN, store) -> str:
+    return f"""
   #pragma unroll
   for (int h = 0; h < 2; ++h) {{
     const int row = m0 + wg * 64 + wq * 16 + (lane >> 2) + h * 8;
@@ -197,9 +211,50 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
       const int col = n0 + j * 8 + (lane & 3) * 2;
       const long long flat = c_base + (long long)row * {shape.c_sm} + (long long)col * {shape.c_sn};{store}
     }}
+  }}"""
+
+
+def _smem_epilogue(name, shape, cfg, call_args, out_type, conv) -> str:
+    """Values through the epilogue into a padded shared tile, then 16-byte row stores."""
+    BM, BN, NT = cfg.bm, cfg.bn, cfg.threads
+    osz = 4 if out_type == "float" else 2
+    ld = BN + 16 // osz                      # one 16-byte pad per row
+    vec = 16 // osz
+    return f"""
+  cp_async_wait<0>();
+  __syncthreads();                          // all warpgroups done with the pipeline's shared memory
+  {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + (base - smem_u32(smem_raw)));
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+    const int r = wg * 64 + wq * 16 + (lane >> 2) + h * 8;
+    const int row = m0 + r;
+    #pragma unroll
+    for (int j = 0; j < {BN // 8}; ++j) {{
+      const int cl = j * 8 + (lane & 3) * 2;
+      const int col = n0 + cl;
+      const long long flat = c_base + (long long)row * {shape.c_sm} + col;
+      if (row < {shape.m} && col < {shape.n}) tile[r * {ld} + cl] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
+      if (row < {shape.m} && col + 1 < {shape.n}) tile[r * {ld} + cl + 1] = {conv}(epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]));
+    }}
   }}
-}}
-"""
+  __syncthreads();
+  for (int c = tid; c < {BM * BN // vec}; c += {NT}) {{
+    const int r = c / {BN // vec}, cl = (c % {BN // vec}) * {vec};
+    const int row = m0 + r, col = n0 + cl;
+    if (row >= {shape.m}) continue;
+    {out_type}* dst = out + c_base + (long long)row * {shape.c_sm} + col;
+    if (col + {vec} <= {shape.n}) {{
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(tile + r * {ld} + cl);
+    }} else {{
+      for (int v = 0; v < {vec} && col + v < {shape.n}; ++v) dst[v] = tile[r * {ld} + cl + v];
+    }}
+  }}"""
+
+
+def smem_epilogue_ok(shape: GemmShape, out_itemsize: int) -> bool:
+    """16-byte stores need unit column stride and 16-byte aligned rows."""
+    vec = 16 // out_itemsize
+    return shape.c_sn == 1 and shape.c_sm % vec == 0 and all(b[3] % vec == 0 for b in shape.batch)
 
 
 def grid(shape: GemmShape, cfg: WGConfig) -> tuple[int, int, int]:
