@@ -125,12 +125,8 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
             break
     say("extracting candidates")
     ser = session.serialize()
-    for p in phases:
-        p.eclasses = p.eclasses if p.eclasses >= 0 else 0
-    if phases:
-        phases[-1].eclasses = ser.num_eclasses
     extracted = extract_candidates(ser, max_candidates, cost=static_cost,
-                                   improve_seconds=max(1.0, min(6.0, deadline - time.perf_counter())))
+                                   improve_seconds=max(0.5, min(4.0, deadline - time.perf_counter())))
     want = [(o.shape, o.dtype) for o in graph.outputs]
     cands = [Candidate(graph, static_cost(graph), "original program")]
     seen = {graph.structural_hash()}

@@ -396,7 +396,11 @@ class EGraphSession:
         self.eg.run(SHAPES.saturate())
 
     def size(self) -> int:
-        return sum(n for f, n in self.eg.all_function_sizes() if str(f) not in ("dim", "tile"))
+        return sum(n for f, n in self.eg.all_function_sizes() if str(f) not in ("dim", "tile", "isfloat", "Out"))
+
+    def eclasses(self) -> int:
+        """Distinct tensor e-classes (from the serialized e-graph: egglog has no counter)."""
+        return self.serialize().num_eclasses
 
     def run_phase(self, name: str, rulesets: list, *, max_iterations: int, node_limit: int,
                   deadline: float) -> PhaseReport:
@@ -425,7 +429,8 @@ class EGraphSession:
             if not report.updated:
                 stopped = "saturated"
                 break
-        return PhaseReport(name, it, size, -1, time.perf_counter() - t0, stopped)
+        seconds = time.perf_counter() - t0
+        return PhaseReport(name, it, size, self.eclasses(), seconds, stopped)
 
     def serialize(self) -> "SerializedEGraph":
         js = json.loads(self.eg._serialize(max_functions=None, max_calls_per_function=None).to_json())

@@ -140,58 +140,68 @@ def _shift(bc: dict, at: int, by: int) -> dict:
     return {(k + by if k >= at else k): v for k, v in bc.items()}
 
 
-def broadcast_analysis(eg: SerializedEGraph) -> dict[str, tuple[bool, dict]]:
-    """Per class: (depends on a reduction, {axis: factor}) where factor is how far along that
-    axis a reduction result has been broadcast back into this value (max over the class's
-    e-nodes, so it describes the value, not one way of computing it). `exp(x - max(x))` over
-    a row of n has factor n on the row axis; its tile-local form `exp(x_b - max_b(x_b))`
-    only the tile size. A reduction along an axis with a large factor is a second pass."""
-    info: dict[str, tuple[bool, dict]] = {c: (False, {}) for c in eg.classes}
+def broadcast_analysis(eg: SerializedEGraph) -> dict[str, tuple[frozenset, dict]]:
+    """Per class: (its size-1 axes that a reduction made, {axis: factor}) where factor is how
+    far along that axis a reduction result has been broadcast back into this value (max over
+    the class's e-nodes, so it describes the value, not one way of computing it). Only a
+    broadcast along an axis that a reduction collapsed counts (`x - max(x)`), not a matmul
+    operand's broadcast. `exp(x - max(x))` over a row of n has factor n on the row axis; its
+    tile-local form `exp(x_b - max_b(x_b))` only the tile size. A reduction along an axis
+    with a large factor is a second pass over its operand."""
+    info: dict[str, tuple[frozenset, dict]] = {c: (frozenset(), {}) for c in eg.classes}
+
+    def shift(axes, at: int, by: int) -> frozenset:
+        return frozenset(k + by if k >= at else k for k in axes)
+
     changed = True
     while changed:
         changed = False
         for cid, nodes in eg.classes.items():
-            der, bc = info[cid]
+            red, bc = info[cid]
             for e in nodes:
                 kids = [info[c] for c in e.children]
                 op = e.op
-                if op in ("inp", "lit"):
+                if op in ("inp", "lit", "view"):
                     continue
-                if op == "view":
-                    nd, nb = kids[0][0], {}
-                elif op in ("sum", "max"):
-                    nd, nb = True, {k: v for k, v in kids[0][1].items() if k != e.ints[0]}
+                if op in ("sum", "max"):
+                    a = e.ints[0]
+                    nr, nb = kids[0][0] | {a}, {k: v for k, v in kids[0][1].items() if k != a}
                 elif op == "expand":
-                    nd, nb = kids[0][0], dict(kids[0][1])
-                    if nd:
-                        nb[e.ints[0]] = min(CAP, nb.get(e.ints[0], 1) * e.ints[1])
+                    a, n = e.ints
+                    nr, nb = kids[0][0] - {a}, dict(kids[0][1])
+                    if a in kids[0][0]:
+                        nb[a] = min(CAP, nb.get(a, 1) * n)
                 elif op == "unsq":
-                    nd, nb = kids[0][0], _shift(kids[0][1], e.ints[0], 1)
+                    a = e.ints[0]
+                    nr, nb = shift(kids[0][0], a, 1), _shift(kids[0][1], a, 1)
                 elif op == "sqz":
                     a = e.ints[0]
-                    nd, nb = kids[0][0], _shift({k: v for k, v in kids[0][1].items() if k != a}, a + 1, -1)
+                    nr = shift(kids[0][0] - {a}, a + 1, -1)
+                    nb = _shift({k: v for k, v in kids[0][1].items() if k != a}, a + 1, -1)
                 elif op == "split":
                     a = e.ints[0]
-                    nd, nb = kids[0][0], _shift(kids[0][1], a + 1, 1)
+                    nr, nb = shift(kids[0][0], a + 1, 1), _shift(kids[0][1], a + 1, 1)
                     if a in kids[0][1]:
                         nb[a + 1] = kids[0][1][a]
                 elif op == "merge":
                     a = e.ints[0]
-                    old = kids[0][1]
-                    nd = kids[0][0]
+                    r0, old = kids[0]
+                    nr = shift(r0 - {a, a + 1}, a + 2, -1) | ({a} if {a, a + 1} <= r0 else set())
                     nb = _shift({k: v for k, v in old.items() if k not in (a, a + 1)}, a + 2, -1)
                     if a in old or a + 1 in old:
                         nb[a] = max(old.get(a, 1), old.get(a + 1, 1))
+                elif op == "pad":
+                    nr, nb = kids[0]
                 else:  # elementwise
-                    nd, nb = any(k[0] for k in kids), {}
+                    nr, nb = frozenset().union(*(k[0] for k in kids)), {}
                     for _, kb in kids:
                         for k, v in kb.items():
                             nb[k] = max(nb.get(k, 0), v)
-                if (nd and not der) or any(v > bc.get(k, 0) for k, v in nb.items()):
-                    der = der or nd
+                if not nr <= red or any(v > bc.get(k, 0) for k, v in nb.items()):
+                    red = red | nr
                     bc = {**bc, **{k: max(v, bc.get(k, 0)) for k, v in nb.items()}}
                     changed = True
-            info[cid] = (der, bc)
+            info[cid] = (red, bc)
     return info
 
 
@@ -355,16 +365,35 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
             seen.add(h)
             out.append((label, g))
 
-    plan = list(profiles)
+    # 1. one choice per profile
+    base = []
+    for prof in profiles:
+        choice = choose(eg, infos, prof, spread)
+        if any(r not in choice for r in eg.roots):
+            continue
+        try:
+            g = rebuild(eg, choice)
+        except IRError:
+            continue
+        add(prof.name, g)
+        base.append((prof, choice, g))
+    # 2. hill-climb on the real cost from the two best of them
+    if cost is not None and base:
+        ranked = sorted(base, key=lambda b: cost(b[2]))
+        starts = [b for b in ranked if b[0].second_pass > 0][:1] + ranked[:1]
+        for prof, choice, _ in starts:
+            steps: list[Graph] = []
+            improve(eg, choice, cost, improve_seconds / 2, steps.append)
+            for g in steps[-3:]:           # the end point and the two steps before it
+                add(f"{prof.name}+climb", g)
+    # 3. seeded random perturbations for diversity
     random_rounds = min(random_rounds, max(4, 300_000 // max(1, eg.num_enodes)))
     for i in range(random_rounds):
-        p = profiles[i % len(profiles)]
-        plan.append(Profile(f"{p.name}~{i}", p.long_reduce, p.long_axis, p.view, p.materialize,
-                            p.second_pass, jitter=0.7, seed=i + 1, dag=p.dag))
-    climbs = 0
-    for prof in plan:
         if len(out) >= 3 * k:
             break
+        p = profiles[i % len(profiles)]
+        prof = Profile(f"{p.name}~{i}", p.long_reduce, p.long_axis, p.view, p.materialize,
+                       p.second_pass, jitter=0.7, seed=i + 1, dag=p.dag)
         choice = choose(eg, infos, prof, spread)
         if any(r not in choice for r in eg.roots):
             continue
@@ -372,7 +401,4 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
             add(prof.name, rebuild(eg, choice))
         except IRError:
             continue
-        if cost is not None and climbs < 2 and prof.second_pass > 0:
-            climbs += 1
-            improve(eg, choice, cost, improve_seconds / 2, lambda g, n=prof.name: add(f"{n}+climb", g))
     return out
