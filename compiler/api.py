@@ -86,6 +86,13 @@ def _saturn_version() -> str:
     return getattr(compiler, "__version__", "0")
 
 
+def _build_cached(backend, entry: cache_mod.Entry):
+    """The cached winner's executable: from its lowered program when the backend can take one."""
+    if entry.program is not None and hasattr(backend, "build_program"):
+        return backend.build_program(entry.program, entry.schedule)
+    return backend.build(entry.graph, entry.schedule)
+
+
 def _odd_variant(fn, specs) -> ShapeVariant | None:
     """`fn` traced at odd (and, for big programs, smaller) shapes, if it is shape-generic."""
     g = odd_variant_graph(lambda *s: trace(fn, *s), specs)
@@ -122,7 +129,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
         entry, path, why_not = cache_mod.load(key, directory)
         if entry is not None:
             try:
-                exe = be.build(entry.graph, entry.schedule)
+                exe = _build_cached(be, entry)
             except Exception as e:  # stale schedule or backend change: search again
                 why_not = f"ignored entry that failed to build: {type(e).__name__}: {e}"
             else:
@@ -153,8 +160,9 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
         result.cache = "miss" + (f" ({why_not})" if why_not not in ("", "miss") else "")
         w = result.winner
         try:
+            program = getattr(result.executable, "program", None) if hasattr(be, "build_program") else None
             result.cache_path = cache_mod.store(key, cache_mod.Entry(w.graph, w.schedule, w.description, w.median,
-                                                                     str(result)), directory)
+                                                                     str(result), program=program), directory)
             state = "stored"
         except OSError as e:
             result.notes.append(f"could not write the cache entry: {e}")

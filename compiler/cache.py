@@ -77,6 +77,8 @@ class Entry:
     median: float           # seconds per run when it won
     report: str             # the search report text, shown again by explain()
     created: float = 0.0
+    program: object = None  # the backend's lowered program (e.g. ir.kernel.KernelProgram), when it
+                            # exposes one: rebuilding from it skips lowering, the slow part of a hit
 
 
 # --- restricted unpickling -----------------------------------------------------------------
