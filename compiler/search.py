@@ -20,8 +20,6 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from compiler import verify
 from compiler.progress import Progress
 from compiler.timing import format_seconds, median
@@ -34,8 +32,8 @@ _ONE_SEARCH_AT_A_TIME = threading.Lock()
 _SEARCHES = 0       # searches run in this process (names each one's data in the shared workers)
 INTERLEAVE = 4      # slices each timing round is cut into, taken in turn by the trials
 PRUNE_FLOOR = 1e-3  # a verification run shorter than this is too short to prune on
-GRACE_SHARE = 0.15  # of it, how long trials already running may still finish after that
 VERIFY_SHARE = 0.6  # of the budget left after exploration, after which no new trial starts verification
+GRACE_SHARE = 0.15  # of that budget, how much longer trials already being verified may then take
 
 
 class SearchError(RuntimeError):
@@ -71,10 +69,10 @@ class TrialRecord:
     cost: float
     graph: Graph
     schedule: object
-    status: str = "pending"        # pending | verified | rejected | skipped | timed | chosen
+    status: str = "pending"        # pending | verified | rejected | skipped | duplicate | pruned | timed | chosen
     reason: str = ""
     build_s: float = 0.0
-    run_s: float = 0.0             # first verification run (static hint only)
+    run_s: float = 0.0             # fastest verification run but the first (hint for pruning and repeats)
     max_error: float = 0.0
     rounds: list = field(default_factory=list)   # (repeat, median seconds) per timing round
     worker: int = -1
