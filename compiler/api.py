@@ -13,7 +13,7 @@ from backends import get_backend
 from compiler import cache as cache_mod
 from compiler.errors import DTypeError, ShapeError
 from compiler.progress import Progress
-from compiler.search import SearchOptions, SearchResult, ShapeVariant, describe_schedule, search
+from compiler.search import SearchOptions, SearchResult, ShapeVariant, same_interface, describe_schedule, search
 from compiler.verify import odd_specs, odd_variant_graph
 from compiler.trace import Spec, as_spec, trace
 from ir.graph import Graph
@@ -127,6 +127,9 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     why_not = ""
     if use_cache:
         entry, path, why_not = cache_mod.load(key, directory)
+        bad = same_interface(graph, entry.graph) if entry is not None else None
+        if bad:  # a well-formed entry whose program does not fit this one's inputs and outputs
+            entry, why_not = None, f"ignored entry whose program does not fit: {bad}"
         if entry is not None:
             try:
                 exe = _build_cached(be, entry)

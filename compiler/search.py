@@ -201,7 +201,7 @@ def _schedules(backend, graph: Graph, limit: int, notes: list[str]) -> list:
     return scheds[:limit] or [None]
 
 
-def _same_interface(a: Graph, b: Graph) -> str | None:
+def same_interface(a: Graph, b: Graph) -> str | None:
     if len(a.outputs) != len(b.outputs):
         return f"{len(b.outputs)} outputs, expected {len(a.outputs)}"
     for i, (x, y) in enumerate(zip(a.outputs, b.outputs)):
@@ -424,7 +424,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     trials = make_trials(graph, candidates, backend, options, notes)
     result.trials = trials
     for t in trials:
-        bad = _same_interface(graph, t.graph)
+        bad = same_interface(graph, t.graph)
         if bad:
             t.status, t.reason = "rejected", f"not a valid candidate: {bad}"
     todo = [t for t in trials if t.status == "pending"]
@@ -549,7 +549,7 @@ class _OddCounterparts:
             cands, _, _ = explore_candidates(self.variant.graph, opts, [])
             self.by_signature = {}
             for c in cands:
-                if _same_interface(self.variant.graph, c.graph) is None:
+                if same_interface(self.variant.graph, c.graph) is None:
                     self.by_signature.setdefault(_signature(c.description, c.graph), c.graph)
             self.seconds = time.perf_counter() - t0
         return self.by_signature.get(_signature(t.description, t.graph))

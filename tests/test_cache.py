@@ -94,6 +94,21 @@ def test_foreign_entry_is_ignored(tmp_path):
     np.testing.assert_allclose(f(x), evaluate(f.graph, [x])[0], rtol=1e-6)
 
 
+def test_entry_whose_program_does_not_fit_is_ignored(tmp_path):
+    # a well-formed entry under softmax's key that holds another program (output shape differs)
+    f = _compile(softmax, tmp_path)
+    path = _entry_file(tmp_path)
+    data = open(path, "rb").read()
+    end = data.index(b"\n", len(cache.MAGIC))
+    key = json.loads(data[len(cache.MAGIC):end])["key"]
+    other = saturn.trace(lambda x: x.sum(-1, keepdim=True), SPEC)
+    cache.store(key, cache.Entry(other, None, "not softmax", 1e-6, "forged"), str(tmp_path))
+    g = _compile(softmax, tmp_path)
+    assert g.cache == "stored" and "does not fit" in g.result.cache
+    x = _x()
+    assert g(x).tobytes() == f(x).tobytes()
+
+
 class _Evil:
     def __reduce__(self):
         return (os.system, ("echo owned > /dev/null",))
