@@ -85,6 +85,12 @@ def matmul_shapes(data):
     return [a, b], {}  # includes 1-D @ 1-D (a scalar) and batch broadcasting
 
 
+def linear_shapes(data):
+    batch = shape_of(data, 0, 2)
+    k, n = data.draw(st.sampled_from(SIZES)), data.draw(st.sampled_from(SIZES))
+    return [batch + (k,), (n, k), (n,)], {}
+
+
 def norm_shapes(data):
     s = shape_of(data, 1)
     n = data.draw(st.integers(1, len(s)))
@@ -277,6 +283,8 @@ CASES = [
          scale=4),
     Case("silu", lambda a: a.silu(), lambda a: a / (1 + np.exp(-a)), lambda a: _tf().silu(a), one, scale=2),
     Case("abs", lambda a: a.abs(), np.abs, lambda a: a.abs(), one),
+    Case("erf", lambda a: a.erf(), lambda a: np.vectorize(math.erf, otypes=[np.float64])(a),
+         lambda a: a.erf(), one, scale=4),
     # reductions
     Case("sum", lambda a, axes, keepdim: a.sum(axes, keepdim), lambda a, axes, keepdim: a.sum(axes, keepdims=keepdim),
          lambda a, axes, keepdim: a.sum(axes, keepdim), reduce_params, scale=8),
@@ -296,6 +304,8 @@ CASES = [
          lambda a, axes, keepdim: a.var(axes, keepdim=keepdim, correction=0), reduce_params, scale=16),
     # matmul, softmax, norms
     Case("matmul", lambda a, b: a @ b, np.matmul, lambda a, b: a @ b, matmul_shapes, scale=16),
+    Case("linear", lambda x, w, b: x.linear(w, b), lambda x, w, b: x @ w.T + b,
+         lambda x, w, b: _tf().linear(x, w, b), lambda d: linear_shapes(d), scale=16),
     Case("softmax", lambda a, axis: a.softmax(axis), np_softmax, lambda a, axis: a.softmax(axis), last_axis,
          scale=8),
     Case("log_softmax", lambda a, axis: a.log_softmax(axis), np_log_softmax,
@@ -315,6 +325,12 @@ CASES = [
     Case("expand", lambda a, shape: a.expand(shape), lambda a, shape: np.broadcast_to(a, shape),
          lambda a, shape: a.expand(shape), expand_params),
     Case("getitem", lambda a, index: a[index], np_index, lambda a, index: a[index], index_params),
+    Case("slice", lambda a, start, step: a.slice(-1, start, None, step),
+         lambda a, start, step: a[..., start::step], lambda a, start, step: a[..., start::step],
+         lambda d: ([shape_of(d, 1)], {"start": d.draw(st.integers(-3, 3)), "step": d.draw(st.integers(1, 3))})),
+    Case("flatten_unsqueeze_squeeze", lambda a: a.unsqueeze(0).flatten(1).unsqueeze(-1).squeeze(),
+         lambda a: a.reshape(1, -1, 1).squeeze(), lambda a: a.unsqueeze(0).flatten(1).unsqueeze(-1).squeeze(),
+         lambda d: ([shape_of(d, 1)], {})),
     Case("pad", lambda a, pads, value: a.pad(pads, value),
          lambda a, pads, value: np.pad(a, pads, constant_values=value),
          lambda a, pads, value: _tf().pad(a, [p for pair in reversed(pads) for p in pair], value=value), pad_params),
