@@ -100,3 +100,13 @@ def test_single_pass_statistics(name, fn, specs):
         assert exp.candidates[0] in one_pass
     for c in exp.candidates:
         _same(g, c.graph, rtol=2e-4)
+
+
+def test_non_divisible_axis_is_padded_with_the_identity():
+    g = saturn.trace(lambda x: x.sum(-1) + x.max(-1), saturn.spec((4, 1000)))   # 1000 % 32 != 0
+    exp = explore(g)
+    fills = {n.arg.fill for c in exp.candidates for n in c.graph.nodes if n.op == Op.VIEW and n.arg.has_mask}
+    assert fills == {0.0, float("-inf")}          # sum pads with 0, max with -inf
+    for c in exp.candidates:
+        _same(g, c.graph)
+        _same(g, c.graph, seed=3, scale=-50.0)    # all-negative-ish rows: a 0 pad would win a max
