@@ -120,7 +120,7 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
         rep = session.run_phase(name, rulesets, max_iterations=limits.iterations,
                                 node_limit=limits.node_limit, deadline=deadline)
         phases.append(Phase(name, rep.iterations, rep.enodes, rep.eclasses, rep.seconds, rep.stopped))
-        if rep.stopped in ("node limit", "time limit"):
+        if rep.stopped.startswith("node limit") or rep.stopped == "time limit":
             notes.append(f"stopped in phase {name}: {rep.stopped}")
             break
     say("extracting candidates")

@@ -390,7 +390,6 @@ class EGraphSession:
             t = imp.term(o)
             self.roots.append(t)
             self.eg.register(union(Out(i64(i))).with_(t))
-        self._pushed = 0
         for t in tiles:
             self.eg.register(tile(i64(t)))
         self.eg.run(SHAPES.saturate())
@@ -409,23 +408,29 @@ class EGraphSession:
         for rs in rulesets[1:]:
             combined = combined | rs
         stopped, it, last = "iterations", 0, 0.0
-        size = self.size()
+        size, growth = self.size(), 4.0
         for it in range(1, max_iterations + 1):
             now = time.perf_counter()
             if now + 2 * last > deadline:
                 stopped, it = "time limit", it - 1
                 break
-            self.eg.push()  # an iteration that overshoots the node limit is undone
+            # an iteration that may overshoot the node limit runs on a pushed copy and is
+            # undone if it does (push copies the e-graph, so only when it is at risk)
+            risky = size * max(growth, 2.0) > node_limit
+            if risky:
+                self.eg.push()
             report = self.eg.run(combined)
             self.eg.run(SHAPES.saturate())
             last = time.perf_counter() - now
             new_size = self.size()
-            if new_size > node_limit:
+            if new_size > node_limit and risky:
                 self.eg.pop()
                 stopped, it = "node limit", it - 1
                 break
-            self._pushed += 1
-            size = new_size
+            growth, size = new_size / max(1, size), new_size
+            if size > node_limit:  # grew more than `growth` predicted: stop, and say so
+                stopped = "node limit (overshot)"
+                break
             if not report.updated:
                 stopped = "saturated"
                 break

@@ -93,3 +93,13 @@ def test_docs_rules_example():
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     example = next(b for b in blocks if "register(" in b)
     exec(compile(example, "docs/rules.md", "exec"), {})
+
+
+def test_custom_rules_and_tiles():
+    from rewrites.registry import family_rules
+    g = saturn.trace(lambda x: x.sum(-1), saturn.spec((4, 96)))
+    exp = explore(g, rules=family_rules("reduction")[:1], limits=Limits(tiles=(8, 12)))
+    assert [p.name for p in exp.phases] == ["custom"] and exp.tiles == (8, 12)
+    tiled = {n.shape for c in exp.candidates for n in c.graph.nodes if n.op == Op.VIEW}
+    assert {(4, 12, 8), (4, 8, 12)} <= tiled                 # 96 split into tiles of 8 and of 12
+    _check_equal(g, exp.candidates)
