@@ -54,9 +54,11 @@ _RANK = {DType.bool: 0, DType.i32: 1, DType.f16: 2, DType.bf16: 2, DType.f32: 3}
 
 
 def as_dtype(x) -> DType:
-    """Accept a DType, its name ('f16', 'float16'), a numpy dtype or a torch dtype name."""
+    """Accept a DType, its name ('f16', 'float16'), a numpy dtype, or a torch dtype or its name."""
     if isinstance(x, DType):
         return x
+    if type(x).__module__ == "torch":  # torch.float16 and friends, without importing torch
+        x = str(x)
     if isinstance(x, str):
         name = x.removeprefix("torch.")
         if name in DType.__members__:

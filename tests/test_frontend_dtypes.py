@@ -66,6 +66,17 @@ def test_promotion_follows_torch():
         assert ours_name(torch.result_type(torch.zeros(2, dtype=getattr(torch, TORCH_NAMES[d])), s)) == want
 
 
+def test_dtype_names_numpy_and_torch_dtypes_are_accepted():
+    from ir.dtypes import as_dtype
+    assert as_dtype("float16") is DType.f16 and as_dtype("bf16") is DType.bf16
+    assert as_dtype(np.int32) is DType.i32 and as_dtype(np.dtype(bool)) is DType.bool
+    with pytest.raises(TypeError):
+        as_dtype("f64")
+    torch = pytest.importorskip("torch")
+    assert as_dtype(torch.bfloat16) is DType.bf16 and as_dtype(torch.float32) is DType.f32
+    assert compiler.spec((2,), torch.float16).dtype is DType.f16
+
+
 def test_where_promotes_its_values():
     assert result_dtype(lambda c, x: (c > 0).where(x, 0.5), "f32", "i32") == "f32"
     assert result_dtype(lambda c, x: (c > 0).where(x, 2), "f32", "f16") == "f16"
