@@ -235,10 +235,6 @@ def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes
         c = progs[ci]
         trials.append(TrialRecord(len(trials), ci, str(getattr(c, "description", "")),
                                   float(getattr(c, "cost", 0.0)), c.graph, per_prog[ci][s]))
-    if len(trials) > options.max_trials:
-        notes.append(f"{len(trials)} trials; verifying the first {options.max_trials} in static-rank order")
-        for t in trials[options.max_trials:]:
-            t.status, t.reason = "skipped", "beyond max_trials"
     return trials
 
 
@@ -443,7 +439,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     runner.data_requests.append(("data", main_key, input_sets, expected, out_dtypes))
     odd = _OddCounterparts(graph, variant, explored, options) if variant is not None and options.odd_shapes else None
     counts = {"tried": 0, "verified": 0, "rejected": 0}
-    progress.update(total=len(todo), **counts)
+    progress.update(total=min(len(todo), options.max_trials), **counts)
 
     def on_done(t: TrialRecord):
         counts["tried"] += 1
@@ -453,7 +449,20 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     progress.phase("verifying")
     # no new verification starts after VERIFY_SHARE of the remaining budget: the rest is for timing
     runner.grace = GRACE_SHARE * rest
-    runner.verify_all(todo, backend_spec, t_explore + VERIFY_SHARE * rest, on_done)
+    verify_deadline = t_explore + VERIFY_SHARE * rest
+    # first the original program under every schedule, then a short probe to rank the schedules,
+    # so the rewritten programs are tried under the best schedules first
+    first = [t for t in todo if t.graph == graph]
+    later = [t for t in todo if t.graph != graph]
+    runner.verify_all(first, backend_spec, verify_deadline, on_done)
+    later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
+    room = max(options.max_trials - len(first), 0)
+    if len(later) > room:
+        notes.append(f"{len(first) + len(later)} trials; verifying at most {options.max_trials}")
+        for t in later[room:]:
+            t.status, t.reason = "skipped", "beyond max_trials"
+        later = later[:room]
+    runner.verify_all(later, backend_spec, verify_deadline, on_done)
     t_verify = time.perf_counter()
     result.seconds["build+verify"] = t_verify - t_explore
     survivors = _drop_duplicates([t for t in trials if t.status == "verified"])
@@ -559,6 +568,22 @@ def _signature(description: str, graph: Graph) -> tuple:
     profile = str(description).split(":")[0].split("~")[0]
     counts = graph.op_counts()
     return (profile,) + tuple(sorted((k, v) for k, v in counts.items() if k not in ("view", "const", "input")))
+
+
+def _order_by_schedule_probe(runner: _Runner, probed, later, backend_spec, options) -> list:
+    """`later` sorted by how fast the original program ran under each schedule (a few runs
+    each); stable, so the static rank still orders programs within one schedule."""
+    ok = [t for t in probed if t.status == "verified"]
+    if len(ok) < 2 or not later:
+        return later
+    speed = {}
+    for t in ok:
+        try:
+            speed[t.schedule_text] = median(runner.time(t, backend_spec, 1, options.min_repeat))
+        except WorkerFailure as e:
+            t.status, t.reason = "rejected", f"failed while timing: {e.reason}"
+    rank = {name: i for i, name in enumerate(sorted(speed, key=speed.get))}
+    return sorted(later, key=lambda t: rank.get(t.schedule_text, len(rank)))
 
 
 def _drop_duplicates(verified: list[TrialRecord]) -> list[TrialRecord]:
