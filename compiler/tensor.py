@@ -357,13 +357,23 @@ class Tensor:
             raise DTypeError(f"logical_not needs bool, got {self.dtype.value}", "logical_not")
         return self.where(False, True)
 
+    def _check_bools(self, o, op: str) -> None:
+        for t in (self, o):
+            dt = t.dtype if isinstance(t, Tensor) else DType.bool if isinstance(t, bool) else None
+            if dt != DType.bool:
+                got = dt.value if dt is not None else type(t).__name__
+                raise DTypeError(f"{op} needs bool operands, got {got}", op)
+
     def logical_or(self, o):
+        self._check_bools(o, "logical_or")
         return self.where(True, o)
 
     def logical_and(self, o):
+        self._check_bools(o, "logical_and")
         return self.where(o, False)
 
     def logical_xor(self, o):
+        self._check_bools(o, "logical_xor")
         return self.where(o.logical_not() if isinstance(o, Tensor) else not o, o)
 
     def where(self, a, b) -> "Tensor":

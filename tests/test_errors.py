@@ -44,6 +44,7 @@ TRACE_ERRORS = [
     (lambda x: x + "a", [f32(2)], DTypeError, ["add", "str"]),
     (lambda x: x @ np.ones((2, 2)), [f32(2, 2)], DTypeError, ["matmul", "ndarray"]),
     (lambda x: x.logical_not(), [f32(2)], DTypeError, ["logical_not", "f32"]),
+    (lambda x: (x > 0).logical_or(x), [f32(2)], DTypeError, ["logical_or", "f32"]),
     (lambda x: (x > 0) % (x > 1), [f32(2)], DTypeError, ["mod", "bool"]),
     (lambda x: x.gelu("fast"), [f32(2)], ShapeError, ["gelu", "fast"]),
 ]
