@@ -224,7 +224,7 @@ def markdown(meta, ceil, rows, checks=None) -> str:
 
 def probe_wgmma(kind: str) -> int:
     """Check the wgmma schedules of one kind ("k": k-contiguous B, transposing an n-contiguous
-    one; "mn1"/"mn2": n-contiguous B read as is, two descriptor readings) on a few shapes. Run in
+    one; "mn1": n-contiguous B read as is) on a few shapes. Run in
     a child process: a kernel fault poisons the CUDA context, so the parent decides from the
     exit code whether to keep them."""
     import compiler
@@ -261,7 +261,7 @@ def main(argv=None):
     ap.add_argument("--suite", default="full", help="full (main sizes), odd, or both")
     ap.add_argument("--only", nargs="*", help="workload names")
     ap.add_argument("--no-variants", action="store_true", help="time the default schedule only")
-    ap.add_argument("--probe-wgmma", default=None, help="only check wgmma schedules of a kind: k, mn1, mn2 (exit code)")
+    ap.add_argument("--probe-wgmma", default=None, help="only check wgmma schedules of a kind: k, mn1 (exit code)")
     ap.add_argument("--tests", action="store_true", help="run the GPU test suite (pytest -m gpu) first")
     ap.add_argument("--torch-compile", default="full", choices=["full", "all", "none"],
                     help="time torch.compile for the main sizes (default), all sizes, or none")
@@ -275,7 +275,7 @@ def main(argv=None):
     checks = {}
     # 1. wgmma schedules are kept only if a child process runs them correctly
     probe_log = []
-    for kind in ("k", "mn1", "mn2"):
+    for kind in ("k", "mn1"):
         try:
             p = subprocess.run([sys.executable, os.path.abspath(__file__), "--probe-wgmma", kind], capture_output=True,
                                text=True, cwd=here, timeout=300)
@@ -289,7 +289,7 @@ def main(argv=None):
         f.write("\n".join(probe_log))
     if checks["wgmma_probe_k"] != "passed":
         os.environ["SATURN_CUDA_NO_WGMMA"] = "1"
-    mn_ok = [k for k in ("mn1", "mn2") if checks[f"wgmma_probe_{k}"] == "passed"]
+    mn_ok = [k for k in ("mn1",) if checks[f"wgmma_probe_{k}"] == "passed"]
     if mn_ok:
         os.environ["SATURN_CUDA_WGMMA_MN"] = mn_ok[0][-1]
     else:

@@ -22,8 +22,9 @@ class WGConfig:
     bm: int = 128          # 64 rows per warpgroup
     bn: int = 256          # wgmma N (<= 256, multiple of 64)
     stages: int = 4
-    b_mn: int = 0          # n-contiguous B read as is ("MN-major", transpose bit set): 0 off (transpose
-                           # B first); 1, 2: the two readings of the descriptor's LBO/SBO for that layout
+    b_mn: int = 0          # 1: read an n-contiguous B as is ("MN-major", transpose bit set); 0: transpose
+                           # B first. (The other reading of LBO/SBO, n-blocks 1024 B and k-groups 8192 B
+                           # apart, gave wrong products on the H200 and was dropped.)
     smem_epilogue: bool = False   # stage the output tile in shared memory for 16-byte row stores
 
     @property
@@ -37,8 +38,7 @@ class WGConfig:
 
 WG_CONFIGS = [WGConfig(128, 256, 4), WGConfig(128, 256, 3), WGConfig(128, 128, 5), WGConfig(64, 256, 4)]
 WG_CONFIGS += [WGConfig(128, 256, 4, 0, True), WGConfig(128, 128, 5, 0, True)]
-WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 2), WGConfig(128, 256, 4, 1, True),
-                 WGConfig(128, 256, 4, 2, True)]
+WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 1, True)]
 
 
 def helpers(n: int, dtype: str, trans_b: int = 0) -> str:
@@ -98,8 +98,8 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     if cfg.b_mn:
         # B tile: 64 k-rows x BN n-values, n contiguous: atoms of 8 k-rows x 64 n (1024 B, swizzled),
         # k-groups 1024 B apart, 64-wide n-blocks 8192 B apart
-        lbo, sbo = (8192, 1024) if cfg.b_mn == 1 else (1024, 8192)
-        b_desc = f"wg_desc2(sb + kk * 2048, {lbo}, {sbo})"
+        # leading byte offset: between 64-wide n-blocks; stride byte offset: between 8-row k-groups
+        b_desc = "wg_desc2(sb + kk * 2048, 8192, 1024)"
         b_load = f"""
     #pragma unroll
     for (int i = 0; i < {b_chunks}; ++i) {{
