@@ -695,11 +695,17 @@ def format_report(r: SearchResult) -> str:
     lines.append(f"candidates: {n_prog} programs, {len(r.trials)} (program, schedule) trials")
     lines.append(f"  {'#':>3} {'prog':>4} {'cost':>9} {'schedule':<24} {'status':<9} {'median':>10} {'runs':>5}  "
                  f"{'program / reason'}")
+    skipped: dict[str, int] = {}
     for t in r.trials:
+        if t.status == "skipped":  # summarized below: a search under budget skips many
+            skipped[t.reason] = skipped.get(t.reason, 0) + 1
+            continue
         runs = sum(n for n, _ in t.rounds)
         note = t.description if t.status in ("timed", "chosen", "verified") else f"{t.description}: {t.reason}"
         lines.append(f"  {t.id:>3} {t.candidate:>4} {t.cost:>9.3g} {t.schedule_text:<24.24} {t.status:<9} "
                      f"{format_seconds(t.median):>10} {runs:>5}  {note}")
+    if skipped:
+        lines.append("  skipped: " + "; ".join(f"{n} trials ({why})" for why, n in skipped.items()))
     if r.winner is not None:
         w, base = r.winner, r.baseline()
         speed = ""
