@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TOL = {"f32": 1e-4, "f16": 1e-2, "bf16": 2e-2}
 TORCH_COMPILE_VARIANTS = {"full"}     # --torch-compile: which size variants also time torch.compile
+KERNEL_IR_TIMING = False              # --kernel-ir: also time the kernel-IR schedule
 
 
 def log(*a):
@@ -126,6 +127,10 @@ def run_case(torch, be, case, args, results, variants=True):
     with torch.no_grad():
         ref = case.torch_fn(*[t.double() for t in t_in])
     scheds = be.schedules(graph) if variants else be.schedules(graph)[:1]
+    # the generic kernel-IR rendering is checked by the GPU tests; timing it at these sizes takes
+    # minutes (one thread per output row or element), so it is timed only when asked for
+    if not KERNEL_IR_TIMING:
+        scheds = [s for s in scheds if s.lowering != "kernel_ir"]
     # compile all variants in parallel (nvcc dominates build time)
     from backends.cuda import render, toolchain
     arch = be_arch()
@@ -265,7 +270,10 @@ def main(argv=None):
     ap.add_argument("--tests", action="store_true", help="run the GPU test suite (pytest -m gpu) first")
     ap.add_argument("--torch-compile", default="full", choices=["full", "all", "none"],
                     help="time torch.compile for the main sizes (default), all sizes, or none")
+    ap.add_argument("--kernel-ir", action="store_true", help="also time the generic kernel-IR schedule (slow)")
     args = ap.parse_args(argv)
+    global KERNEL_IR_TIMING
+    KERNEL_IR_TIMING = args.kernel_ir
     TORCH_COMPILE_VARIANTS.clear()
     TORCH_COMPILE_VARIANTS.update({"full": {"full"}, "all": {"full", "odd"}, "none": set()}[args.torch_compile])
     if args.probe_wgmma:

@@ -83,3 +83,26 @@ def test_rendered_text_compiles_with_nvcc():
 def test_compile_error_is_returned_not_raised():
     res = compile_source("__global__ void broken( {", "sm_90")
     assert res.binary is None and "nvcc failed" in res.error
+
+
+HOST_CASES = ["softmax_f32", "gelu_f16", "matmul_f16", "sum0_f32", "movement_f16", "int_ops"]
+
+
+@pytest.mark.parametrize("name", HOST_CASES)
+def test_kernel_ir_rendering_runs_on_host(name):
+    """The kernel-IR renderer's CUDA text, compiled for the host and run thread by thread,
+    computes what the interpreter computes (no GPU needed)."""
+    import numpy as np
+    from backends.cuda import hostsim
+    from ir.dtypes import DType
+    from ir.interpreter import evaluate
+    reason = hostsim.available()
+    if reason:
+        pytest.skip(reason)
+    g = graph_of(name)
+    rng = np.random.default_rng(1)
+    args = [rng.integers(-9, 10, n.shape).astype(np.int32) if n.dtype == DType.i32
+            else rng.standard_normal(n.shape).astype(n.dtype.np) for n in g.inputs]
+    for got, want in zip(hostsim.run_kernel_ir(g, args), evaluate(g, args)):
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
+

@@ -64,6 +64,7 @@ class CUDABackend:
             out += [Schedule(attn=c, name=f"attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}") for c in ATTN_CONFIGS]
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
+        out.append(Schedule(lowering="kernel_ir", name="kernel_ir"))   # the shared kernel IR, rendered generically
         return out
 
     @staticmethod
@@ -98,12 +99,31 @@ class CUDABackend:
         schedule = schedule or Schedule()
         if schedule.arch is None:
             schedule = dataclasses.replace(schedule, arch=rt.info.arch)
+        if schedule.lowering == "kernel_ir":
+            return self._build_kernel_ir(graph, rt)
         source, launches = render(graph, schedule)
         res = toolchain.compile_source(source, rt.info.arch)
         if res.error:
             raise CUDAFailure("compile", res.error, res.log)
         module = rt.load(res.binary)
         return CUDAExecutable(graph, launches, source, module, rt, res.log)
+
+    @staticmethod
+    def _build_kernel_ir(graph: Graph, rt):
+        """compiler.lower's kernel IR, each kernel rendered by backends/cuda/kir.py."""
+        from compiler.lower import lower
+        from backends.cuda import toolchain
+        from backends.cuda.kir import KIRExecutable, render_kir_program
+        from backends.cuda.runtime import CUDAFailure
+        try:
+            program = lower(graph)
+        except Exception as e:
+            raise CUDAFailure("lower", f"{type(e).__name__}: {e}") from None
+        source, launches = render_kir_program(program)
+        res = toolchain.compile_source(source, rt.info.arch)
+        if res.error:
+            raise CUDAFailure("compile", res.error, res.log)
+        return KIRExecutable(graph, program, launches, source, rt.load(res.binary), rt, res.log)
 
     def try_build(self, graph: Graph, schedule: Schedule | None = None):
         """(executable, None) or (None, reason): failures as data."""

@@ -38,6 +38,7 @@ class Schedule:
     gemm: str = "auto"                 # f16/bf16 products: "mma" (mma.sync), "wgmma", or "auto" (by size)
     stage_operands: bool = True        # copy unaligned / multi-view f16 operands once instead of gathering
     arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
+    lowering: str = "templates"        # "templates" (backends/cuda/plan.py) or "kernel_ir" (compiler/lower.py)
     name: str = "default"
 
     def wgmma_allowed(self) -> bool:

@@ -1,0 +1,109 @@
+"""Run simple rendered CUDA kernels on the CPU, for tests on machines without a GPU.
+
+Kernels that use no shared memory, barriers or warp instructions (the kernel-IR renderer's,
+and the elementwise / generic templates) are plain C++ once `__global__` is defined away:
+they are compiled with the host compiler against CUDA's half-precision headers and run
+thread by thread, one block after another. Not a timing tool; a semantics check.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import numpy as np
+
+HOST_PRELUDE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+struct saturn_dim3 { unsigned x, y, z; };
+static saturn_dim3 blockIdx, threadIdx;
+#define __global__
+#define __launch_bounds__(...)
+#define DEV static inline
+static inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
+DEV int max_nan(int a, int b) { return a > b ? a : b; }
+"""
+
+
+def cuda_include() -> str | None:
+    for d in (os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"):
+        if d and os.path.exists(os.path.join(d, "include", "cuda_fp16.h")):
+            return os.path.join(d, "include")
+    return None
+
+
+def available() -> str | None:
+    """None when kernels can be run on the host here, else what is missing."""
+    if shutil.which("g++") is None:
+        return "no g++"
+    if cuda_include() is None:
+        return "no CUDA headers (cuda_fp16.h)"
+    return None
+
+
+def _strip_prelude(src: str) -> str:
+    # the device prelude (inline PTX) is not needed by these kernels; cut it out
+    start = src.find("#include <cuda_fp16.h>")
+    if start < 0:
+        return src
+    end = src.find("extern \"C\"", start)
+    return src[:start] + src[end:] if end > 0 else src
+
+
+def build(source: str, kernels: list[tuple[str, int, int, int]]):
+    """Compile `source` (kernels as rendered) for the host. kernels: (name, n_params, grid, block).
+    Returns a function run(name, pointers) that runs one launch."""
+    body = _strip_prelude(source)
+    wrappers = []
+    for name, nparams, grid, block in kernels:
+        sig = ", ".join(["void*"] * nparams)
+        args = ", ".join(f"a[{i}]" for i in range(nparams))
+        wrappers.append(
+            f'extern "C" void saturn_run_{name}(void** a) {{\n'
+            f"  for (unsigned b = 0; b < {grid}u; ++b) for (unsigned t = 0; t < {block}u; ++t) {{\n"
+            f"    blockIdx.x = b; threadIdx.x = t;\n"
+            f"    ((void (*)({sig})){name})({args});\n  }}\n}}\n")
+    text = HOST_PRELUDE + body + "\n" + "\n".join(wrappers)
+    key = hashlib.sha256(text.encode()).hexdigest()[:24]
+    tmp = tempfile.mkdtemp(prefix="saturn_host_")
+    so = os.path.join(tmp, f"k{key}.so")
+    cpp = os.path.join(tmp, "k.cpp")
+    with open(cpp, "w") as f:
+        f.write(text)
+    proc = subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-w", f"-I{cuda_include()}", cpp, "-o", so],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"host compile failed:\n{proc.stderr[:3000]}")
+    lib = ctypes.CDLL(so)
+
+    def run(name: str, arrays: list[np.ndarray]) -> None:
+        ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
+        getattr(lib, f"saturn_run_{name}")(ptrs)
+    return run
+
+
+def run_kernel_ir(graph, args) -> list[np.ndarray]:
+    """Lower `graph` with compiler.lower, render it with the CUDA kernel-IR renderer, run it here."""
+    from compiler.lower import lower
+    from backends.cuda.kir import render_kir_program
+    program = lower(graph)
+    src, launches = render_kir_program(program)
+    run = build(src, [(l.name, len(l.buffers), l.grid[0], l.block[0]) for l in launches])
+    bufs = {}
+    for b in program.buffers:
+        bufs[b.name] = np.zeros(max(b.size, 1), dtype=b.dtype.np)
+    for name, a in zip(program.inputs, args):
+        bufs[name][: np.size(a)] = np.ascontiguousarray(a, dtype=program.buffer(name).dtype.np).reshape(-1)
+    for l in launches:
+        run(l.name, [bufs[b] for b in l.buffers])
+    return [bufs[name][: int(np.prod(shape))].reshape(shape).copy()
+            for name, shape in zip(program.outputs, program.output_shapes)]

@@ -1,0 +1,257 @@
+"""Render the backend-neutral kernel IR (`ir/kernel.py`, built by `compiler.lower.lower`) to CUDA.
+
+Every IR kernel becomes one CUDA kernel: its leading axes, up to the shallowest `Let` that sits
+inside the loop nest, are spread over threads (one thread per iteration); the remaining axes
+are sequential loops in the thread; each `Let` is computed at its depth and reused; a `Reduce`
+is a loop in the thread, in the row-major order of its variables (deterministic). This is the
+general path that works for any graph; the templates in `render.py` are the fast paths.
+Selected by `Schedule(lowering="kernel_ir")`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ir.dtypes import DType
+from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Lin, Load, Mod, Reduce, Ref, Var
+from ir.ops import Op
+from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, round_to, store_value
+
+BLOCK = 256
+
+
+def _lin(e: Lin) -> str:
+    parts = []
+    for atom, c in e.terms:
+        a = _atom(atom)
+        parts.append(a if c == 1 else f"{c}LL * {a}")
+    if e.const or not parts:
+        parts.append(f"{e.const}LL")
+    return "(" + " + ".join(parts) + ")"
+
+
+def _atom(a) -> str:
+    if isinstance(a, Var):
+        return a.name
+    if isinstance(a, Div):   # operands are non-negative wherever a load is valid (ir/kernel.py)
+        return f"({_lin(a.arg)} / {a.divisor}LL)"
+    if isinstance(a, Mod):
+        return f"({_lin(a.arg)} % {a.divisor}LL)"
+    raise TypeError(a)
+
+
+class _ValueEmitter:
+    """Statements computing kernel-IR values; shared values are computed once per scope."""
+
+    def __init__(self, lets: dict[str, str]):
+        self.lines: list[str] = []
+        self.indent = "  "
+        self.lets = lets                     # Let name -> C variable
+        self.memo: list[dict] = [{}]
+        self.n = 0
+
+    def emit(self, s: str) -> None:
+        self.lines.append(self.indent + s)
+
+    def tmp(self, ctype: str, expr: str) -> str:
+        name = f"v{self.n}"
+        self.n += 1
+        self.emit(f"{ctype} {name} = {expr};")
+        return name
+
+    def value(self, e) -> str:
+        for scope in reversed(self.memo):
+            if e in scope:
+                return scope[e]
+        name = self._value(e)
+        self.memo[-1][e] = name
+        return name
+
+    def _value(self, e) -> str:
+        if isinstance(e, Const):
+            return c_literal(e.value, e.dtype)
+        if isinstance(e, Ref):
+            return self.lets[e.name]
+        if isinstance(e, Load):
+            load = load_expr(e.buffer, _lin(e.index), e.dtype)
+            if not e.valid:
+                return self.tmp(C_COMPUTE[e.dtype], load)
+            cond = " && ".join(f"({_lin(b.expr)} >= {b.lo}LL && {_lin(b.expr)} < {b.hi}LL)" for b in e.valid)
+            fill = c_literal(e.fill if e.dtype.is_float else int(e.fill), e.dtype)
+            return self.tmp(C_COMPUTE[e.dtype], f"(({cond}) ? {load} : {fill})")
+        if isinstance(e, Compute):
+            return self._compute(e)
+        if isinstance(e, Reduce):
+            return self._reduce(e)
+        raise TypeError(e)
+
+    def _compute(self, e: Compute) -> str:
+        ct = C_COMPUTE[e.dtype]
+        xs = [self.value(s) for s in e.srcs]
+        if e.op == Op.CAST:
+            return self.tmp(ct, Emitter._cast(xs[0], e.srcs[0].dtype, e.dtype))
+        if e.op == Op.CMPLT:
+            return self.tmp("bool", f"({xs[0]} < {xs[1]})")
+        if e.op == Op.WHERE:
+            return self.tmp(ct, f"({xs[0]} ? {xs[1]} : {xs[2]})")
+        return self.tmp(ct, Emitter.math(e.op, xs, e.dtype))
+
+    def _reduce(self, e: Reduce) -> str:
+        ct = C_COMPUTE[e.dtype]
+        if e.op == Op.SUM:
+            init = "0.f" if e.dtype.is_float else "0"
+        else:
+            init = "-__int_as_float(0x7f800000)" if e.dtype.is_float else "(-2147483647 - 1)"
+        acc = self.tmp(ct, init)
+        for v in e.vars:
+            self.emit(f"for (long long {v.name} = 0; {v.name} < {v.extent}LL; ++{v.name}) {{")
+            self.indent += "  "
+        self.memo.append({})
+        x = self.value(e.body)
+        self.emit(f"{acc} = {acc} + {x};" if e.op == Op.SUM else f"{acc} = max_nan({acc}, {x});")
+        self.memo.pop()
+        for _ in e.vars:
+            self.indent = self.indent[:-2]
+            self.emit("}")
+        return self.tmp(ct, round_to(acc, e.dtype) if e.dtype.is_float else acc)
+
+
+@dataclass
+class KIRLaunch:
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    buffers: list[str]          # kernel-IR buffer names, in parameter order
+    detail: str
+
+
+def render_kernel(k: Kernel, program: KernelProgram, name: str) -> tuple[str, KIRLaunch]:
+    axes = list(k.axes)
+    inner_lets = [l.depth for l in k.lets if l.depth >= 1]
+    p = min(inner_lets + [len(axes)])              # axes spread over threads
+    used = sorted(k.reads() | k.writes(), key=lambda b: [x.name for x in program.buffers].index(b))
+    written = k.writes()
+    params = []
+    for b in used:
+        buf = program.buffer(b)
+        const = "" if b in written else "const "
+        params.append(f"{const}{C_STORAGE[buf.dtype]}* __restrict__ {b}")
+    npar = math.prod(v.extent for v in axes[:p])
+    lets = {l.name: l.name for l in k.lets}
+    em = _ValueEmitter(lets)
+    em.emit(f"const long long t = (long long)blockIdx.x * {BLOCK} + threadIdx.x;")
+    em.emit(f"if (t >= {npar}LL) return;")
+    inner = 1
+    for v in reversed(axes[:p]):
+        em.emit(f"const long long {v.name} = (t / {inner}LL) % {v.extent}LL;")
+        inner *= v.extent
+
+    def emit_lets(depth_ok):
+        for l in k.lets:
+            if depth_ok(l.depth):
+                x = em.value(l.value)
+                em.emit(f"const {C_COMPUTE[l.value.dtype]} {l.name} = {x};")
+
+    emit_lets(lambda d: d <= p)
+    for d in range(p, len(axes)):
+        v = axes[d]
+        em.emit(f"for (long long {v.name} = 0; {v.name} < {v.extent}LL; ++{v.name}) {{")
+        em.indent += "  "
+        em.memo.append({})
+        emit_lets(lambda depth, d=d: depth == d + 1)
+    for st in k.stores:
+        x = em.value(st.value)
+        buf = program.buffer(st.buffer)
+        em.emit(f"{st.buffer}[{_lin(st.index)}] = {store_value(x, buf.dtype)};")
+    for _ in range(p, len(axes)):
+        em.memo.pop()
+        em.indent = em.indent[:-2]
+        em.emit("}")
+    src = f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}({", ".join(params)}) {{\n' + \
+        "\n".join(em.lines) + "\n}\n"
+    blocks = max(1, (npar + BLOCK - 1) // BLOCK)
+    return src, KIRLaunch(name, (blocks, 1, 1), (BLOCK, 1, 1), used,
+                          f"{k.name}: {npar} threads x {math.prod(v.extent for v in axes[p:])} sequential iterations")
+
+
+def render_kir_program(program: KernelProgram, prefix: str = "", prelude: bool = True) -> tuple[str, list[KIRLaunch]]:
+    from backends.cuda.templates.prelude import PRELUDE
+    parts, launches = ([PRELUDE] if prelude else []), []
+    for i, k in enumerate(program.kernels):
+        src, launch = render_kernel(k, program, f"{prefix}kir{i}_{k.name}")
+        parts.append(f"// kernel-IR kernel {k.name}\n" + src)
+        launches.append(launch)
+    return "\n".join(parts), launches
+
+
+class KIRExecutable:
+    """A kernel-IR program on the device: one buffer per IR buffer, kernels in order, host<->device
+    copies only for inputs and outputs."""
+
+    def __init__(self, graph, program: KernelProgram, launches: list[KIRLaunch], source: str, module, rt,
+                 compile_log: str = ""):
+        import numpy as np
+        self.graph, self.program, self.launches, self.source, self.rt = graph, program, launches, source, rt
+        self.compile_log = compile_log
+        self._np = np
+        self.functions = [rt.function(module, l.name, l.block[0], 0, len(l.buffers)) for l in launches]
+        self.module = module
+        self._sizes = {b.name: max(b.size, 1) * b.dtype.itemsize for b in program.buffers}
+        self.buffers = {b.name: rt.alloc(self._sizes[b.name]) for b in program.buffers}
+        self._args = [[int(self.buffers[b]) for b in l.buffers] for l in launches]
+
+    def upload(self, args) -> None:
+        np = self._np
+        for name, a in zip(self.program.inputs, args):
+            arr = np.ascontiguousarray(a, dtype=self.program.buffer(name).dtype.np)
+            if arr.size:
+                self.rt.drv.memcpy_htod(self.buffers[name], arr.reshape(-1).view(np.uint8))
+
+    def launch_all(self) -> None:
+        from backends.cuda.runtime import CUDAFailure
+        for l, f, args in zip(self.launches, self.functions, self._args):
+            try:
+                f.prepared_call(l.grid, l.block, *args, shared_size=0)
+            except self.rt.drv.Error as e:
+                raise CUDAFailure("launch", f"{l.name}: {e}") from None
+
+    def download(self):
+        np = self._np
+        outs = []
+        for name, shape in zip(self.program.outputs, self.program.output_shapes):
+            arr = np.empty(shape, dtype=self.program.buffer(name).dtype.np)
+            if arr.size:
+                self.rt.drv.memcpy_dtoh(arr.reshape(-1).view(np.uint8), self.buffers[name])
+            outs.append(arr)
+        return outs
+
+    def __call__(self, *args):
+        self.upload(args)
+        self.launch_all()
+        self.rt.synchronize()
+        return self.download()
+
+    def benchmark(self, args, warmup: int = 10, repeat: int = 50) -> list[float]:
+        """Seconds per run, CUDA events around each run, inputs already on the device (one copy)."""
+        drv = self.rt.drv
+        self.upload(args)
+        for _ in range(warmup):
+            self.launch_all()
+        self.rt.synchronize()
+        times = []
+        start, stop = drv.Event(), drv.Event()
+        for _ in range(repeat):
+            start.record()
+            self.launch_all()
+            stop.record()
+            stop.synchronize()
+            times.append(stop.time_since(start) / 1e3)
+        return times
+
+    def close(self) -> None:
+        for name, buf in self.buffers.items():
+            self.rt.release(buf, self._sizes[name])
+        self.buffers = {}
+
+    def explain(self) -> str:
+        return "\n".join(f"{l.name}: kernel-IR grid={l.grid} block={l.block} {l.detail}" for l in self.launches)
