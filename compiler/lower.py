@@ -239,13 +239,24 @@ def partition(graph: Graph) -> list[Node]:
     topo = {n: i for i, n in enumerate(nodes)}
     realized = {n for n in graph.outputs if n.op != Op.INPUT}
     realized |= {n for n in nodes if n.op == Op.CONTIGUOUS}
+    # per materialized node: (nodes its kernel inlines, its evaluation counts, its needs); a
+    # kernel is rebuilt only when something it inlined became materialized
+    built: dict[Node, tuple[set, dict, set]] = {}
     for _ in range(MAX_ROUNDS):
         buffers = {n: f"b{topo[n]}" for n in realized} | {n: "in" for n in graph.inputs}
         needs: set[Node] = set()
         counts: dict[Node, int] = defaultdict(int)
         for n in realized:
-            b = _KernelBuilder("k", n, buffers, needs)
-            b.count_evaluations(b.build("out"), counts)
+            if n not in built or built[n][0] & realized:
+                kneeds: set[Node] = set()
+                kcounts: dict[Node, int] = defaultdict(int)
+                b = _KernelBuilder("k", n, buffers, kneeds)
+                b.count_evaluations(b.build("out"), kcounts)
+                built[n] = (({key[0] for key in b.memo} | kneeds) - {n}, kcounts, kneeds)
+            _, kcounts, kneeds = built[n]
+            needs |= kneeds
+            for node, c in kcounts.items():
+                counts[node] += c
         weights: dict[Node, int] = {}
         violators = set(needs)
         for n, c in counts.items():

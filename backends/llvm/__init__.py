@@ -24,6 +24,9 @@ def native_vector_width() -> int:
 class LLVMBackend:
     name = "cpu"
 
+    def __init__(self):
+        self._lowered: dict = {}
+
     def unavailable_reason(self) -> str | None:
         try:
             import llvmlite.binding  # noqa: F401
@@ -51,8 +54,17 @@ class LLVMBackend:
         return out
 
     def lower(self, graph: Graph) -> KernelProgram:
+        """The kernel program of a graph (memoized: the search builds one graph under several
+        schedules; nodes are hash-consed, so (inputs, outputs) identifies the program)."""
         from compiler.lower import lower
-        return lower(graph)
+        key = (graph.inputs, graph.outputs)
+        program = self._lowered.get(key)
+        if program is None:
+            program = lower(graph)
+            if len(self._lowered) >= 64:
+                self._lowered.pop(next(iter(self._lowered)))
+            self._lowered[key] = program
+        return program
 
     def build(self, graph: Graph, schedule: Schedule | None = None, *, use_cache: bool = True):
         return self.build_program(self.lower(graph), schedule, use_cache=use_cache)
