@@ -111,6 +111,8 @@ def test_all_schedules_match(backend, name):
     args = random_inputs(g, 5)
     want = evaluate(g, args)
     for sched in backend.schedules(g):
+        if sched.lowering == "kernel_ir":    # checked by test_kernel_ir_lowering_matches_reference
+            continue
         exe, why = backend.try_build(g, sched)
         if exe is None:          # a schedule that does not fit is data, not a crash
             assert why
