@@ -108,7 +108,36 @@ class _RestrictedUnpickler(pickle.Unpickler):
 
 
 def _loads(data: bytes):
-    return _RestrictedUnpickler(io.BytesIO(data)).load()
+    return _drop_cached_hashes(_RestrictedUnpickler(io.BytesIO(data)).load())
+
+
+def _drop_cached_hashes(root):
+    """Forget hashes that objects cached in their __dict__ (ir.kernel's Struct does): they were
+    computed under the writing process's string-hash seed, so after loading they would not
+    match equal objects built here, and sets and dicts of them would misbehave."""
+    seen, stack, containers = set(), [root], []
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
+            continue
+        seen.add(id(obj))
+        d = getattr(obj, "__dict__", None)
+        if isinstance(d, dict):
+            d.pop("_hash", None)
+            stack.extend(d.values())
+        if isinstance(obj, dict):
+            stack.extend(obj.keys())
+            stack.extend(obj.values())
+            containers.append(obj)
+        elif isinstance(obj, (list, tuple, set, frozenset)):
+            stack.extend(obj)
+            if isinstance(obj, set):
+                containers.append(obj)
+    for c in containers:  # re-insert under the fresh hashes
+        items = list(c.items()) if isinstance(c, dict) else list(c)
+        c.clear()
+        c.update(items)
+    return root
 
 
 # --- store and load ------------------------------------------------------------------------
