@@ -114,22 +114,30 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
             except Exception as e:  # noqa: BLE001 - e.g. torch.compile without a working toolchain
                 rec["peers"][name] = {"status": "n/a", "reason": _first_line(e)}
                 log(f"  {name}: n/a ({rec['peers'][name]['reason']})")
-        ref, how = _reference(case, env, tensors, contenders)
+        try:
+            ref, how = _reference(case, env, tensors, contenders)
+        except Exception as e:  # noqa: BLE001 - e.g. out of memory for the f32 reference
+            ref, how = None, f"failed: {_first_line(e)}"
+            log(f"  reference failed: {how}")
     else:
         ref, how = _interpreter_reference(saturn, arrays) if out is not None else (None, None)
 
     # Check every output against the reference before anything is timed
     if ref is not None:
         rec["check"]["reference"] = how
-        for c in contenders:
-            rec["peers"][c.name]["max_err"] = rel_error(c.output(), ref)
+        for c in list(contenders):
+            try:
+                rec["peers"][c.name]["max_err"] = rel_error(c.output(), ref)
+            except Exception as e:  # noqa: BLE001
+                rec["peers"][c.name] = {"status": "n/a", "reason": _first_line(e)}
+                contenders.remove(c)
         if out is not None:
             err = rel_error(out, ref)
             eager_err = rec["peers"].get("eager", {}).get("max_err")
             ok = err <= TOLERANCE[case.out_dtype] or (eager_err is not None and err <= 2 * eager_err)
             rec["check"].update(status="ok" if ok else "FAIL", max_err=err, eager_err=eager_err)
     elif out is not None:
-        rec["check"]["reference"] = "none: no PyTorch, and the program is too large for the interpreter"
+        rec["check"]["reference"] = how or "none: no PyTorch, and the program is too large for the interpreter"
 
     timed = list(contenders)
     if rec["check"]["status"] in ("ok", "unchecked"):
