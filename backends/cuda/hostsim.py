@@ -107,3 +107,24 @@ def run_kernel_ir(graph, args) -> list[np.ndarray]:
         run(l.name, [bufs[b] for b in l.buffers])
     return [bufs[name][: int(np.prod(shape))].reshape(shape).copy()
             for name, shape in zip(program.outputs, program.output_shapes)]
+
+
+EMULATED_KINDS = ("elementwise", "generic")
+
+
+def run_templates(graph, args) -> list[np.ndarray]:
+    """Render `graph` with the template planner and run it here; every step must be an
+    elementwise or generic kernel (no shared memory, barriers or warp instructions)."""
+    from backends.cuda import render
+    src, launches = render(graph)
+    kinds = {l.kind for l in launches}
+    if not kinds <= set(EMULATED_KINDS):
+        raise ValueError(f"kernels of kinds {sorted(kinds - set(EMULATED_KINDS))} need a GPU")
+    run = build(src, [(l.name, 1 + len(l.inputs), l.grid[0], l.block[0]) for l in launches])
+    bufs = {}
+    for node, a in zip(graph.inputs, args):
+        bufs[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(-1).copy()
+    for l in launches:
+        bufs[l.output] = np.zeros(max(l.output.numel, 1), dtype=l.output.dtype.np)
+        run(l.name, [bufs[l.output]] + [bufs[n] for n in l.inputs])
+    return [bufs[o][: o.numel].reshape(o.shape).copy() for o in graph.outputs]
