@@ -160,11 +160,13 @@ class _KernelBuilder:
             self.counter += 1
             rvars.append(v)
             src_idx[a] = as_lin(v)
+        if any(src.shape[a] == 0 for a in n.arg):   # an empty reduction is its identity
+            if n.op == Op.SUM:
+                return Const(0.0 if n.dtype.is_float else (False if n.dtype.name == "bool" else 0), n.dtype)
+            return Const(float("-inf") if n.dtype.is_float else (False if n.dtype.name == "bool" else -2 ** 31), n.dtype)
         body = self.value(src, ("multi", tuple(src_idx)))
         if not rvars:
             return body
-        if any(s == 0 for s in src.shape):
-            body = Const(0.0 if n.dtype.is_float else 0, n.dtype)
         red = Reduce(n.op, n.dtype, tuple(rvars), body)
         free = value_vars(red, self.let_vars)
         if not free <= set(self.axes):

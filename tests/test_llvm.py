@@ -251,3 +251,16 @@ def test_column_reductions_interchanged():
     import llvmlite.ir as lir
     r = KernelRenderer(lir.Module(), exe.program, k, exe.schedule.default)
     assert r._plan_interchange()
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_degenerate_shapes(case):
+    fn, shapes = [
+        (lambda x: x.sum(0) + x.astype("i32").sum(0).astype("f32"), [(0, 3)]),
+        (lambda x: x * 2, [(0, 3)]),
+        (lambda x: x.sum(), [()]),
+        (lambda a, b: a @ b, [(3, 0), (0, 4)]),
+        (lambda a, b: a @ b, [(1, 5), (5, 1)]),
+        (lambda x: (x, x * 0 + 1, saturn.Tensor.full((2, 2), 3.0) + x.sum()), [(2,)]),
+    ][case]
+    check(fn, shapes)
