@@ -34,17 +34,22 @@ print(json.dumps({"imports": t1 - t0, "compile": t2 - t1, "cache": f.cache}))
 """
 
 
-def _versions() -> str:
-    import llvmlite
+def _versions(target: str) -> str:
+    from importlib.metadata import version
+
     import compiler
-    parts = [f"saturn {compiler.__version__}", f"python {platform.python_version()}", f"numpy {np.__version__}",
-             f"llvmlite {llvmlite.__version__}"]
+    from compiler.cache import device_name
+    parts = [f"saturn {compiler.__version__}", f"python {platform.python_version()}", f"numpy {np.__version__}"]
+    for package in ("llvmlite", "egglog", "pycuda"):
+        try:
+            parts.append(f"{package} {version(package)}")
+        except Exception:
+            pass
     try:
-        import egglog  # noqa: F401
-        from importlib.metadata import version
-        parts.append(f"egglog {version('egglog')}")
-    except Exception:
-        pass
+        from backends import get_backend
+        parts.insert(0, f"device: {device_name(get_backend(target), target)}")
+    except Exception as e:
+        parts.insert(0, f"device: unavailable ({e})")
     return ", ".join(parts)
 
 
@@ -98,7 +103,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     size = args.size or ("large" if args.target == "cuda" else "small")
     print(f"# search report: target {args.target}, size {size}, {args.dtype}; {time.strftime('%Y-%m-%d %H:%M')}; "
-          f"{_versions()}")
+          f"{_versions(args.target)}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="saturn-cache-") as cache_dir:
         for name in args.workloads.split(","):
