@@ -3,7 +3,8 @@
     python3 -m benchmarks.readme            # updates README.md in place
     python3 -m benchmarks.readme --check    # exit 1 if README.md is out of date
 
-For each device prefix (cpu-, h200-) the newest `benchmarks/results/<prefix>*.json` gives a
+Among the `saturn bench` results in `benchmarks/results/*.json` (schema "saturn-bench/1"; other
+tools' files there are ignored), the newest run per target (cuda first, then cpu) gives a
 table; its .png (if present) is shown under it, and both link to the file they came from.
 Only the text between the two markers below is replaced.
 """
@@ -19,12 +20,26 @@ from benchmarks import report
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 START, END = "<!-- bench:start -->", "<!-- bench:end -->"
-DEVICES = [("h200-", "NVIDIA H200"), ("cpu-", "This 2-core CPU machine")]
+TARGETS = [("cuda", "GPU"), ("cpu", "CPU")]
+SCHEMA = "saturn-bench/1"
 
 
-def newest(prefix: str) -> Path | None:
-    files = sorted(RESULTS.glob(f"{prefix}*.json"))
-    return files[-1] if files else None
+def bench_runs() -> list[tuple[Path, dict]]:
+    """Every saturn bench results file, with its data."""
+    out = []
+    for path in sorted(RESULTS.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("schema") == SCHEMA:
+            out.append((path, data))
+    return out
+
+
+def newest(target: str) -> tuple[Path, dict] | None:
+    runs = [(p, d) for p, d in bench_runs() if d.get("target") == target]
+    return max(runs, key=lambda pd: (pd[1].get("date", ""), pd[0].name)) if runs else None
 
 
 def section() -> str:
@@ -32,12 +47,12 @@ def section() -> str:
              "`saturn bench` times Saturn against PyTorch eager and torch.compile with every output checked "
              "first (method and options: `docs/benchmarks.md`). Latest committed runs:", ""]
     found = False
-    for prefix, title in DEVICES:
-        path = newest(prefix)
-        if path is None:
+    for target, title in TARGETS:
+        run = newest(target)
+        if run is None:
             continue
         found = True
-        data = json.loads(path.read_text())
+        path, data = run
         rel = path.relative_to(ROOT).as_posix()
         parts += [f"### {title}: {data.get('device', {}).get('name', '?')}, {data.get('date', '?')}", "",
                   f"From [`{rel}`]({rel}) (`{data.get('command', '?')}`, Saturn commit "

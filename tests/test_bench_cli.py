@@ -192,10 +192,15 @@ def test_readme_section_shows_newest_results_with_links(tmp_path, monkeypatch):
     results = tmp_path / "benchmarks" / "results"
     results.mkdir(parents=True)
     assert cli.main(["--target", "reference", "--tiny", "--workloads", "softmax", "--peers", "eager",
-                     "--json", str(results / "cpu-2026-11-29.json")]) == 0
-    (results / "cpu-2026-11-30.json").write_text((results / "cpu-2026-11-29.json").read_text())
+                     "--json", str(results / "old.json")]) == 0
+    data = json.loads((results / "old.json").read_text())
+    data["target"] = "cpu"
+    (results / "old.json").write_text(json.dumps(data))
+    data["date"] = "2099-01-01 00:00 UTC"
+    (results / "new.json").write_text(json.dumps(data))
+    (results / "other-tool.json").write_text(json.dumps({"results": [{"workload": "x"}]}))  # ignored
     monkeypatch.setattr(readme, "ROOT", tmp_path)
     monkeypatch.setattr(readme, "RESULTS", results)
     text = readme.section()
-    assert "](benchmarks/results/cpu-2026-11-30.json)" in text and "cpu-2026-11-29" not in text
-    assert "softmax f32 4x37" in text
+    assert "](benchmarks/results/new.json)" in text and "old.json" not in text
+    assert "softmax f32 4x37" in text and "other-tool" not in text
