@@ -46,7 +46,7 @@ class TorchEnv:
         except (ImportError, AttributeError):
             pass
 
-    def tensor(self, a: np.ndarray, dtype: str | None = None):
+    def tensor(self, a: np.ndarray):
         """numpy -> torch on this device (bf16 arrays go through their int16 bits)."""
         t = self.torch
         if a.dtype.name == "bfloat16":
@@ -77,15 +77,18 @@ class TorchEnv:
         """Seconds per call of `fn`: CUDA events around each call on the GPU, wall clock on the CPU."""
         if self.device != "cuda":
             return wall_clock(fn, n)
+        # the same discipline as Saturn's CUDA timer: events around each run, wait for each run
         cuda = self.torch.cuda
-        starts = [cuda.Event(enable_timing=True) for _ in range(n)]
-        ends = [cuda.Event(enable_timing=True) for _ in range(n)]
-        for s, e in zip(starts, ends):
-            s.record()
-            fn()
-            e.record()
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         cuda.synchronize()
-        return [s.elapsed_time(e) / 1e3 for s, e in zip(starts, ends)]
+        out = []
+        for _ in range(n):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3)
+        return out
 
     def free(self) -> None:
         if self.device == "cuda":
