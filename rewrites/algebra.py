@@ -1,10 +1,15 @@
 """Algebra family: exp2/log2 identities, reciprocal and constant folding, distributivity,
 identities of mul/add, common factors pulled out of reductions."""
-from rewrites.pattern import (Rule, ToFloat, add, exp2, expand, log2, max_, mul, mulc, addc, recip,
+from rewrites.pattern import (Rule, fgt, flt, ToFloat, add, exp2, expand, log2, max_, mul, mulc, addc, recip,
                               sum_)
 from rewrites.vars import a, c, d, g, n, x, y, z
 
 F = "algebra"
+EPS = 1e-12  # constants this close to 1 (or 0) are rounding noise of exact folds
+# Constant folding is limited to exact results on purpose: a general (x * c) * d -> x * (c * d)
+# makes a new constant one ulp off at every trip around a cycle of rules ((x / n) * n * (1 / n)
+# ...), and the e-graph doubles every iteration (measured: 21k e-nodes after 20 iterations on
+# x.var(0)). Nested scalar multiplies stay nested; the lowering fuses them anyway.
 RULES = [
     # log2(exp2(x)) -> x        (exact; the left side loses digits where exp2 underflows to denormals)
     Rule("log2-exp2", log2(exp2(x)), x, family=F, tolerance=1e-2),
@@ -16,10 +21,14 @@ RULES = [
     Rule("recip-recip", recip(recip(x)), x, family=F),
     # recip(x * y) -> recip(x) * recip(y)
     Rule("recip-of-mul", recip(mul(x, y)), mul(recip(x), recip(y)), family=F),
-    # (x * c) * d -> x * (c * d)
-    Rule("fold-mulc", mulc(mulc(x, c), d), mulc(x, c * d), family=F),
-    # (x + c) + d -> x + (c + d)
-    Rule("fold-addc", addc(addc(x, c), d), addc(x, c + d), family=F),
+    # (x * c) * -1 -> x * -c                          (exact: a sign flip)
+    Rule("fold-mulc-sign", mulc(mulc(x, c), -1.0), mulc(x, c * -1.0), family=F),
+    # (x * c) * d -> x        if c * d is 1 up to rounding, e.g. (x / n) * n
+    Rule("fold-mulc-one", mulc(mulc(x, c), d), x, (fgt(c * d, 1.0 - EPS), flt(c * d, 1.0 + EPS)), family=F),
+    # (x * c) * d -> x * -1   if c * d is -1 up to rounding
+    Rule("fold-mulc-minus-one", mulc(mulc(x, c), d), mulc(x, -1.0), (fgt(c * d, -1.0 - EPS), flt(c * d, -1.0 + EPS)), family=F),
+    # (x + c) + d -> x        if c + d is 0 up to rounding
+    Rule("fold-addc-zero", addc(addc(x, c), d), x, (fgt(c + d, 0.0 - EPS), flt(c + d, EPS)), family=F),
     # x * 1 -> x
     Rule("mul-one", mulc(x, 1.0), x, family=F),
     # x + 0 -> x

@@ -193,7 +193,7 @@ def _float(e, vs: _Vars, conds: list):
     if e.op == "neg":
         return -l
     r = _float(e.rhs, vs, conds)
-    return l * r if e.op == "*" else l + r
+    return l * r if e.op == "*" else l + r if e.op == "+" else l - r
 
 
 def to_egglog(p, vs: _Vars, conds: list | None = None):
@@ -209,6 +209,9 @@ def to_egglog(p, vs: _Vars, conds: list | None = None):
 
 
 def _guard(g, vs: _Vars):
+    if isinstance(g, P.FloatCond):
+        l, r = _float(g.lhs, vs, []), _float(g.rhs, vs, [])
+        return l < r if g.op == "<" else l > r
     if isinstance(g, P.IsTile):
         return tile(_int(g.t, vs, []))
     if isinstance(g, P.IsFloat):

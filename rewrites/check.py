@@ -94,8 +94,9 @@ class _Instance:
         if isinstance(e, (int, float)):
             return float(e)
         if isinstance(e, P.FloatVar):
-            if e.name not in self.floats:
-                self.floats[e.name] = self.rng.choice((-1, 1)) * self.rng.uniform(0.25, 2.0)
+            if e.name not in self.floats:  # sometimes an exact special value, so float guards hold
+                self.floats[e.name] = self.rng.choice((1.0, -1.0, 0.5, 2.0, 0.0)) if self.rng.random() < 0.3 \
+                    else self.rng.choice((-1, 1)) * self.rng.uniform(0.25, 2.0)
             return self.floats[e.name]
         if isinstance(e, P.ToFloat):
             return float(self.int_(e.x))
@@ -103,7 +104,7 @@ class _Instance:
         if e.op == "neg":
             return -lhs
         rhs = self.float_(e.rhs)
-        return lhs * rhs if e.op == "*" else lhs + rhs
+        return lhs * rhs if e.op == "*" else lhs + rhs if e.op == "+" else lhs - rhs
 
     # --- shapes, top-down ---
     def need(self, cell: Cell, v: int) -> None:
@@ -149,7 +150,8 @@ class _Instance:
         if op == "cast":
             if DType(args[1]) != dtype:
                 raise Retry()
-            return self.walk(args[0], shape, self.dtype)
+            source = self.rng.choice([d for d in (DType.f32, DType.f16, DType.bf16, DType.i32) if d != dtype])
+            return self.walk(args[0], shape, source)
         if op in ("sum", "max"):
             a = self.int_(args[1], "axis", r)
             if not 0 <= a < r:
@@ -218,6 +220,11 @@ class _Instance:
         for g in pending:
             if isinstance(g, P.IsTile):
                 if self.int_(g.t) not in CHECK_TILES:
+                    raise Retry()
+                continue
+            if isinstance(g, P.FloatCond):
+                lhs, rhs = self.float_(g.lhs), self.float_(g.rhs)
+                if not (lhs < rhs if g.op == "<" else lhs > rhs):
                     raise Retry()
                 continue
             if isinstance(g, P.IsFloat):
@@ -318,11 +325,15 @@ def check_rule(rule: P.Rule, trials: int = 12, seed: int = 0,
     nprng = np.random.default_rng(seed)
     done = 0
     for i in range(trials):
-        dtype = dtypes[i % len(dtypes)]
-        try:
-            inst = instantiate(rule, rng, dtype)
-        except IllFormed as e:
-            return CheckResult(rule.name, False, done + 1, str(e))
+        inst = None
+        for j in range(len(dtypes)):  # this trial's dtype first; others if the rule fixes one
+            dtype = dtypes[(i + j) % len(dtypes)]
+            try:
+                inst = instantiate(rule, rng, dtype, attempts=400 if j == 0 else 100)
+            except IllFormed as e:
+                return CheckResult(rule.name, False, done + 1, str(e))
+            if inst is not None:
+                break
         if inst is None:
             continue
         lhs, rhs, leaves = inst

@@ -60,6 +60,7 @@ class FloatVar:
 
     def __mul__(self, o): return FloatOp("*", self, o)
     def __add__(self, o): return FloatOp("+", self, o)
+    def __sub__(self, o): return FloatOp("-", self, o)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,7 @@ class FloatOp:
 
     __mul__ = FloatVar.__mul__
     __add__ = FloatVar.__add__
+    __sub__ = FloatVar.__sub__
 
 
 @dataclass(frozen=True)
@@ -175,9 +177,19 @@ class IsFloat:
     x: "Var"
 
 
-Guard = Union[Cond, IsTile, IsFloat]
+@dataclass(frozen=True)
+class FloatCond:
+    """`lhs op rhs` over float expressions; op in < > (e.g. a constant that is 1 up to rounding)."""
+    op: str
+    lhs: "FloatExpr"
+    rhs: "FloatExpr"
 
 
+Guard = Union[Cond, IsTile, IsFloat, FloatCond]
+
+
+def flt(a, b) -> FloatCond: return FloatCond("<", a, b)
+def fgt(a, b) -> FloatCond: return FloatCond(">", a, b)
 def eq(a, b) -> Cond: return Cond("==", a, b)
 def ne(a, b) -> Cond: return Cond("!=", a, b)
 def lt_(a, b) -> Cond: return Cond("<", a, b)
@@ -235,6 +247,8 @@ def show(p) -> str:
 
 
 def show_guard(g) -> str:
+    if isinstance(g, FloatCond):
+        return f"{show_float(g.lhs)} {g.op} {show_float(g.rhs)}"
     if isinstance(g, IsTile):
         return f"tile({show_int(g.t)})"
     if isinstance(g, IsFloat):
@@ -266,4 +280,7 @@ def variables(p, out=None) -> dict:
         variables(p.t, out)
     elif isinstance(p, IsFloat):
         variables(p.x, out)
+    elif isinstance(p, FloatCond):
+        variables(p.lhs, out)
+        variables(p.rhs, out)
     return out

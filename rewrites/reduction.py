@@ -40,6 +40,12 @@ RULES = [
     Rule("split-recip", split(recip(x), a, t), recip(split(x, a, t)), family=F),
     # split(sin(x), a, t) -> sin(split(x, a, t))
     Rule("split-sin", split(sin(x), a, t), sin(split(x, a, t)), family=F),
+    # split(cast(x, f32), a, t) -> cast(split(x, a, t), f32)
+    Rule("split-cast-f32", split(cast(x, "f32"), a, t), cast(split(x, a, t), "f32"), family=F),
+    # split(cast(x, f16), a, t) -> cast(split(x, a, t), f16)
+    Rule("split-cast-f16", split(cast(x, "f16"), a, t), cast(split(x, a, t), "f16"), family=F),
+    # split(cast(x, bf16), a, t) -> cast(split(x, a, t), bf16)
+    Rule("split-cast-bf16", split(cast(x, "bf16"), a, t), cast(split(x, a, t), "bf16"), family=F),
     # split(x + y, a, t) -> split(x, a, t) + split(y, a, t)
     Rule("split-add", split(add(x, y), a, t), add(split(x, a, t), split(y, a, t)), family=F),
     # split(x * y, a, t) -> split(x, a, t) * split(y, a, t)

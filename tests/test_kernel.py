@@ -68,3 +68,13 @@ def test_substitute_replaces_variables_everywhere():
     e = Compute(Op.EXP2, DType.f32, (x,))
     got = substitute(e, {r: as_lin(i)})
     assert got == Compute(Op.EXP2, DType.f32, (Load("in0", DType.f32, as_lin(i) * 3 + 1, (Bound(as_lin(i), 1, 8),)),))
+
+
+def test_pickle_drops_cached_hash():
+    import pickle
+    from ir.dtypes import DType
+    from ir.kernel import Load
+    x = Load("in0", DType.f32, as_lin(Var("i", 4)) * 2)
+    hash(x)
+    y = pickle.loads(pickle.dumps(x))
+    assert "_hash" not in y.__dict__ and y == x and hash(y) == hash(x)

@@ -180,8 +180,19 @@ def test_schedules_all_match():
         np.testing.assert_allclose(BACKEND.build(g, s)(*args)[0], want, rtol=2e-5, atol=2e-5)
 
 
+def test_registry_maps_cpu_to_llvm_backend():
+    from backends import get_backend
+    be = get_backend("cpu")
+    assert type(be).__name__ == "LLVMBackend" and be.unavailable_reason() is None
+    g = saturn.trace(lambda x: x.softmax(-1), saturn.spec((4, 9)))
+    x = _args([(4, 9)], ["f32"])[0]
+    np.testing.assert_allclose(be.build(g)(x)[0], evaluate(g, [x])[0], rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.slow
 def test_compile_api_target_cpu():
-    f = saturn.compile(lambda x: x.softmax(-1), saturn.spec((4, 9)), target="cpu")
+    f = saturn.compile(lambda x: x.softmax(-1), saturn.spec((4, 9)), target="cpu", budget=1.0, quiet=True,
+                       cache=False)
     x = _args([(4, 9)], ["f32"])[0]
     np.testing.assert_allclose(f(x), evaluate(f.graph, [x])[0], rtol=2e-5, atol=1e-6)
 
