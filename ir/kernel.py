@@ -40,6 +40,10 @@ class Struct:
         return self is other or (type(self) is type(other) and hash(self) == hash(other)
                                  and self._key() == other._key())
 
+    def __getstate__(self):
+        # string hashes differ between processes: never carry a cached hash through pickle
+        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+
 
 def struct(cls):
     """A frozen dataclass with Struct's equality and cached hash."""
