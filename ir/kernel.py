@@ -418,7 +418,8 @@ class KernelSchedule(Struct):
                   across threads (0: serial). Chunks never split a reduction, so results do not
                   depend on the thread count.
     vector_width: lanes for the innermost axis (1: scalar).
-    unroll:       unroll factor for the innermost loop.
+    unroll:       > 1 turns on the backend's loop unroller (LLVM: the unroll pass; the
+                  vectorizer interleaves innermost loops either way).
     tile:         (m, n, k) block sizes for the blocked matmul path; () lets the backend choose.
     fast_math:    allow reassociating reductions (vectorized, still a fixed order per build).
     """

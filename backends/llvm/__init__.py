@@ -39,14 +39,15 @@ class LLVMBackend:
         return Schedule(default=KernelSchedule(vector_width=native_vector_width()), name="default")
 
     def schedules(self, graph: Graph) -> list[Schedule]:
-        """Candidate schedules, the default heuristic first: vector widths, matmul tiles, one
-        thread, and strict (no reassociated reductions)."""
+        """Candidate schedules, the default heuristic first: LLVM's loop unroller on, matmul
+        tiles, vector widths, one thread, and strict (no reassociated reductions)."""
         w = native_vector_width()
-        out = [self.default_schedule()]
+        out = [self.default_schedule(),
+               Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"),
+               Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3")]
         if w == 16:
             out.append(Schedule(default=KernelSchedule(vector_width=8), name="vec256"))
         out += [
-            Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3"),
             Schedule(default=KernelSchedule(vector_width=w, tile=(6, 2, 512, 512)), name="mm6x2-kc512"),
             Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread"),
             Schedule(default=KernelSchedule(vector_width=w, fast_math=False), name="strict"),
@@ -76,7 +77,8 @@ class LLVMBackend:
         schedule = schedule or self.default_schedule()
         t0 = time.perf_counter()
         source, args = render_program(program, schedule)
-        addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache)
+        unroll = any(ks.unroll > 1 for ks in [schedule.default] + [k for _, k in schedule.overrides])
+        addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache, unroll=unroll)
         return LLVMExecutable(program, schedule, source, addrs, args, engine, hit, time.perf_counter() - t0)
 
 

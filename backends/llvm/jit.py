@@ -54,23 +54,25 @@ def cache_dir() -> Path:
     return base / "llvm"
 
 
-def _key(ir_text: str) -> str:
+def _key(ir_text: str, unroll: bool) -> str:
     s = _init()
     h = hashlib.sha256()
-    for part in (ir_text, s["cpu"], s["features"], llvmlite.__version__, "v1"):
+    for part in (ir_text, s["cpu"], s["features"], llvmlite.__version__, f"unroll={unroll}", "v1"):
         h.update(part.encode())
         h.update(b"\0")
     return h.hexdigest()[:40]
 
 
-def _compile_object(ir_text: str) -> bytes:
+def _compile_object(ir_text: str, unroll: bool) -> bytes:
     s = _init()
     mod = llvm.parse_assembly(ir_text)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    pto.loop_unrolling = True
+    # the unroller roughly doubles compile time for a few percent at run time (the vectorizer
+    # interleaves on its own, and the matmul tile is unrolled by hand): a schedule choice
+    pto.loop_unrolling = unroll
     pb = llvm.create_pass_builder(s["tm"], pto)
     pb.getModulePassManager().run(mod, pb)
     mod.verify()
@@ -96,14 +98,14 @@ def assembly(ir_text: str) -> str:
     return s["tm"].emit_assembly(mod)
 
 
-def load(ir_text: str, names: list[str], use_cache: bool = True):
+def load(ir_text: str, names: list[str], use_cache: bool = True, unroll: bool = False):
     """Compile (or fetch from the disk cache) and load a module.
 
     Returns ({name: address}, cache hit, engine); the code lives as long as the engine object.
     """
     with _lock:
         s = _init()
-        key = _key(ir_text)
+        key = _key(ir_text, unroll)
         path = cache_dir() / f"{key}.o"
         obj, hit = None, False
         if use_cache and path.exists():
@@ -112,7 +114,7 @@ def load(ir_text: str, names: list[str], use_cache: bool = True):
             except OSError:
                 obj = None
         if obj is None:
-            obj = _compile_object(ir_text)
+            obj = _compile_object(ir_text, unroll)
             if use_cache:
                 try:
                     path.parent.mkdir(parents=True, exist_ok=True)
