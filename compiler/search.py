@@ -73,7 +73,7 @@ class TrialRecord:
     reason: str = ""
     build_s: float = 0.0
     run_s: float = 0.0             # fastest verification run but the first (hint for pruning and repeats)
-    max_error: float = 0.0
+    max_error: float = 0.0         # of the chosen trial, measured when it is built here
     rounds: list = field(default_factory=list)   # (repeat, median seconds) per timing round
     worker: int = -1
     variant_graph: Graph | None = None           # this program at odd shapes, when known
@@ -358,7 +358,7 @@ class _Runner:
 
     @staticmethod
     def _record_check(t: TrialRecord, res: verify.CheckResult):
-        t.build_s, t.run_s, t.max_error = res.build_s, res.run_s, res.max_error
+        t.build_s, t.run_s = res.build_s, res.run_s
         t.note = getattr(res, "note", "") or t.note
         t.source_hash = getattr(res, "source_hash", "")
         t.status, t.reason = ("verified", "") if res.ok else ("rejected", res.reason)
@@ -668,6 +668,7 @@ def _build_here(backend, t: TrialRecord, args, expected, out_dtypes, notes):
     try:
         exe = backend.build(t.graph, t.schedule)
         res = verify.check_executable(exe, [args], [expected], out_dtypes)
+        t.max_error = verify.max_relative_error(expected, verify._as_list(exe(*args)))
     except Exception as e:
         notes.append(f"trial {t.id} failed to build here: {type(e).__name__}: {e}")
         return None
@@ -712,6 +713,7 @@ def format_report(r: SearchResult) -> str:
         if base is not None and base is not w and base.rounds:
             speed = f"; the original program under the default schedule: {format_seconds(base.median)}"
         lines.append(f"chosen: trial {w.id} ({w.description}, schedule {w.schedule_text}), "
-                     f"median {format_seconds(w.median)}{speed}" + (f"; {w.note}" if w.note else ""))
+                     f"median {format_seconds(w.median)}{speed}; max relative error {w.max_error:.1e}"
+                     + (f"; {w.note}" if w.note else ""))
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""The candidate checks: per-dtype tolerance, NaN and infinities, shapes, exact integers, inputs."""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+import compiler as saturn
+from compiler import verify
+from ir.dtypes import DType
+
+
+def _ref(n=1000, dtype=np.float32):
+    return np.random.default_rng(0).standard_normal(n).astype(dtype)
+
+
+def test_tolerance_is_relative_to_the_largest_reference_magnitude():
+    e = _ref()
+    scale = float(np.abs(e).max())
+    assert verify.compare(e, e + np.float32(0.5e-4 * scale), DType.f32) is None
+    assert "exceeds tolerance" in verify.compare(e, e + np.float32(2e-4 * scale), DType.f32)
+
+
+def test_half_types_get_wider_tolerances():
+    for dt, np_dt, ok, bad in [(DType.f16, np.float16, 5e-3, 3e-2), (DType.bf16, ml_dtypes.bfloat16, 1.5e-2, 8e-2)]:
+        e = _ref(dtype=np_dt)
+        scale = float(np.abs(e.astype(np.float32)).max())
+        near = (e.astype(np.float32) + ok * scale).astype(np_dt)
+        far = (e.astype(np.float32) + bad * scale).astype(np_dt)
+        assert verify.compare(e, near, dt) is None, dt
+        assert verify.compare(e, far, dt) is not None, dt
+
+
+def test_nan_where_the_reference_has_none_is_rejected():
+    e = _ref()
+    g = e.copy()
+    g[3] = np.nan
+    assert "NaN in 1 of 1000" in verify.compare(e, g, DType.f32)
+    e2 = e.copy()
+    e2[3] = np.nan
+    assert verify.compare(e2, g, DType.f32) is None          # NaN in the same place is fine
+    assert "reference has NaN" in verify.compare(e2, e, DType.f32)
+
+
+def test_infinities_must_match():
+    e = _ref()
+    g = e.copy()
+    g[5] = np.inf
+    assert "infinities" in verify.compare(e, g, DType.f32)
+    e2 = e.copy()
+    e2[5] = -np.inf
+    assert "infinities" in verify.compare(e2, g, DType.f32)
+    assert verify.compare(g, g.copy(), DType.f32) is None
+
+
+def test_shape_dtype_and_exact_integers():
+    e = _ref()
+    assert "wrong shape" in verify.compare(e, e[:-1], DType.f32)
+    assert "wrong dtype" in verify.compare(e, e.astype(np.float64), DType.f32)
+    i = np.arange(10, dtype=np.int32)
+    j = i.copy()
+    j[2] += 1
+    assert verify.compare(i, i.copy(), DType.i32) is None
+    assert "1 of 10 elements differ" in verify.compare(i, j, DType.i32)
+
+
+def test_verification_inputs_are_seeded_nonzero_and_varied():
+    g = saturn.trace(lambda x, n: x * n.cast("f32"), saturn.spec((64, 33)), saturn.spec((64, 33), "i32"))
+    a = verify.verification_inputs(g, 3)
+    b = verify.verification_inputs(g, 3)
+    c = verify.verification_inputs(g, 4)
+    assert all(x.tobytes() == y.tobytes() for s, t in zip(a, b) for x, y in zip(s, t))
+    assert a[0][0].tobytes() != c[0][0].tobytes()
+    assert len(a) == 3  # f32: normal, shifted, wide
+    for floats, ints in a:
+        assert floats.dtype == np.float32 and np.count_nonzero(floats) == floats.size
+        assert ints.dtype == np.int32 and np.all(ints != 0)
+    assert abs(float(a[1][0].mean()) - 2.0) < 0.3 and float(a[2][0].std()) > 6
+
+
+def test_odd_variant_retraces_shape_generic_functions_only():
+    specs = [saturn.spec((8, 64))]
+    g = verify.odd_variant_graph(lambda *s: saturn.trace(lambda x: x.softmax(-1), *s), specs)
+    assert g is not None and g.inputs[0].shape == (9, 65)
+    # a function with a hard-coded size does not trace at other shapes
+    fixed = verify.odd_variant_graph(lambda *s: saturn.trace(lambda x: x.layer_norm((64,)), *s), specs)
+    assert fixed is None
+    # a program too big for the interpreter is shrunk until it fits
+    big = [saturn.spec((512, 512)), saturn.spec((512, 512))]
+    small = verify.odd_variant_graph(lambda *s: saturn.trace(lambda a, b: a @ b, *s), big)
+    assert small is not None and verify.reference_work(small) <= verify.REFERENCE_LIMIT
+    assert all(n % 2 == 1 for x in small.inputs for n in x.shape)
