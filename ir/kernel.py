@@ -414,16 +414,16 @@ class KernelProgram(Struct):
 class KernelSchedule(Struct):
     """How one kernel runs.
 
-    parallel:     how many leading axes are collapsed into the loop that is split into chunks
-                  across threads (0: serial). Chunks never split a reduction, so results do not
-                  depend on the thread count.
+    parallel:     at most how many leading axes are collapsed into the loop that is split into
+                  chunks across threads (0: as many as the kernel allows). Chunks never split a
+                  reduction, so results do not depend on the thread count.
     vector_width: lanes for the innermost axis (1: scalar).
     unroll:       > 1 turns on the backend's loop unroller (LLVM: the unroll pass; the
                   vectorizer interleaves innermost loops either way).
     tile:         (m, n, k) block sizes for the blocked matmul path; () lets the backend choose.
     fast_math:    allow reassociating reductions (vectorized, still a fixed order per build).
     """
-    parallel: int = 1
+    parallel: int = 0
     vector_width: int = 8
     unroll: int = 1
     tile: tuple[int, ...] = ()

@@ -275,3 +275,16 @@ def test_degenerate_shapes(case):
         (lambda x: (x, x * 0 + 1, saturn.Tensor.full((2, 2), 3.0) + x.sum()), [(2,)]),
     ][case]
     check(fn, shapes)
+
+
+def test_parallel_cap_is_honoured_and_results_identical():
+    from ir.kernel import KernelSchedule, Schedule
+    g = saturn.trace(lambda x: (x.softmax(-1) * 2).exp(), saturn.spec((6, 50, 70)))
+    x = _args([(6, 50, 70)], ["f32"])[0]
+    outs = []
+    for cap in (0, 1, 2):
+        exe = BACKEND.build(g, Schedule(threads=2, default=KernelSchedule(vector_width=8, parallel=cap)))
+        assert exe.launches[0].n == (6 if cap == 1 else 300)
+        outs.append(exe(x)[0])
+    assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
+    np.testing.assert_allclose(outs[0], evaluate(g, [x])[0], rtol=2e-5, atol=1e-6)

@@ -60,16 +60,18 @@ def _expensive(e) -> bool:
     return any(isinstance(x, Compute) and x.op in (Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP) for x in walk(e))
 
 
-def parallel_depth(k: Kernel) -> int:
+def parallel_depth(k: Kernel, ks: KernelSchedule | None = None) -> int:
     """How many leading axes form the chunked parallel loop: never past a Let's depth (so no
-    row reduction is recomputed per element) and never the innermost (vector) axis unless it is
-    the only one."""
+    row reduction is recomputed per element), never the innermost (vector) axis unless it is
+    the only one, and at most the schedule's `parallel` when that is set (> 0)."""
     if not k.axes:
         return 0
     depth = len(k.axes) - 1 if len(k.axes) > 1 else 1
     for let in k.lets:
         if let.depth >= 1:
             depth = min(depth, let.depth)
+    if ks is not None and ks.parallel > 0:
+        depth = min(depth, ks.parallel)
     return max(depth, 1)
 
 
@@ -98,7 +100,7 @@ class KernelRenderer:
         self.scopes.append({})
         self.row_cache = self._plan_row_cache()
         self.interchange = self._plan_interchange()
-        P = parallel_depth(k)
+        P = parallel_depth(k, self.ks)
         self._emit_lets(0)
         if not k.axes:
             with b.if_then(b.icmp_signed("<", start, end)):
@@ -500,7 +502,7 @@ def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dic
         else:
             r = KernelRenderer(module, program, k, ks)
             r.render()
-            extent = math.prod(v.extent for v in k.axes[:parallel_depth(k)]) if k.axes else 1
+            extent = math.prod(v.extent for v in k.axes[:parallel_depth(k, ks)]) if k.axes else 1
             info[k.name] = LaunchInfo(r.buffers, extent, 0, 4)
         widths[k.name] = ks.vector_width
     text = str(module)
