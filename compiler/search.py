@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import os
 import select
+import shutil
+import tempfile
 import threading
 import time
 from collections import deque
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from compiler import verify
 from compiler.progress import Progress
 from compiler.timing import format_seconds, median
-from compiler.workers import Trial, WorkerFailure, _WorkerState, handle, shared_pool
+from compiler.workers import Trial, WorkerFailure, _WorkerState, handle, shared_pool, store_arrays
 from ir.graph import Graph
 from ir.interpreter import evaluate
 
@@ -244,6 +246,7 @@ class _Runner:
     def __init__(self, options: SearchOptions, backend_spec=None):
         self.options = options
         self.data_requests: list = []   # ("data", key, ...) requests every worker gets before work
+        self.tmpdir: str | None = None
         n = options.workers or min(os.cpu_count() or 1, 4)
         self.pool = shared_pool(n) if options.isolate else None
         self.local = None if options.isolate else _WorkerState()
@@ -254,6 +257,15 @@ class _Runner:
                     w.post(("prepare", backend_spec))
                 except WorkerFailure:
                     pass  # replaced when first used
+
+    def add_data(self, key: str, input_sets, expected_sets, out_dtypes) -> None:
+        """Data every worker loads before its next request (big arrays go through files)."""
+        if self.pool is not None and self.tmpdir is None:
+            self.tmpdir = tempfile.mkdtemp(prefix="saturn-search-")
+        if self.tmpdir is not None:
+            input_sets = store_arrays(input_sets, self.tmpdir, f"{key}-in")
+            expected_sets = store_arrays(expected_sets, self.tmpdir, f"{key}-out")
+        self.data_requests.append(("data", key, input_sets, expected_sets, out_dtypes))
 
     def _worker(self, i: int):
         w = self.pool.get(i)
@@ -274,6 +286,9 @@ class _Runner:
     def close(self):
         if self.pool:
             self.pool.reset()
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
 
     grace = 0.0
 
@@ -429,14 +444,13 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     out_dtypes = [o.dtype for o in graph.outputs]
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-        runner.data_requests.append(("data", odd_key, odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs],
-                                     out_dtypes))
+        runner.add_data(odd_key, odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs], out_dtypes)
     input_sets = verify.verification_inputs(graph, options.seed)
     if verify.reference_work(graph) <= options.reference_limit:
         expected = [evaluate(graph, s) for s in input_sets]
     else:
         expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
-    runner.data_requests.append(("data", main_key, input_sets, expected, out_dtypes))
+    runner.add_data(main_key, input_sets, expected, out_dtypes)
     odd = _OddCounterparts(graph, variant, explored, options) if variant is not None and options.odd_shapes else None
     counts = {"tried": 0, "verified": 0, "rejected": 0}
     progress.update(total=min(len(todo), options.max_trials), **counts)
@@ -525,8 +539,10 @@ def _baseline_reference(runner: _Runner, graph: Graph, trials, variant, backend_
         notes.append(f"the interpreter would need {work:.2g} element-ops per input set: candidates were compared with "
                      f"the original program under the default schedule, which matched the interpreter at "
                      f"{_shapes(variant.graph)}")
+    runner.add_data(runner.main_key + "-inputs", input_sets, None, [])
     try:
-        return [list(outs) for outs in runner.call(("run", Trial(-2, backend_spec, graph, schedule, ""), input_sets))]
+        return [list(outs) for outs in runner.call(("run", Trial(-2, backend_spec, graph, schedule, ""),
+                                                    runner.main_key + "-inputs"))]
     except WorkerFailure as e:
         raise SearchError(f"the original program under the default schedule failed at the compiled shapes: "
                           f"{e.reason}") from None

@@ -98,7 +98,7 @@ def handle(state: _WorkerState, request):
     kind = request[0]
     if kind == "data":
         _, key, input_sets, expected_sets, out_dtypes = request
-        state.data[key] = (input_sets, expected_sets, out_dtypes)
+        state.data[key] = (load_arrays(input_sets), load_arrays(expected_sets), out_dtypes)
         return ("ok",)
     if kind == "verify":
         trial: Trial = request[1]
@@ -126,8 +126,9 @@ def handle(state: _WorkerState, request):
         state.data.clear()
         state.exes.clear()
         return ("ok",)
-    if kind == "run":  # outputs of a candidate on given inputs (to serve as the reference)
-        _, trial, input_sets = request
+    if kind == "run":  # outputs of a candidate on stored inputs (to serve as the reference)
+        _, trial, key = request
+        input_sets = state.data[key][0]
         exe = state.build(trial)
         return [[np.array(o, copy=True) for o in verify._as_list(exe(*args))] for args in input_sets]
     if kind == "verify_variant":
@@ -161,6 +162,35 @@ def _check_variant(state: _WorkerState, trial: Trial, res):
                                   run_s=res.run_s)
     res.note = f"also verified at odd shapes ({shapes})"
     return res
+
+
+# --- big arrays travel as files -------------------------------------------------------------
+
+FILE_BYTES = 16 << 20  # data sets larger than this are written once to .npy files, not piped
+
+
+def store_arrays(sets, directory: str, name: str):
+    """`sets` (lists of arrays) as is when small, else as lists of .npy paths under `directory`."""
+    import numpy as np
+    if sets is None or sum(a.nbytes for s in sets for a in s) <= FILE_BYTES:
+        return sets
+    out = []
+    for i, arrays in enumerate(sets):
+        paths = []
+        for j, a in enumerate(arrays):
+            path = os.path.join(directory, f"{name}-{i}-{j}.npy")
+            np.save(path, np.asarray(a), allow_pickle=False)
+            paths.append(path)
+        out.append(paths)
+    return out
+
+
+def load_arrays(sets):
+    """The inverse of `store_arrays` (reads any .npy paths into memory)."""
+    import numpy as np
+    if not sets:
+        return sets
+    return [[np.load(a, allow_pickle=False) if isinstance(a, str) else a for a in arrays] for arrays in sets]
 
 
 def _first_line(e: BaseException) -> str:
