@@ -21,7 +21,9 @@ from ir.ops import REDUCE
 
 @dataclass
 class Limits:
-    """Bounds of one exploration. `seconds` is the wall-clock budget of the saturation."""
+    """Bounds of one exploration. `seconds` is the wall-clock budget of the whole call:
+    saturation may use 60% of it, extraction the rest (the first two extraction profiles
+    always run, so a tiny budget still returns candidates)."""
     seconds: float = 20.0
     node_limit: int = 30000          # e-nodes (the shape table not counted)
     iterations: int = 30             # per phase
@@ -58,8 +60,9 @@ class Exploration:
         lines = [f"e-graph exploration: {len(self.candidates)} candidates from {self.extracted} distinct "
                  f"extractions in {self.seconds:.2f} s; tiles {list(self.tiles)}"]
         for p in self.phases:
+            classes = f"{p.eclasses:>7}" if p.eclasses >= 0 else "      ?"
             lines.append(f"  phase {p.name:<16} {p.iterations:>3} iterations  {p.enodes:>7} e-nodes  "
-                         f"{p.eclasses:>7} e-classes  {p.seconds:6.2f} s  ({p.stopped})")
+                         f"{classes} e-classes  {p.seconds:6.2f} s  ({p.stopped})")
         for i, c in enumerate(self.candidates):
             lines.append(f"  #{i} cost {c.cost:12.0f}  {c.graph.num_compute_ops():>4} ops  {c.description}")
         lines += [f"  note: {n}" for n in self.notes]
@@ -97,7 +100,8 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
 
     limits = limits or Limits()
     t0 = time.perf_counter()
-    deadline = t0 + limits.seconds
+    deadline = t0 + 0.6 * limits.seconds       # saturation
+    end = t0 + limits.seconds                   # extraction
     tiles = tuple(limits.tiles) if limits.tiles is not None else default_tiles(graph)
     say = progress or (lambda msg: None)
     session = bridge.EGraphSession(graph, tiles)
@@ -125,8 +129,7 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
             break
     say("extracting candidates")
     ser = session.serialize()
-    extracted = extract_candidates(ser, max_candidates, cost=static_cost,
-                                   improve_seconds=max(0.5, min(4.0, deadline - time.perf_counter())))
+    extracted = extract_candidates(ser, max_candidates, cost=static_cost, improve_seconds=4.0, deadline=end)
     want = [(o.shape, o.dtype) for o in graph.outputs]
     cands = [Candidate(graph, static_cost(graph), "original program")]
     seen = {graph.structural_hash()}

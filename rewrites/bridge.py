@@ -438,7 +438,9 @@ class EGraphSession:
                 stopped = "saturated"
                 break
         seconds = time.perf_counter() - t0
-        return PhaseReport(name, it, size, self.eclasses(), seconds, stopped)
+        # counting e-classes needs a serialization (egglog has no counter): only while cheap
+        classes = self.eclasses() if size <= 5000 else -1
+        return PhaseReport(name, it, size, classes, seconds, stopped)
 
     def serialize(self) -> "SerializedEGraph":
         js = json.loads(self.eg._serialize(max_functions=None, max_calls_per_function=None).to_json())

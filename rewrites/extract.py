@@ -350,7 +350,7 @@ def improve(eg: SerializedEGraph, choice: dict[str, ENode], cost: Callable[[Grap
 
 def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_rounds: int = 24,
                        cost: Callable[[Graph], float] | None = None, improve_seconds: float = 3.0,
-                       ) -> list[tuple[str, Graph]]:
+                       deadline: float | None = None) -> list[tuple[str, Graph]]:
     """Distinct programs (by structural hash), each labelled by how it was found: one per
     node-cost profile, seeded random perturbations of them, and, when `cost` is given, every
     step of a hill-climb on that cost from the first profiles' choices."""
@@ -365,9 +365,13 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
             seen.add(h)
             out.append((label, g))
 
-    # 1. one choice per profile
+    deadline = deadline if deadline is not None else time.perf_counter() + 60.0
+    late = lambda: time.perf_counter() > deadline
+    # 1. one choice per profile (the first two whatever the clock says)
     base = []
-    for prof in profiles:
+    for n, prof in enumerate(profiles):
+        if n >= 2 and late():
+            break
         choice = choose(eg, infos, prof, spread)
         if any(r not in choice for r in eg.roots):
             continue
@@ -383,13 +387,16 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
         starts = [b for b in ranked if b[0].second_pass > 0][:1] + ranked[:1]
         for prof, choice, _ in starts:
             steps: list[Graph] = []
-            improve(eg, choice, cost, improve_seconds / 2, steps.append)
+            budget = min(improve_seconds / 2, max(0.0, deadline - time.perf_counter()) / 2)
+            if budget <= 0:
+                break
+            improve(eg, choice, cost, budget, steps.append)
             for g in steps[-3:]:           # the end point and the two steps before it
                 add(f"{prof.name}+climb", g)
     # 3. seeded random perturbations for diversity
     random_rounds = min(random_rounds, max(4, 300_000 // max(1, eg.num_enodes)))
     for i in range(random_rounds):
-        if len(out) >= 3 * k:
+        if len(out) >= 3 * k or late():
             break
         p = profiles[i % len(profiles)]
         prof = Profile(f"{p.name}~{i}", p.long_reduce, p.long_axis, p.view, p.materialize,
