@@ -107,7 +107,11 @@ def main(argv=None) -> int:
     rows = []
     with tempfile.TemporaryDirectory(prefix="saturn-cache-") as cache_dir:
         for name in args.workloads.split(","):
-            r = run_workload(name, args.target, size, args.dtype, args.budget, cache_dir)
+            try:
+                r = run_workload(name, args.target, size, args.dtype, args.budget, cache_dir)
+            except Exception as e:  # report it and go on with the other workloads
+                print(f"\n## {name}\n\nfailed: {type(e).__name__}: {e}")
+                continue
             rows.append(r)
             print(f"\n## {name} ({r['inputs']})\n")
             print(_trim_source(r["explain"], args.source_lines))

@@ -44,6 +44,8 @@ class FakeExecutable:
             o = outs[0].copy()
             o[..., -(o.shape[-1] % 32):] = 0
             return [o] + outs[1:]
+        if s == "slow":         # correct, but long enough for the progress line to appear
+            time.sleep(0.3)
         if s == "flaky":        # within tolerance, but different every run
             return [o + np.float32(1e-7 * self.calls) for o in outs]
         return outs
@@ -96,7 +98,8 @@ def _compile(plan, **kw):
     kw.setdefault("budget", 20.0)  # ample: a search ends once every trial is verified and timed
     kw.setdefault("timeout", 3.0)
     kw.setdefault("prune_factor", float("inf"))
-    return saturn.compile(softmax, SPEC, target="fake", backend=FakeBackend(plan), quiet=True, **kw)
+    kw.setdefault("quiet", True)
+    return saturn.compile(softmax, SPEC, target="fake", backend=FakeBackend(plan), **kw)
 
 
 def _by_schedule(f):
@@ -229,6 +232,17 @@ def test_progress_is_silent_when_quiet_or_fast_and_shown_otherwise():
     p.phase("timing"); p.update(tried=3, verified=2, rejected=1, best=1e-3); p.close()
     out = s.getvalue()
     assert "3 tried" in out and "2 verified" in out and "1 rejected" in out and "1 ms" in out
+
+
+def test_compile_shows_progress_on_stderr_only_when_slow_and_not_quiet(capsys):
+    f = _compile(["slow"], quiet=False, budget=0.5, odd_shapes=False, min_repeat=1)
+    err = capsys.readouterr().err
+    assert "saturn:" in err and "tried" in err and "verified" in err and "best" in err
+    assert f.result.winner.schedule == "slow"
+    _compile(["slow"], quiet=True, budget=0.5, odd_shapes=False, min_repeat=1)
+    assert capsys.readouterr().err == ""
+    _compile(["ok"], quiet=False)  # a search well under a second prints nothing
+    assert capsys.readouterr().err == ""
 
 
 def test_reference_target_needs_no_search():
