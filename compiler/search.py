@@ -204,6 +204,8 @@ def _schedules(backend, graph: Graph, limit: int, notes: list[str]) -> list:
 
 
 def same_interface(a: Graph, b: Graph) -> str | None:
+    """None when `b` takes the same input nodes as `a` and returns outputs of the same shapes
+    and dtypes (what every candidate of `a` must do), else what differs."""
     if len(a.outputs) != len(b.outputs):
         return f"{len(b.outputs)} outputs, expected {len(a.outputs)}"
     for i, (x, y) in enumerate(zip(a.outputs, b.outputs)):
@@ -215,7 +217,8 @@ def same_interface(a: Graph, b: Graph) -> str | None:
 
 
 def make_trials(graph: Graph, candidates, backend, options: SearchOptions, notes: list[str]) -> list[TrialRecord]:
-    """(program, schedule) pairs in static-rank order: every program's default schedule first."""
+    """(program, schedule) pairs: the original program under each schedule, then the other
+    programs (distinct ones, in static-rank order) round-robin over their schedules."""
     seen, progs = set(), []
     for c in candidates:
         h = c.graph.structural_hash()
@@ -292,9 +295,11 @@ class _Runner:
 
     grace = 0.0
 
-    def verify_all(self, trials, backend_spec, deadline, on_done):
-        """Build and verify `trials` on all workers at once; call on_done(trial) after each."""
+    def verify_all(self, trials, backend_spec, deadline, on_done, everything=None):
+        """Build and verify `trials` on all workers at once; call on_done(trial) after each.
+        After `deadline`, nothing new starts once any of `everything` (default: `trials`) passed."""
         queue = deque(trials)
+        everything = trials if everything is None else everything
         if self.local is not None:
             while queue:
                 t = queue.popleft()
@@ -306,7 +311,7 @@ class _Runner:
             for i in range(self.size):
                 if i in running or not queue:
                     continue
-                if time.perf_counter() > deadline and any(x.status == "verified" for x in trials):
+                if time.perf_counter() > deadline and any(x.status == "verified" for x in everything):
                     break
                 t = queue.popleft()
                 try:
@@ -321,7 +326,7 @@ class _Runner:
             now = time.perf_counter()
             # once the budget is spent and something passed, what is still running gets a short
             # grace period (killing a worker costs its restart), then is abandoned
-            stop = deadline + self.grace if any(x.status == "verified" for x in trials) else float("inf")
+            stop = deadline + self.grace if any(x.status == "verified" for x in everything) else float("inf")
             wait = min(min(start + self.options.timeout for _, start in running.values()), stop) - now
             fds = {self.pool.workers[i].fileno(): i for i in running}
             ready, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
@@ -468,7 +473,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # so the rewritten programs are tried under the best schedules first
     first = [t for t in todo if t.graph == graph]
     later = [t for t in todo if t.graph != graph]
-    runner.verify_all(first, backend_spec, verify_deadline, on_done)
+    runner.verify_all(first, backend_spec, verify_deadline, on_done, trials)
     later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
     room = max(options.max_trials - len(first), 0)
     if len(later) > room:
@@ -476,7 +481,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
         for t in later[room:]:
             t.status, t.reason = "skipped", "beyond max_trials"
         later = later[:room]
-    runner.verify_all(later, backend_spec, verify_deadline, on_done)
+    runner.verify_all(later, backend_spec, verify_deadline, on_done, trials)
     t_verify = time.perf_counter()
     result.seconds["build+verify"] = t_verify - t_explore
     survivors = _drop_duplicates([t for t in trials if t.status == "verified"])
