@@ -12,6 +12,8 @@ RULES = [
     Rule("materialize-exp2-for-sum", sum_(exp2(x), a), sum_(contiguous(exp2(x)), a), family=F),
     # exp2(x) * y -> contiguous(exp2(x)) * y              ... and that an epilogue reads again
     Rule("materialize-exp2-for-mul", mul(exp2(x), y), mul(contiguous(exp2(x)), y), family=F),
+    # contiguous(contiguous(x)) -> contiguous(x)        materializing twice is materializing once
+    Rule("materialize-once", contiguous(contiguous(x)), contiguous(x), family=F),
     # sum(contiguous(x), a) -> sum(x, a)                  recompute inside the reduction
     Rule("recompute-in-sum", sum_(contiguous(x), a), sum_(x, a), family=F),
     # contiguous(x) * y -> x * y                          recompute inside the epilogue

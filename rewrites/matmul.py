@@ -1,11 +1,13 @@
 """Matmul family. A matmul is the broadcast-multiply-sum `sum(mul(expand(A'), expand(B')), k)`
 that the frontend builds and the lowering recognizes (tensor cores / blocked kernels); these
-rules produce its useful variants: operands swapped (the transposed product), a scalar
+rules produce its useful variants: operands swapped (the transposed product), an operand
+read through a transposed or strided view materialized once in the layout the product
+reads (CONTIGUOUS: the backend then streams it contiguously), a scalar
 epilogue moved into an operand (scale Q instead of the scores: fewer multiplies), and a
 squeeze that follows a matmul moved past its scalar epilogue. Split-K comes from the
 reduction family's split rules; bias and activation epilogues stay elementwise consumers of
 the sum, which the lowering fuses."""
-from rewrites.pattern import Rule, addc, expand, mul, mulc, ne, sqz, sum_
+from rewrites.pattern import Rule, addc, contiguous, expand, mul, mulc, ne, sqz, sum_
 from rewrites.vars import a, b, c, k, m, n, x, y
 
 F = "matmul"
@@ -15,6 +17,12 @@ RULES = [
     # sqz(sum(expand(x, b, n) * expand(y, k, m), a), a) * c -> sqz(sum(expand(x * c, b, n) * expand(y, k, m), a), a)   if b != k  (scale the small operand, not the product)
     Rule("scale-into-operand", mulc(sqz(sum_(mul(expand(x, b, n), expand(y, k, m)), a), a), c),
          sqz(sum_(mul(expand(mulc(x, c), b, n), expand(y, k, m)), a), a), (ne(b, k),), family=F),
+    # sum(expand(x, b, n) * y, a) -> sum(expand(contiguous(x), b, n) * y, a)     (a transposed / strided operand copied once into the layout the product reads)
+    Rule("materialize-left-operand", sum_(mul(expand(x, b, n), y), a),
+         sum_(mul(expand(contiguous(x), b, n), y), a), family=F),
+    # sum(x * expand(y, b, n), a) -> sum(x * expand(contiguous(y), b, n), a)
+    Rule("materialize-right-operand", sum_(mul(x, expand(y, b, n)), a),
+         sum_(mul(x, expand(contiguous(y), b, n)), a), family=F),
     # sqz(x, a) + c -> sqz(x + c, a)
     Rule("bias-before-squeeze", addc(sqz(x, a), c), sqz(addc(x, c), a), family=F),
 ]
