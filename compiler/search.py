@@ -600,7 +600,9 @@ def _order_by_schedule_probe(runner: _Runner, probed, later, backend_spec, optio
     speed = {}
     for t in ok:
         try:
-            speed[t.schedule_text] = median(runner.time(t, backend_spec, 1, options.min_repeat))
+            # about 50 ms of runs each (at least min_repeat, at most 20): enough to rank schedules
+            n = max(options.min_repeat, min(20, int(0.05 / max(t.run_s, 1e-6))))
+            speed[t.schedule_text] = median(runner.time(t, backend_spec, 1, n))
         except WorkerFailure as e:
             t.status, t.reason = "rejected", f"failed while timing: {e.reason}"
     rank = {name: i for i, name in enumerate(sorted(speed, key=speed.get))}
