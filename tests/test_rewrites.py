@@ -92,3 +92,13 @@ def test_cli_lists_and_checks(capsys):
     assert "rescale-by-block-max" in out
     assert main(["rules", "--check", "--family", "online_softmax", "--trials", "4"]) == 0
     assert "1/1 rules sound" in capsys.readouterr().out
+
+
+def test_cli_check_fails_on_an_unsound_rule(capsys):
+    from compiler.cli import main
+    register(WRONG[0], check=False)            # bypass the gate to see the CLI catch it
+    try:
+        assert main(["rules", "--check", "--family", "user"]) == 1
+        assert "FAIL" in capsys.readouterr().out
+    finally:
+        unregister(WRONG[0].name)
