@@ -473,7 +473,10 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # so the rewritten programs are tried under the best schedules first
     first = [t for t in todo if t.graph == graph]
     later = [t for t in todo if t.graph != graph]
-    runner.verify_all(first, backend_spec, verify_deadline, on_done, trials)
+    # the original program's schedules get at most half the verification time when there are
+    # rewritten programs to try as well
+    first_deadline = verify_deadline - (0.5 * VERIFY_SHARE * rest if later else 0.0)
+    runner.verify_all(first, backend_spec, first_deadline, on_done, trials)
     later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
     room = max(options.max_trials - len(first), 0)
     if len(later) > room:
