@@ -147,6 +147,7 @@ class MatmulRenderer(KernelRenderer):
         out = self.ptrs[store.buffer]
         let = k.lets[0]
         fma = self._intrinsic(f"llvm.fma.v{w}f32", vty, 3)
+        fast_c = not is_direct(k, self.program) and store.index.coeff(pat.j) == 1
         apack = b.gep(scratch, [_i64(kc * min(nc, -(-N // nr) * nr))], inbounds=True, source_etype=F32)
 
         def gep(ptr, idx, ty=F32):
@@ -173,30 +174,26 @@ class MatmulRenderer(KernelRenderer):
                 with for_range(b, _i64(0), _i64(-(-K // kc)), "pcb") as pcb:
                     pc = b.mul(pcb, _i64(kc))
                     kcur = smin(_i64(kc), b.sub(_i64(K), pc))
-                    # pack B[pc:pc+kcur, jc:jc+ncur] as panels [jp][rr][NR], zero beyond N
+                    # pack B[pc:pc+kcur, jc:jc+ncur] as panels [jp][rr][NR], zero beyond N;
+                    # panels wholly inside [0, N) take a branch-free copy that vectorizes
                     with for_range(b, _i64(0), npan, "jp") as jp:
-                        with for_range(b, _i64(0), kcur, "rr") as rr:
-                            self.scopes.append({})
-                            with for_range(b, _i64(0), _i64(nr), "jj") as jj:
-                                self.scopes.append({})
-                                j = b.add(jc, b.add(b.mul(jp, _i64(nr)), jj))
-                                ok = b.icmp_signed("<", j, _i64(N))
-                                self.vars[pat.j] = b.select(ok, j, _i64(0))
-                                self.vars[pat.r] = b.add(pc, rr)
-                                val = b.select(ok, self.value(pat.b), ir.Constant(F32, 0.0))
-                                dst = b.add(b.mul(b.add(b.mul(jp, _i64(kc)), rr), _i64(nr)), jj)
-                                b.store(val, gep(scratch, dst))
-                                self.scopes.pop()
-                            self.scopes.pop()
+                        inside = b.icmp_signed("<=", b.add(jc, b.mul(b.add(jp, _i64(1)), _i64(nr))), _i64(N))
+                        with b.if_else(inside) as (then, otherwise):
+                            with then:
+                                self._pack_b(scratch, jc, jp, pc, kc, nr, N, guarded=False, kcur=kcur)
+                            with otherwise:
+                                self._pack_b(scratch, jc, jp, pc, kc, nr, N, guarded=True, kcur=kcur)
                     with for_range(b, lo_u, hi_u, "blk") as blk:
                         i0 = b.mul(blk, _i64(mr))
                         with for_range(b, _i64(0), npan, "jp2") as jp:
                             j0 = b.add(jc, b.mul(jp, _i64(nr)))
+                            full = b.and_(b.icmp_signed("<=", b.add(i0, _i64(mr)), _i64(M)),
+                                          b.icmp_signed("<=", b.add(j0, _i64(nr)), _i64(N)))
                             if direct:
                                 for idx in range(mr * nr // w):
                                     b.store(ir.Constant(vty, [0.0] * w),
                                             b.bitcast(gep(tile, _i64(idx * w)), ir.PointerType(vty)), align=4)
-                            else:
+                            elif not fast_c:
                                 self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=pcb)
                             # pack A[i0:i0+MR, pc:pc+kcur] as [rr][MR] (rows past M repeat row M-1)
                             with for_range(b, _i64(0), kcur, "ra") as ra:
@@ -208,18 +205,27 @@ class MatmulRenderer(KernelRenderer):
                                     b.store(self.value(pat.a), gep(apack, b.add(b.mul(ra, _i64(mr)), _i64(m))))
                                     self.scopes.pop()
                                 self.scopes.pop()
-                            accs0 = [[b.load(b.bitcast(gep(tile, _i64(m * nr + t * w)), ir.PointerType(vty)), typ=vty, align=4)
-                                      for t in range(nr // w)] for m in range(mr)]
                             panel = b.mul(b.mul(jp, _i64(kc)), _i64(nr))
+                            if fast_c:   # full tiles read and write C rows as vectors directly
+                                accs0 = self._phi_tiles(full, lambda: self._c_vectors(i0, j0, pcb, vty, mr, nr, w, store, out),
+                                                        lambda: self._tile_vectors(tile, i0, j0, pcb, vty, mr, nr, w, M, N, store, out))
+                            else:
+                                accs0 = self._load_tile(tile, vty, mr, nr, w)
                             accs = self._kloop(b, kcur, accs0, lambda rr, accs: self._step(
                                 b, rr, accs, scratch, panel, apack, fma, vty, mr, nr, w))
-                            for m in range(mr):
-                                for t in range(nr // w):
-                                    b.store(accs[m][t], b.bitcast(gep(tile, _i64(m * nr + t * w)), ir.PointerType(vty)), align=4)
-                            if direct:
-                                self._tile_epilogue(tile, i0, j0, mr, nr, M, N, store, out, let)
+                            if fast_c:
+                                with b.if_else(full) as (then, otherwise):
+                                    with then:
+                                        self._store_c(accs, i0, j0, mr, nr, w, store, out)
+                                    with otherwise:
+                                        self._store_tile(accs, tile, mr, nr, w)
+                                        self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=None)
                             else:
-                                self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=None)
+                                self._store_tile(accs, tile, mr, nr, w)
+                                if direct:
+                                    self._tile_epilogue(tile, i0, j0, mr, nr, M, N, store, out, let)
+                                else:
+                                    self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=None)
                 # epilogue over this thread's rows x this column block, in place
                 if not direct and store.value != Ref(let.name, let.value.dtype):
                     row_lo = b.mul(lo_u, _i64(mr))
@@ -235,6 +241,94 @@ class MatmulRenderer(KernelRenderer):
             self.scopes.pop()
         b.ret_void()
         eb.branch(bodyblock)
+
+    def _pack_b(self, scratch, jc, jp, pc, kc, nr, N, guarded: bool, kcur) -> None:
+        b, pat = self.b, self.pat
+        with for_range(b, _i64(0), kcur, "rr") as rr:
+            self.scopes.append({})
+            with for_range(b, _i64(0), _i64(nr), "jj") as jj:
+                self.scopes.append({})
+                j = b.add(jc, b.add(b.mul(jp, _i64(nr)), jj))
+                self.vars[pat.r] = b.add(pc, rr)
+                if guarded:
+                    ok = b.icmp_signed("<", j, _i64(N))
+                    self.vars[pat.j] = b.select(ok, j, _i64(0))
+                    val = b.select(ok, self.value(pat.b), ir.Constant(F32, 0.0))
+                else:
+                    self.vars[pat.j] = j
+                    val = self.value(pat.b)
+                dst = b.add(b.mul(b.add(b.mul(jp, _i64(kc)), rr), _i64(nr)), jj)
+                b.store(val, b.gep(scratch, [dst], inbounds=True, source_etype=F32))
+                self.scopes.pop()
+            self.scopes.pop()
+
+    # --- accumulator tiles ---------------------------------------------------------------
+    def _load_tile(self, tile, vty, mr, nr, w):
+        b = self.b
+        return [[b.load(b.bitcast(b.gep(tile, [_i64(m * nr + t * w)], inbounds=True, source_etype=F32),
+                                  ir.PointerType(vty)), typ=vty, align=4) for t in range(nr // w)] for m in range(mr)]
+
+    def _store_tile(self, accs, tile, mr, nr, w):
+        b = self.b
+        for m in range(mr):
+            for t in range(nr // w):
+                ptr = b.gep(tile, [_i64(m * nr + t * w)], inbounds=True, source_etype=F32)
+                b.store(accs[m][t], b.bitcast(ptr, ir.PointerType(accs[m][t].type)), align=4)
+
+    def _c_row(self, i0, j0, m, store, out):
+        self.scopes.append({})
+        self.vars[self.pat.i], self.vars[self.pat.j] = self.b.add(i0, _i64(m)), j0
+        base = self.index(store.index)
+        self.scopes.pop()
+        return base
+
+    def _c_vectors(self, i0, j0, pcb, vty, mr, nr, w, store, out):
+        """The C tile as vectors (zeros on the first depth block)."""
+        b = self.b
+        first = b.icmp_signed("==", pcb, _i64(0))
+        zero = ir.Constant(vty, [0.0] * w)
+        rows = []
+        for m in range(mr):
+            base = self._c_row(i0, j0, m, store, out)
+            row = []
+            for t in range(nr // w):
+                ptr = b.gep(out, [b.add(base, _i64(t * w))], inbounds=True, source_etype=F32)
+                row.append(b.select(first, zero, b.load(b.bitcast(ptr, ir.PointerType(vty)), typ=vty, align=4)))
+            rows.append(row)
+        return rows
+
+    def _tile_vectors(self, tile, i0, j0, pcb, vty, mr, nr, w, M, N, store, out):
+        self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=pcb)
+        return self._load_tile(tile, vty, mr, nr, w)
+
+    def _store_c(self, accs, i0, j0, mr, nr, w, store, out):
+        b = self.b
+        for m in range(mr):
+            base = self._c_row(i0, j0, m, store, out)
+            for t in range(nr // w):
+                ptr = b.gep(out, [b.add(base, _i64(t * w))], inbounds=True, source_etype=F32)
+                b.store(accs[m][t], b.bitcast(ptr, ir.PointerType(accs[m][t].type)), align=4)
+
+    def _phi_tiles(self, cond, then_fn, else_fn):
+        """Vectors from then_fn() where cond holds, else from else_fn(), joined with phis."""
+        b = self.b
+        with b.if_else(cond) as (then, otherwise):
+            with then:
+                a = then_fn()
+                a_end = b.block
+            with otherwise:
+                c = else_fn()
+                c_end = b.block
+        out = []
+        for ra, rc in zip(a, c):
+            row = []
+            for va, vc in zip(ra, rc):
+                p = b.phi(va.type)
+                p.add_incoming(va, a_end)
+                p.add_incoming(vc, c_end)
+                row.append(p)
+            out.append(row)
+        return out
 
     def _kloop(self, b, kcur, accs0, step):
         """for rr in [0, kcur): accs = step(rr, accs), accumulators carried in phis."""
