@@ -3,7 +3,8 @@
     python -m benchmarks.search_report --target cpu            # small sizes
     python -m benchmarks.search_report --target cuda           # large sizes
 
-Each workload is compiled cold into an empty cache directory (the full search), then warm
+Each workload is compiled cold with empty caches (the full search, every candidate compiled
+from scratch: the winner cache and the backends' object caches point at a new directory), then warm
 twice: in the same process, and in a fresh Python process (what a user's second run sees;
 its compile() call is timed inside that process, interpreter start-up and imports reported
 apart). Prints each workload's explain() and a summary table.
@@ -106,6 +107,9 @@ def main(argv=None) -> int:
           f"{_versions(args.target)}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="saturn-cache-") as cache_dir:
+        # a cold compile starts from empty caches: the winner cache and the backends' object
+        # caches (LLVM objects, CUDA cubins) all live under this directory for the run
+        os.environ["SATURN_CACHE_DIR"] = os.environ["SATURN_CACHE"] = cache_dir
         for name in args.workloads.split(","):
             try:
                 r = run_workload(name, args.target, size, args.dtype, args.budget, cache_dir)
