@@ -117,6 +117,13 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     graph = trace(fn, *specs)
     be = backend if backend is not None else get_backend(target)
     t_trace = time.perf_counter()
+    if budget is None:
+        budget = DEFAULT_BUDGET.get(target, DEFAULT_BUDGET_OTHER)
+    opts = SearchOptions(budget=float(budget), seed=seed, quiet=quiet)
+    for k, v in options.items():
+        if not hasattr(opts, k):
+            raise TypeError(f"compile() got an unexpected option {k!r}")
+        setattr(opts, k, v)
     if target == "reference" and backend is None:
         return CompiledFunction(fn, specs, graph, target, be.build(graph), timings={"trace": t_trace - t0})
 
@@ -142,13 +149,6 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
                 return CompiledFunction(fn, specs, graph, target, exe, report, chosen=entry.graph,
                                         cache="hit", timings=timings)
 
-    if budget is None:
-        budget = DEFAULT_BUDGET.get(target, DEFAULT_BUDGET_OTHER)
-    opts = SearchOptions(budget=float(budget), seed=seed, quiet=quiet)
-    for k, v in options.items():
-        if not hasattr(opts, k):
-            raise TypeError(f"compile() got an unexpected option {k!r}")
-        setattr(opts, k, v)
     name = getattr(fn, "__name__", "function")
     variant = _odd_variant(fn, specs)
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
@@ -167,8 +167,8 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
             result.cache_path = cache_mod.store(key, cache_mod.Entry(w.graph, w.schedule, w.description, w.median,
                                                                      str(result), program=program), directory)
             state = "stored"
-        except OSError as e:
-            result.notes.append(f"could not write the cache entry: {e}")
+        except Exception as e:  # unwritable directory, or a schedule/program that does not pickle
+            result.notes.append(f"could not write the cache entry: {type(e).__name__}: {e}")
     timings = {"trace": t_trace - t0, "search": time.perf_counter() - t_trace}
     return CompiledFunction(fn, specs, graph, target, result.executable, result, chosen=result.chosen_graph,
                             cache=state, timings=timings)

@@ -261,3 +261,8 @@ def test_cpu_target_chooses_a_verified_candidate():
     assert f.result.winner.status == "chosen"
     assert all(t.reason for t in f.result.trials if t.status == "rejected")
     _check_correct(f)
+
+
+def test_unknown_compile_option_is_an_error_even_without_a_search():
+    with pytest.raises(TypeError, match="budgett"):
+        saturn.compile(softmax, SPEC, target="reference", budgett=3)
