@@ -12,6 +12,9 @@ import time
 from compiler.timing import format_seconds
 
 
+BAR = 20  # characters of the bar of trials tried
+
+
 class Progress:
     """Counters of a running search, shown on stderr once it has run for `delay` seconds."""
 
@@ -38,7 +41,11 @@ class Progress:
     def line(self) -> str:
         elapsed = time.perf_counter() - self.start
         total = f"/{self.total}" if self.total else ""
-        return (f"saturn: {self.title} [{self.phase_name}] {self.tried}{total} tried, "
+        bar = ""
+        if self.total:
+            filled = round(BAR * min(self.tried, self.total) / self.total)
+            bar = "[" + "#" * filled + "." * (BAR - filled) + "] "
+        return (f"saturn: {self.title} {bar}[{self.phase_name}] {self.tried}{total} tried, "
                 f"{self.verified} verified, {self.rejected} rejected, best {format_seconds(self.best)} "
                 f"({elapsed:.1f} s)")
 
