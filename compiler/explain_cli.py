@@ -11,11 +11,11 @@ from compiler.nn import attention
 from compiler.trace import spec
 
 
-def _softmax(x):
+def softmax(x):
     return x.softmax(-1)
 
 
-def _layernorm(x, w, b):
+def layernorm(x, w, b):
     return x.layer_norm((x.shape[-1],), w, b)
 
 
@@ -25,7 +25,7 @@ SIZES = {
     "layernorm": {"small": [(256, 1024), (1024,), (1024,)], "large": [(4096, 4096), (4096,), (4096,)]},
     "attention": {"small": [(4, 128, 64)] * 3, "large": [(32, 1024, 64)] * 3},
 }
-FUNCTIONS = {"softmax": _softmax, "layernorm": _layernorm, "attention": attention}
+FUNCTIONS = {"softmax": softmax, "layernorm": layernorm, "attention": attention}
 
 
 def workload(name: str, size: str = "small", dtype: str = "f32"):
