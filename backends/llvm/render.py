@@ -503,7 +503,7 @@ def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dic
             r = KernelRenderer(module, program, k, ks)
             r.render()
             extent = math.prod(v.extent for v in k.axes[:parallel_depth(k, ks)]) if k.axes else 1
-            info[k.name] = LaunchInfo(r.buffers, extent, 0, 4)
+            info[k.name] = LaunchInfo(r.buffers, extent, 0, 2)
         widths[k.name] = ks.vector_width
     text = str(module)
     # llvmlite has no API for string attributes: add the vector-width preference to each header

@@ -54,7 +54,7 @@ class _Launch:
         if threads <= 1 or self.n <= 1 or work < MIN_CHUNK_WORK:
             self.chunks = [(0, self.n)]
         else:
-            count = min(self.n, threads * info.chunks_per_thread, max(1, work // MIN_CHUNK_WORK))
+            count = min(self.n, threads * info.chunks_per_thread, max(threads, work // MIN_CHUNK_WORK))
             bounds = [self.n * i // count for i in range(count + 1)]
             self.chunks = [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
         # one 64-byte-aligned scratch area per chunk (chunks may run at the same time)
@@ -138,7 +138,7 @@ class LLVMExecutable:
         for b in p.buffers:
             if b.kind == "output":
                 env[b.name] = np.empty(max(b.size, 1), b.dtype.np)
-        pool = _pool(self.threads) if self.threads > 1 else None
+        pool = _pool(self.threads - 1) if self.threads > 1 else None
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
                 env[buf.name] = self._take(buf)
@@ -147,7 +147,16 @@ class LLVMExecutable:
                 for c, (a, b) in enumerate(l.chunks):
                     l.fn(*l.args(env, c), a, b)
             else:
-                futures = [pool.submit(l.fn, *l.args(env, c), a, b) for c, (a, b) in enumerate(l.chunks)]
+                # the caller and threads-1 pool workers take chunks from one shared iterator
+                # (next() on it is atomic under the GIL; the kernel calls release the GIL)
+                todo = iter(range(len(l.chunks)))
+
+                def work(l=l, todo=todo):
+                    for c in todo:
+                        a, b = l.chunks[c]
+                        l.fn(*l.args(env, c), a, b)
+                futures = [pool.submit(work) for _ in range(min(self.threads - 1, len(l.chunks) - 1))]
+                work()
                 for f in futures:
                     f.result()
             if times is not None:
