@@ -185,6 +185,16 @@ class MatmulRenderer(KernelRenderer):
                                 self._pack_b(scratch, jc, jp, pc, kc, nr, N, guarded=True, kcur=kcur)
                     with for_range(b, lo_u, hi_u, "blk") as blk:
                         i0 = b.mul(blk, _i64(mr))
+                        # pack A[i0:i0+MR, pc:pc+kcur] as [rr][MR] once per row block (rows past M repeat row M-1)
+                        with for_range(b, _i64(0), kcur, "ra") as ra:
+                            self.scopes.append({})
+                            self.vars[pat.r] = b.add(pc, ra)
+                            for m in range(mr):
+                                self.scopes.append({})
+                                self.vars[pat.i] = smin(b.add(i0, _i64(m)), _i64(M - 1))
+                                b.store(self.value(pat.a), gep(apack, b.add(b.mul(ra, _i64(mr)), _i64(m))))
+                                self.scopes.pop()
+                            self.scopes.pop()
                         with for_range(b, _i64(0), npan, "jp2") as jp:
                             j0 = b.add(jc, b.mul(jp, _i64(nr)))
                             full = b.and_(b.icmp_signed("<=", b.add(i0, _i64(mr)), _i64(M)),
@@ -195,16 +205,6 @@ class MatmulRenderer(KernelRenderer):
                                             b.bitcast(gep(tile, _i64(idx * w)), ir.PointerType(vty)), align=4)
                             elif not fast_c:
                                 self._tile_copy(tile, i0, j0, mr, nr, M, N, store, out, load_from_c=pcb)
-                            # pack A[i0:i0+MR, pc:pc+kcur] as [rr][MR] (rows past M repeat row M-1)
-                            with for_range(b, _i64(0), kcur, "ra") as ra:
-                                self.scopes.append({})
-                                self.vars[pat.r] = b.add(pc, ra)
-                                for m in range(mr):
-                                    self.scopes.append({})
-                                    self.vars[pat.i] = smin(b.add(i0, _i64(m)), _i64(M - 1))
-                                    b.store(self.value(pat.a), gep(apack, b.add(b.mul(ra, _i64(mr)), _i64(m))))
-                                    self.scopes.pop()
-                                self.scopes.pop()
                             panel = b.mul(b.mul(jp, _i64(kc)), _i64(nr))
                             if fast_c:   # full tiles read and write C rows as vectors directly
                                 accs0 = self._phi_tiles(full, lambda: self._c_vectors(i0, j0, pcb, vty, mr, nr, w, store, out),
