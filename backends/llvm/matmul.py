@@ -185,14 +185,15 @@ class MatmulRenderer(KernelRenderer):
                                 self._pack_b(scratch, jc, jp, pc, kc, nr, N, guarded=True, kcur=kcur)
                     with for_range(b, lo_u, hi_u, "blk") as blk:
                         i0 = b.mul(blk, _i64(mr))
-                        # pack A[i0:i0+MR, pc:pc+kcur] as [rr][MR] once per row block (rows past M repeat row M-1)
-                        with for_range(b, _i64(0), kcur, "ra") as ra:
+                        # pack A[i0:i0+MR, pc:pc+kcur] as [MR][KC] once per row block (rows past M
+                        # repeat row M-1); row by row, so a K-contiguous A packs with vector copies
+                        for m in range(mr):
                             self.scopes.append({})
-                            self.vars[pat.r] = b.add(pc, ra)
-                            for m in range(mr):
+                            self.vars[pat.i] = smin(b.add(i0, _i64(m)), _i64(M - 1))
+                            with for_range(b, _i64(0), kcur, f"ra{m}") as ra:
                                 self.scopes.append({})
-                                self.vars[pat.i] = smin(b.add(i0, _i64(m)), _i64(M - 1))
-                                b.store(self.value(pat.a), gep(apack, b.add(b.mul(ra, _i64(mr)), _i64(m))))
+                                self.vars[pat.r] = b.add(pc, ra)
+                                b.store(self.value(pat.a), gep(apack, b.add(_i64(m * kc), ra)))
                                 self.scopes.pop()
                             self.scopes.pop()
                         with for_range(b, _i64(0), npan, "jp2") as jp:
@@ -212,7 +213,7 @@ class MatmulRenderer(KernelRenderer):
                             else:
                                 accs0 = self._load_tile(tile, vty, mr, nr, w)
                             accs = self._kloop(b, kcur, accs0, lambda rr, accs: self._step(
-                                b, rr, accs, scratch, panel, apack, fma, vty, mr, nr, w))
+                                b, rr, accs, scratch, panel, apack, fma, vty, mr, nr, w, kc))
                             if fast_c:
                                 with b.if_else(full) as (then, otherwise):
                                     with then:
@@ -356,16 +357,15 @@ class MatmulRenderer(KernelRenderer):
         b.position_at_end(done)
         return phis
 
-    def _step(self, b, rr, accs, scratch, panel, apack, fma, vty, mr, nr, w):
+    def _step(self, b, rr, accs, scratch, panel, apack, fma, vty, mr, nr, w, kc):
         off = b.add(panel, b.mul(rr, _i64(nr)))
         bv = [b.load(b.gep(scratch, [b.add(off, _i64(t * w))], inbounds=True, source_etype=F32), typ=vty, align=4)
               for t in range(nr // w)]
-        arow = b.mul(rr, _i64(mr))
         new = []
         undef = ir.Constant(vty, None)
         zeros = ir.Constant(ir.VectorType(ir.IntType(32), w), None)
         for m in range(mr):
-            av = b.load(b.gep(apack, [b.add(arow, _i64(m))], inbounds=True, source_etype=F32), typ=F32)
+            av = b.load(b.gep(apack, [b.add(rr, _i64(m * kc))], inbounds=True, source_etype=F32), typ=F32)
             splat = b.shuffle_vector(b.insert_element(undef, av, ir.Constant(ir.IntType(32), 0)), undef, zeros)
             if self.half_products:   # the product rounds to f16 before it is summed in f32
                 hty = ir.VectorType(ir.HalfType(), w)
