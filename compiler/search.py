@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from compiler import verify
+from compiler.explore import Candidate, Limits, Phase, explore
 from compiler.progress import Progress
 from compiler.timing import format_seconds, median
 from compiler.workers import Trial, WorkerFailure, _WorkerState, handle, shared_pool, store_arrays
@@ -105,15 +106,6 @@ class ShapeVariant:
 
 
 @dataclass
-class Phase:
-    name: str
-    iterations: int
-    enodes: int
-    eclasses: int
-    seconds: float
-
-
-@dataclass
 class SearchResult:
     """The outcome of one search: every trial, the winner and its executable, the timeline."""
     target: str
@@ -147,48 +139,15 @@ class SearchResult:
 # --- the search ----------------------------------------------------------------------------
 
 def explore_candidates(graph: Graph, options: SearchOptions, notes: list[str], progress: Progress | None = None):
-    """Candidates from the e-graph, or just the original program if exploration is unavailable."""
+    """Candidates from the e-graph, or just the original program if exploration fails."""
+    original = [Candidate(graph, 0.0, "original program")]
     try:
-        from compiler import explore as explore_mod
-    except ImportError as e:
-        notes.append(f"e-graph exploration unavailable ({e}); searching schedules of the original program")
-        return [_Original(graph)], [], ""
-    kwargs = {"max_candidates": options.max_candidates}
-    if progress is not None:
-        kwargs["progress"] = progress.phase
-    limits = _limits_for(explore_mod, options.budget * 0.4)
-    if limits is not None:
-        kwargs["limits"] = limits
-    try:
-        exp = explore_mod.explore(graph, **kwargs)
+        exp = explore(graph, max_candidates=options.max_candidates, limits=Limits(seconds=options.budget * 0.4),
+                      progress=progress.phase if progress is not None else None)
     except Exception as e:  # an exploration bug must not take compile() down
         notes.append(f"e-graph exploration failed ({type(e).__name__}: {e}); searching the original program")
-        return [_Original(graph)], [], ""
-    phases = [Phase(getattr(p, "name", "?"), int(getattr(p, "iterations", 0)), int(getattr(p, "enodes", 0)),
-                    int(getattr(p, "eclasses", 0)), float(getattr(p, "seconds", 0.0)))
-              for p in getattr(exp, "phases", [])]
-    cands = list(getattr(exp, "candidates", [])) or [_Original(graph)]
-    return cands, phases, str(exp)
-
-
-def _limits_for(explore_mod, seconds: float):
-    """A Limits with a time bound, if the e-graph stage's Limits has such a field."""
-    limits_cls = getattr(explore_mod, "Limits", None)
-    fields = getattr(limits_cls, "__dataclass_fields__", {})
-    for name in ("seconds", "time_limit", "max_seconds", "timeout"):
-        if name in fields:
-            try:
-                return limits_cls(**{name: seconds})
-            except Exception:
-                return None
-    return None
-
-
-@dataclass
-class _Original:
-    graph: Graph
-    cost: float = 0.0
-    description: str = "original program"
+        return original, [], ""
+    return list(exp.candidates) or original, list(exp.phases), str(exp)
 
 
 def _schedules(backend, graph: Graph, limit: int, notes: list[str]) -> list:
