@@ -117,7 +117,13 @@ def _git_commit() -> str | None:
     try:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
-        return out.stdout.strip() or None
+        commit = out.stdout.strip()
+        if not commit:
+            return None
+        # source files changed since that commit make the run not reproducible from it: say so
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "*.py"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return commit + ("+uncommitted changes" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         return None
 
