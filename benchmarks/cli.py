@@ -19,6 +19,7 @@ import time
 from benchmarks import ceilings as ceiling_mod
 from benchmarks import report
 from benchmarks.contenders import TorchEnv, import_torch
+from benchmarks.machine import OtherLoad
 from benchmarks.suite import Settings, run_suite
 from benchmarks.workloads import WORKLOADS, select_cases, workload_names
 
@@ -237,7 +238,7 @@ def run(args) -> int:
                         peers=peers if env is not None else [], saturn_options=options,
                         time_limit_s=args.time_limit)
 
-    started, load_start = time.time(), _load()
+    started, load_start, others = time.time(), _load(), OtherLoad()
     data = {
         "schema": "saturn-bench/1",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -277,11 +278,13 @@ def run(args) -> int:
 
     data["skipped"] = run_suite(cases, settings, env, data["ceilings"], on_result, log)
     data["elapsed_s"] = time.time() - started
-    load_end = _load()
-    data["load_average"] = {"start": load_start, "end": load_end}
-    if family == "cpu" and load_start is not None and max(load_start, load_end or 0) > 0.5 * (os.cpu_count() or 1):
-        notes.append(f"Other processes were using the CPU (1-minute load average {load_start:.1f} at the start, "
-                     f"{load_end:.1f} at the end, on {os.cpu_count()} cores): expect noisy times.")
+    data["load_average"] = {"start": load_start, "end": _load()}
+    other_cores = others.cores()
+    data["other_processes_cores"] = other_cores
+    if other_cores is not None:
+        busy = other_cores > 0.1 * (os.cpu_count() or 1)
+        notes.append(f"Other processes used {other_cores:.2f} of {os.cpu_count()} cores on average during the run"
+                     + (" (the CPU numbers are noisier for it)." if busy and family == "cpu" else "."))
     plot_problem = save()
 
     print(report.table(data["results"]))
