@@ -106,8 +106,13 @@ class LLVMExecutable:
         temps = {b.name: b for b in self.program.buffers if b.kind == "temp"}
         self.alloc_before = [[temps[n] for n in l.buffers if n in temps and first[n] == i]
                              for i, l in enumerate(self.launches)]
-        self.free_after = [[n for n in l.buffers if n in temps and last[n] == i]
+        self.free_after = [[temps[n] for n in l.buffers if n in temps and last[n] == i]
                            for i, l in enumerate(self.launches)]
+        # per-call lookups done once
+        p = self.program
+        self._input_dtypes = [p.buffer(n).dtype.np for n in p.inputs]
+        self._outputs = [(b.name, max(b.size, 1), b.dtype.np) for b in p.buffers if b.kind == "output"]
+        self._output_sizes = [math.prod(s) for s in p.output_shapes]
 
     def _take(self, buf) -> np.ndarray:
         key = (buf.dtype, buf.size)
@@ -131,13 +136,11 @@ class LLVMExecutable:
         if len(args) != len(p.inputs):
             raise ValueError(f"expected {len(p.inputs)} inputs, got {len(args)}")
         env: dict[str, np.ndarray] = {}
-        for name, a in zip(p.inputs, args):
-            b = p.buffer(name)
-            arr = np.ascontiguousarray(a, dtype=b.dtype.np).reshape(-1)
-            env[name] = arr if arr.size else np.empty(1, b.dtype.np)
-        for b in p.buffers:
-            if b.kind == "output":
-                env[b.name] = np.empty(max(b.size, 1), b.dtype.np)
+        for name, dt, a in zip(p.inputs, self._input_dtypes, args):
+            arr = np.ascontiguousarray(a, dtype=dt).reshape(-1)
+            env[name] = arr if arr.size else np.empty(1, dt)
+        for name, size, dt in self._outputs:
+            env[name] = np.empty(size, dt)
         pool = _pool(self.threads - 1) if self.threads > 1 else None
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
@@ -161,12 +164,11 @@ class LLVMExecutable:
                     f.result()
             if times is not None:
                 times.setdefault(l.kernel.name, []).append(time.perf_counter() - t0)
-            for name in self.free_after[i]:
-                buf = p.buffer(name)
-                self._free.setdefault((buf.dtype, buf.size), []).append(env.pop(name))
+            for buf in self.free_after[i]:
+                self._free.setdefault((buf.dtype, buf.size), []).append(env.pop(buf.name))
         outs, seen = [], set()
-        for name, shape in zip(p.outputs, p.output_shapes):
-            arr = env[name][:math.prod(shape)].reshape(shape)
+        for name, shape, n in zip(p.outputs, p.output_shapes, self._output_sizes):
+            arr = env[name][:n].reshape(shape)
             outs.append(arr.copy() if name in seen else arr)
             seen.add(name)
         return outs
