@@ -59,6 +59,9 @@ def section() -> str:
                   f"{data.get('versions', {}).get('commit') or '?'}); notes and versions in "
                   f"[`{rel[:-5]}.md`]({rel[:-5]}.md).", "",
                   report.table(data["results"]), ""]
+        if data.get("other_processes_cores") is not None:
+            parts += [f"Other processes used {data['other_processes_cores']:.2f} of the machine's cores on "
+                      "average during this run; times are medians (± half the interquartile range).", ""]
         png = path.with_suffix(".png")
         if png.exists():
             prel = png.relative_to(ROOT).as_posix()

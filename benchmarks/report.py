@@ -139,7 +139,7 @@ def plot(data: dict, path: str) -> str | None:
     results = data["results"]
     series = ["saturn"] + [p for p in peers_in(results) if p != "eager"]
     labels = [r["label"] for r in results]
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) * len(series) / 2 + 1.8))
+    fig, ax = plt.subplots(figsize=(10, 0.17 * len(labels) * len(series) + 1.6))
     h = 0.8 / len(series)
     colors = {"saturn": "#d62728", "compile": "#1f77b4", "sdpa": "#2ca02c"}
     for j, name in enumerate(series):
@@ -156,6 +156,8 @@ def plot(data: dict, path: str) -> str | None:
                 ax.text(x, y, f" {x:.2f}× " if x >= 1 else f"{x:.2g}× ", va="center", fontsize=7,
                         ha="left" if x >= 1 else "right")
     ax.axvline(1.0, color="k", lw=0.8)
+    speedups = [x for r in results for x in r.get("speedup_vs_eager", {}).values() if x > 0] or [1.0]
+    ax.set_xlim(min(min(speedups), 1.0) / 1.8, max(max(speedups), 1.0) * 1.8)  # room for the labels
     ax.set_yticks(range(len(results)), labels, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
