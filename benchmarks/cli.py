@@ -222,8 +222,9 @@ def run(args) -> int:
             return 2
     elif suite == "quick" and family == "cpu":
         peers = ["eager", "sdpa"]
-        notes.append("--quick on the CPU leaves out torch.compile (minutes of compiling on 2 cores); "
-                     "the full run or --peers eager,compile,sdpa includes it.")
+        if env is not None:
+            notes.append("--quick on the CPU leaves out torch.compile (minutes of compiling on 2 cores); "
+                         "the full run or --peers eager,compile,sdpa includes it.")
     else:
         peers = list(ALL_PEERS)
 
