@@ -213,3 +213,25 @@ def test_other_load_is_measured_on_linux():
     cores = probe.cores()
     if Path("/proc/stat").exists():
         assert cores is not None and cores >= 0.0
+
+
+@pytest.mark.gpu
+def test_bench_cuda_tiny(tmp_path):
+    """On a GPU machine: the CUDA path end to end (events, L2 rotation, torch on the device)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from backends import get_backend
+    try:
+        get_backend("cuda")
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"target cuda unavailable: {e}")
+    out = tmp_path / "cuda.json"
+    assert cli.main(["--target", "cuda", "--tiny", "--workloads", "softmax", "attention", "--peers", "eager,sdpa",
+                     "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    _validate(data, 2)
+    assert data["ceilings"]["copy_GBps"] > 100  # a GPU copies at hundreds of GB/s or more
+    for r in data["results"]:
+        assert r["saturn"]["timing"] == "executable.benchmark"
+        assert r["peers"]["eager"]["median_s"] > 0
