@@ -73,6 +73,9 @@ class _WorkerState:
         self.data: dict[str, tuple] = {}
         self.exes: dict[int, object] = {}
         self.backends: dict[str, object] = {}
+        # Set when a candidate raised: a faulting GPU kernel leaves the device context unusable
+        # for every later request, so the worker answers and then exits to be replaced.
+        self.broken = False
 
     def backend(self, spec):
         if not isinstance(spec, str):
@@ -106,6 +109,7 @@ def handle(state: _WorkerState, request):
         try:
             exe = state.build(trial)
         except Exception as e:  # a compile error rejects this candidate only
+            state.broken = True
             return verify.CheckResult(False, f"build failed: {type(e).__name__}: {_first_line(e)}",
                                       build_s=time.perf_counter() - t0)
         build_s = time.perf_counter() - t0
@@ -113,6 +117,7 @@ def handle(state: _WorkerState, request):
         try:
             res = verify.check_executable(exe, input_sets, expected_sets, out_dtypes)
         except Exception as e:
+            state.broken = True
             res = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
         res.build_s = build_s
         res.source_hash = hashlib.sha256(str(getattr(exe, "source", "")).encode()).hexdigest()[:16]
@@ -156,6 +161,7 @@ def _check_variant(state: _WorkerState, trial: Trial, res):
     try:
         odd = verify.check_executable(exe, input_sets, expected_sets, out_dtypes)
     except Exception as e:
+        state.broken = True
         odd = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
     if not odd.ok:
         return verify.CheckResult(False, f"at odd shapes ({shapes}): {odd.reason}", build_s=res.build_s,
@@ -214,9 +220,12 @@ def worker_main() -> None:
             return
         try:
             result = ("ok", handle(state, request))
-        except BaseException as e:  # noqa: BLE001 - report, keep serving
+        except BaseException as e:  # noqa: BLE001 - report, then be replaced
+            state.broken = True
             result = ("error", f"{type(e).__name__}: {_first_line(e)}")
-        _send(proto_out, result)
+        _send(proto_out, result + (state.broken,))  # the flag: "I am exiting, replace me"
+        if state.broken:
+            return
 
 
 # --- the parent side -----------------------------------------------------------------------
@@ -246,9 +255,10 @@ class Worker:
                                      stdout=subprocess.PIPE, stderr=self.log, env=_child_env())
         self.data_keys: set[str] = set()
         self.unanswered = 0   # requests sent with `post` whose answers are still to be read
+        self.retiring = False  # it said it exits after its last answer
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        return not self.retiring and self.proc.poll() is None
 
     def post(self, request) -> None:
         """Send a request whose answer is read (and dropped) before the next `start`."""
@@ -259,6 +269,8 @@ class Worker:
         while self.unanswered:
             self.unanswered -= 1
             self.finish(60.0)
+        if self.retiring:
+            raise WorkerFailure("the worker retired after a candidate raised")
         try:
             _send(self.proc.stdin, request)
         except (BrokenPipeError, OSError):
@@ -272,7 +284,7 @@ class Worker:
             self.kill()
             raise WorkerFailure(f"timeout: no answer within {limit if limit is not None else timeout:.1f} s")
         try:
-            status, value = _recv(self.proc.stdout)
+            status, value, self.retiring = _recv(self.proc.stdout)
         except (EOFError, OSError, pickle.UnpicklingError):
             raise WorkerFailure(self._death_reason()) from None
         if status == "error":

@@ -20,6 +20,9 @@ from compiler.search import SearchError, SearchOptions, search
 from ir.interpreter import evaluate
 
 
+_POISONED = []  # set in a worker process once a "poison" kernel ran there
+
+
 class FakeExecutable:
     def __init__(self, graph, schedule):
         self.graph, self.schedule = graph, schedule
@@ -28,8 +31,13 @@ class FakeExecutable:
 
     def __call__(self, *args):
         self.calls += 1
+        if _POISONED:           # like a GPU context after a kernel fault: nothing runs any more
+            raise RuntimeError("device context lost after an earlier fault")
         outs = evaluate(self.graph, args)
         s = self.schedule
+        if s == "poison":
+            _POISONED.append(True)
+            raise RuntimeError("illegal memory access")
         if s == "wrong_fast":   # off by 1% everywhere: fast and wrong
             return [o * np.float32(1.01) for o in outs]
         if s == "crash":        # a segfault, as broken native code would do
@@ -133,6 +141,15 @@ def test_crash_hang_nan_build_error_and_nondeterminism_are_rejected_with_reasons
     assert f.result.winner.schedule == "ok" and trials["ok"].status == "chosen"
     _check_correct(f)
     assert time.perf_counter() - t0 < 60  # the hang cost one timeout, not the whole compile
+
+
+def test_a_worker_whose_candidate_raised_is_replaced_before_the_next_candidate():
+    # one worker: without replacement, "ok" would run in the poisoned process and fail too
+    f = _compile(["poison", "ok"], workers=1, max_schedules=2)
+    trials = _by_schedule(f)
+    assert trials["poison"].status == "rejected" and "illegal memory access" in trials["poison"].reason
+    assert trials["ok"].status == "chosen", trials["ok"].reason
+    _check_correct(f)
 
 
 def test_schedule_that_is_right_only_at_the_compiled_shape_is_rejected_at_odd_shapes():
