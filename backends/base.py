@@ -6,6 +6,8 @@ backend has nothing to render: it runs the interpreter.
 """
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -26,6 +28,15 @@ class Backend(Protocol):
         """None where this backend can run here, else a sentence saying what is missing."""
 
     def build(self, graph: Graph, schedule=None) -> Executable: ...
+
+
+def cache_root() -> Path:
+    """Saturn's on-disk cache: $SATURN_CACHE_DIR, else $XDG_CACHE_HOME/saturn, else ~/.cache/saturn.
+    Backends keep compiled objects in subfolders; compile() keeps search winners at the top."""
+    env = os.environ.get("SATURN_CACHE_DIR")
+    if env:
+        return Path(env)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "saturn"
 
 
 class BackendUnavailable(RuntimeError):

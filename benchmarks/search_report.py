@@ -109,7 +109,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="saturn-cache-") as cache_dir:
         # a cold compile starts from empty caches: the winner cache and the backends' object
         # caches (LLVM objects, CUDA cubins) all live under this directory for the run
-        os.environ["SATURN_CACHE_DIR"] = os.environ["SATURN_CACHE"] = cache_dir
+        os.environ["SATURN_CACHE_DIR"] = cache_dir
         for name in args.workloads.split(","):
             try:
                 r = run_workload(name, args.target, size, args.dtype, args.budget, cache_dir)

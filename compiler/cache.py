@@ -24,16 +24,14 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from backends.base import cache_root
+
 MAGIC = b"SATURN-CACHE\n"
 FORMAT = 1
 
 
 def cache_dir() -> str:
-    env = os.environ.get("SATURN_CACHE_DIR")
-    if env:
-        return env
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "saturn")
+    return str(cache_root())
 
 
 def cpu_name() -> str:

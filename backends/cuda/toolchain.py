@@ -14,6 +14,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from backends.base import cache_root
+
 NVCC_FLAGS = ("-O3", "-std=c++17")
 
 
@@ -26,8 +28,7 @@ def find_nvcc() -> str | None:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SATURN_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "saturn")
-    path = Path(root) / "cuda"
+    path = cache_root() / "cuda"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

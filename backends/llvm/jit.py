@@ -10,6 +10,8 @@ from pathlib import Path
 import llvmlite
 import llvmlite.binding as llvm
 
+from backends.base import cache_root
+
 _lock = threading.Lock()
 _state: dict = {}
 
@@ -45,13 +47,7 @@ def target_info() -> tuple[str, str, str]:
 
 
 def cache_dir() -> Path:
-    """SATURN_CACHE_DIR, else the user cache directory."""
-    root = os.environ.get("SATURN_CACHE_DIR")
-    if root:
-        base = Path(root)
-    else:
-        base = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "saturn"
-    return base / "llvm"
+    return cache_root() / "llvm"
 
 
 def _key(ir_text: str, unroll: bool) -> str:
