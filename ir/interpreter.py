@@ -73,22 +73,10 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
     with np.errstate(all="ignore"):
         if op == Op.CONST:
             return np.full(n.shape, n.arg, dtype=dt.np)
-        if op == Op.CAST:
-            src = vals[0]
-            if dt == DType.bool:
-                return src != 0
-            if dt == DType.i32 and src.dtype.kind == "f":
-                return np.trunc(src.astype(np.float64)).astype(np.int32)
-            return src.astype(dt.np)
         if op == Op.VIEW:
             return apply_tracker(n.arg, vals[0])
         if op == Op.CONTIGUOUS:
             return vals[0].copy()
-        if op == Op.CMPLT:
-            a, b = (_compute(v, n.srcs[0].dtype) for v in vals)
-            return a < b
-        if op == Op.WHERE:
-            return np.where(vals[0], vals[1], vals[2])
         if op in (Op.SUM, Op.MAX):
             x = vals[0]
             if op == Op.SUM:
@@ -99,18 +87,32 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
                 r = x.max(axis=n.arg, keepdims=True) if x.size else \
                     np.full(n.shape, typed_fill(-np.inf, dt.np), dt.np)
             return r.astype(dt.np)
-        xs = [_compute(v, dt) for v in vals]
-        r = {
-            Op.EXP2: lambda: np.exp2(xs[0]),
-            Op.LOG2: lambda: np.log2(xs[0]),
-            Op.SIN: lambda: np.sin(xs[0]),
-            Op.SQRT: lambda: np.sqrt(xs[0]),
-            Op.RECIP: lambda: np.float32(1) / xs[0],
-            Op.ADD: lambda: xs[0] + xs[1],
-            Op.MUL: lambda: xs[0] * xs[1],
-            Op.MOD: lambda: np.fmod(xs[0], xs[1]),
-        }[op]()
-        return np.asarray(r).astype(dt.np)
+        return elementwise(op, dt, n.srcs[0].dtype, vals)
+
+
+_MATH = {
+    Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt,
+    Op.RECIP: lambda a: np.float32(1) / a, Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod,
+}
+
+
+def elementwise(op: Op, dtype: DType, src_dtype: DType, vals) -> np.ndarray:
+    """The numpy meaning of one elementwise primitive (`dtype`: the result's, `src_dtype`: the
+    first operand's). The kernel-IR evaluator calls this too, so both share one definition."""
+    with np.errstate(all="ignore"):
+        if op == Op.CAST:
+            src = vals[0]
+            if dtype == DType.bool:
+                return src != 0
+            if dtype == DType.i32 and src.dtype.kind == "f":
+                return np.trunc(src.astype(np.float64)).astype(np.int32)
+            return src.astype(dtype.np)
+        if op == Op.WHERE:
+            return np.where(vals[0], vals[1], vals[2])
+        xs = [_compute(v, src_dtype) for v in vals]
+        if op == Op.CMPLT:
+            return xs[0] < xs[1]
+        return np.asarray(_MATH[op](*xs)).astype(dtype.np)
 
 
 def evaluate(graph: Graph, args) -> list[np.ndarray]:

@@ -596,6 +596,8 @@ def _eval_kernel(k: Kernel, bufs) -> None:
 def _eval_value(e: Value, ev, lin, env, bufs, pos, ndim):
     import numpy as np
 
+    from ir.interpreter import elementwise
+
     with np.errstate(all="ignore"):
         if isinstance(e, Const):
             return np.asarray(e.value, dtype=e.dtype.np)
@@ -625,26 +627,7 @@ def _eval_value(e: Value, ev, lin, env, bufs, pos, ndim):
             else:
                 r = body.max(axis=axes, keepdims=True)
             return r.astype(e.dtype.np)
-        srcs = [np.asarray(ev(s)) for s in e.srcs]
-        op, dt = e.op, e.dtype
-        if op == Op.CAST:
-            x = srcs[0]
-            if dt == DType.bool:
-                return x != 0
-            if dt == DType.i32 and x.dtype.kind == "f":
-                return np.trunc(x.astype(np.float64)).astype(np.int32)
-            return x.astype(dt.np)
-        if op == Op.WHERE:
-            return np.where(srcs[0], srcs[1], srcs[2])
-        src_dt = e.srcs[0].dtype
-        xs = [x.astype(np.float32) if src_dt.compute != src_dt else x for x in srcs]
-        if op == Op.CMPLT:
-            return xs[0] < xs[1]
-        r = {Op.EXP2: lambda: np.exp2(xs[0]), Op.LOG2: lambda: np.log2(xs[0]),
-             Op.SIN: lambda: np.sin(xs[0]), Op.SQRT: lambda: np.sqrt(xs[0]),
-             Op.RECIP: lambda: np.float32(1) / xs[0], Op.ADD: lambda: xs[0] + xs[1],
-             Op.MUL: lambda: xs[0] * xs[1], Op.MOD: lambda: np.fmod(xs[0], xs[1])}[op]()
-        return np.asarray(r).astype(dt.np)
+        return elementwise(e.op, e.dtype, e.srcs[0].dtype, [np.asarray(ev(s)) for s in e.srcs])
 
 
 # --------------------------------------------------------------------------------------------
