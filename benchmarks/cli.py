@@ -142,13 +142,8 @@ def device_info(family: str, env: TorchEnv | None, threads: int) -> dict:
         t = env.torch
         return {"name": t.cuda.get_device_name(0), "cuda": t.version.cuda,
                 "count": t.cuda.device_count(), "host": platform.node()}
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            name = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), name)
-    except OSError:
-        pass
-    return {"name": f"{name} ({os.cpu_count()} cores)", "cores": os.cpu_count(), "threads": threads,
+    from compiler.cache import cpu_name
+    return {"name": f"{cpu_name()} ({os.cpu_count()} cores)", "cores": os.cpu_count(), "threads": threads,
             "host": platform.node()}
 
 

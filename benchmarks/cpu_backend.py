@@ -17,24 +17,14 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 
+from compiler.cache import cpu_name
+
 DEFAULT = ["elementwise", "softmax", "layernorm", "matmul_f32", "attention", "mlp"]
-
-
-def _cpu_model() -> str:
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown"
 
 
 def _arrays(case, seed: int = 0) -> list[np.ndarray]:
@@ -138,7 +128,7 @@ def run(workloads: list[str], odd: bool, rounds: int, use_compile: bool, threads
     from backends.llvm import jit
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "device": _cpu_model(), "cores": os.cpu_count(), "threads": threads,
+        "device": cpu_name(), "cores": os.cpu_count(), "threads": threads,
         "host_cpu": jit.host_description(), "load_average": os.getloadavg(),
         "versions": {"python": platform.python_version(), "numpy": np.__version__, "torch": torch.__version__,
                      "llvmlite": llvmlite.__version__, "llvm": ".".join(map(str, llvm.llvm_version_info))},
