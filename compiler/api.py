@@ -5,6 +5,7 @@ else runs the measured-runtime search (compiler.search) and caches what it chose
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -106,7 +107,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     target: 'cpu', 'cuda' or 'reference' (the interpreter; no search).
     budget: seconds of search on a cold compile (default 5; 20 for cuda, whose compiler is slow).
     quiet: no progress line (otherwise shown on stderr for searches longer than a second).
-    cache: None (on, unless `candidates` or `backend` are injected), True, False, or a directory.
+    cache: None (on, unless `candidates` or `backend` are injected), True, False, or a directory (str or Path).
     seed: fixes the verification inputs and the search order.
     candidates: programs to search instead of the e-graph's (objects with .graph/.cost/.description).
     backend: a backend object to use instead of get_backend(target) (must be picklable for the
@@ -128,7 +129,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
         return CompiledFunction(fn, specs, graph, target, be.build(graph), timings={"trace": t_trace - t0})
 
     use_cache = cache if cache is not None else (candidates is None and backend is None)
-    directory = cache if isinstance(cache, str) else None
+    directory = os.fspath(cache) if isinstance(cache, (str, os.PathLike)) else None
     device = cache_mod.device_name(be, target)
     key = cache_mod.make_key(graph, specs, target, device, _saturn_version())
     why_not = ""

@@ -148,3 +148,12 @@ def test_cache_dir_env_override(monkeypatch, tmp_path):
     f = saturn.compile(softmax, SPEC, target="refsearch", backend=ReferenceBackend(), budget=1.0,
                        quiet=True, cache=True, candidates=[_Original(saturn.trace(softmax, SPEC))])
     assert f.cache == "stored" and os.listdir(tmp_path / "c")
+
+
+def test_cache_directory_as_path(monkeypatch, tmp_path):
+    # a pathlib.Path names the directory just as a str does (not the default location)
+    monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path / "default"))
+    f = saturn.compile(softmax, SPEC, target="refsearch", backend=ReferenceBackend(), budget=1.0,
+                       quiet=True, cache=tmp_path / "given", candidates=[_Original(saturn.trace(softmax, SPEC))])
+    assert f.cache == "stored" and os.listdir(tmp_path / "given")
+    assert not (tmp_path / "default").exists()
