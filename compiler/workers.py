@@ -113,12 +113,7 @@ def handle(state: _WorkerState, request):
             return verify.CheckResult(False, f"build failed: {type(e).__name__}: {_first_line(e)}",
                                       build_s=time.perf_counter() - t0)
         build_s = time.perf_counter() - t0
-        input_sets, expected_sets, out_dtypes = state.data[trial.data_key]
-        try:
-            res = verify.check_executable(exe, input_sets, expected_sets, out_dtypes)
-        except Exception as e:
-            state.broken = True
-            res = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
+        res = _check(state, exe, trial.data_key)
         res.build_s = build_s
         res.source_hash = hashlib.sha256(str(getattr(exe, "source", "")).encode()).hexdigest()[:16]
         if not res.ok:
@@ -148,6 +143,18 @@ def handle(state: _WorkerState, request):
     raise ValueError(f"unknown request {kind!r}")
 
 
+def _check(state: _WorkerState, exe, data_key: str):
+    """Check `exe` on the stored data `data_key`; a candidate that raises is rejected (and,
+    as it may have left the device unusable, the worker retires after answering)."""
+    from compiler import verify
+    input_sets, expected_sets, out_dtypes = state.data[data_key]
+    try:
+        return verify.check_executable(exe, input_sets, expected_sets, out_dtypes)
+    except Exception as e:
+        state.broken = True
+        return verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
+
+
 def _check_variant(state: _WorkerState, trial: Trial, res):
     """Check the candidate again at odd shapes (sizes that are no multiple of any tile)."""
     from compiler import verify
@@ -157,12 +164,7 @@ def _check_variant(state: _WorkerState, trial: Trial, res):
     except Exception as e:  # the schedule may be specific to the original shapes
         res.note = f"odd shapes ({shapes}) not checked: the schedule does not build there ({type(e).__name__})"
         return res
-    input_sets, expected_sets, out_dtypes = state.data[trial.variant_key]
-    try:
-        odd = verify.check_executable(exe, input_sets, expected_sets, out_dtypes)
-    except Exception as e:
-        state.broken = True
-        odd = verify.CheckResult(False, f"raised {type(e).__name__}: {_first_line(e)}")
+    odd = _check(state, exe, trial.variant_key)
     if not odd.ok:
         return verify.CheckResult(False, f"at odd shapes ({shapes}): {odd.reason}", build_s=res.build_s,
                                   run_s=res.run_s)
