@@ -84,7 +84,7 @@ class CompiledFunction:
 
 def _saturn_version() -> str:
     import compiler
-    return getattr(compiler, "__version__", "0")
+    return compiler.__version__
 
 
 def _build_cached(backend, entry: cache_mod.Entry):

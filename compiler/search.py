@@ -338,8 +338,8 @@ class _Runner:
     @staticmethod
     def _record_check(t: TrialRecord, res: verify.CheckResult):
         t.build_s, t.run_s = res.build_s, res.run_s
-        t.note = getattr(res, "note", "") or t.note
-        t.source_hash = getattr(res, "source_hash", "")
+        t.note = res.note or t.note
+        t.source_hash = res.source_hash
         t.status, t.reason = ("verified", "") if res.ok else ("rejected", res.reason)
 
     def time(self, t: TrialRecord, backend_spec, warmup: int, repeat: int) -> list[float]:
