@@ -59,38 +59,36 @@ def _key(ir_text: str, unroll: bool) -> str:
     return h.hexdigest()[:40]
 
 
-def _compile_object(ir_text: str, unroll: bool) -> bytes:
+def _optimized(ir_text: str, unroll: bool | None = None):
+    """(target state, the module after the O3 pipeline); `unroll` None keeps LLVM's default."""
     s = _init()
     mod = llvm.parse_assembly(ir_text)
     mod.verify()
     pto = llvm.create_pipeline_tuning_options(speed_level=3)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
-    # the unroller roughly doubles compile time for a few percent at run time (the vectorizer
-    # interleaves on its own, and the matmul tile is unrolled by hand): a schedule choice
-    pto.loop_unrolling = unroll
+    if unroll is not None:
+        pto.loop_unrolling = unroll
     pb = llvm.create_pass_builder(s["tm"], pto)
     pb.getModulePassManager().run(mod, pb)
+    return s, mod
+
+
+def _compile_object(ir_text: str, unroll: bool) -> bytes:
+    # the unroller roughly doubles compile time for a few percent at run time (the vectorizer
+    # interleaves on its own, and the matmul tile is unrolled by hand): a schedule choice
+    s, mod = _optimized(ir_text, unroll)
     mod.verify()
     return s["tm"].emit_object(mod)
 
 
 def optimized_ir(ir_text: str) -> str:
     """The module after the O3 pipeline (for inspection and tests)."""
-    s = _init()
-    mod = llvm.parse_assembly(ir_text)
-    mod.verify()
-    pto = llvm.create_pipeline_tuning_options(speed_level=3)
-    pto.loop_vectorization = True
-    pto.slp_vectorization = True
-    pb = llvm.create_pass_builder(s["tm"], pto)
-    pb.getModulePassManager().run(mod, pb)
-    return str(mod)
+    return str(_optimized(ir_text)[1])
 
 
 def assembly(ir_text: str) -> str:
-    s = _init()
-    mod = llvm.parse_assembly(optimized_ir(ir_text))
+    s, mod = _optimized(ir_text)
     return s["tm"].emit_assembly(mod)
 
 
