@@ -156,9 +156,13 @@ def _as_list(outs) -> list:
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
 
+def _is_float(a: np.ndarray) -> bool:
+    return a.dtype.kind == "f" or a.dtype == DType.bf16.np   # bf16's numpy kind is "V"
+
+
 def max_relative_error(expected: list[np.ndarray], got: list) -> float:
     return max((relative_error(e, np.asarray(g))[0] for e, g in zip(expected, got)
-                if np.asarray(g).dtype.kind == "f" or e.dtype.kind == "f"), default=0.0)
+                if _is_float(np.asarray(g)) or _is_float(e)), default=0.0)
 
 
 def check_executable(exe, input_sets, expected_sets, out_dtypes) -> CheckResult:

@@ -89,3 +89,11 @@ def test_odd_variant_retraces_shape_generic_functions_only():
     small = verify.odd_variant_graph(lambda *s: saturn.trace(lambda a, b: a @ b, *s), big)
     assert small is not None and verify.reference_work(small) <= verify.REFERENCE_LIMIT
     assert all(n % 2 == 1 for x in small.inputs for n in x.shape)
+
+
+def test_max_relative_error_counts_bf16_outputs():
+    # bf16's numpy dtype is of kind "V", not "f": it must still count as a float output
+    e = np.array([1.0, 2.0, 4.0], dtype=ml_dtypes.bfloat16)
+    g = np.array([1.0, 2.0, 5.0], dtype=ml_dtypes.bfloat16)
+    assert verify.max_relative_error([e], [g]) == 0.25
+    assert verify.max_relative_error([e.astype(np.float16)], [g.astype(np.float16)]) == 0.25
