@@ -39,11 +39,6 @@ class Stats:
             p25, p75 = s[0], s[-1]
         return Stats(statistics.median(s), p25, p75, s[0], s[-1], len(s))
 
-    @property
-    def iqr_pct(self) -> float:
-        """Half the interquartile range as a percentage of the median (a '±' figure)."""
-        return 50.0 * (self.p75 - self.p25) / self.median if self.median > 0 else 0.0
-
     def to_json(self) -> dict:
         return {"median_s": self.median, "p25_s": self.p25, "p75_s": self.p75,
                 "min_s": self.min, "max_s": self.max, "samples": self.n}
