@@ -21,8 +21,6 @@ Measured runtime decides in the end; this only orders candidates.
 """
 from __future__ import annotations
 
-import math
-
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import ELEMENTWISE, REDUCE, Op
@@ -31,15 +29,11 @@ TILE_LIMIT = 256
 COMPUTE_WEIGHT = 0.25
 
 
-def _numel(n: Node) -> int:
-    return math.prod(n.shape) if n.shape else 1
-
-
 def _kernel_reads(m: Node, mat_set: set) -> tuple[dict[Node, float], float]:
     """Memory-resident tensors read by m's fused cone, with the largest factor by which the
     path to m broadcasts each; and the elementwise work in the cone."""
     reads: dict[Node, float] = {}
-    flops = float(_numel(m)) if m.op in ELEMENTWISE else 0.0
+    flops = float(m.numel) if m.op in ELEMENTWISE else 0.0
     stack, seen = [(s, 1.0) for s in m.srcs], {}
     while stack:
         n, spread = stack.pop()
@@ -53,12 +47,12 @@ def _kernel_reads(m: Node, mat_set: set) -> tuple[dict[Node, float], float]:
         if n.op == Op.CONST:
             continue
         if n.op in ELEMENTWISE and first:
-            flops += _numel(n)
+            flops += n.numel
         if n.op == Op.VIEW:
-            spread *= max(1.0, _numel(n) / max(1, _numel(n.srcs[0])))
+            spread *= max(1.0, n.numel / max(1, n.srcs[0].numel))
         stack.extend((s, spread) for s in n.srcs)
     if m.op in REDUCE:
-        flops += _numel(m.srcs[0])
+        flops += m.srcs[0].numel
     return reads, flops
 
 
@@ -97,12 +91,12 @@ def static_cost(graph: Graph) -> float:
         for r in reads:
             if r not in seen_reads and r not in in_registers:
                 seen_reads.add(r)
-                total += _numel(r) * r.dtype.itemsize
+                total += r.numel * r.dtype.itemsize
         # per-tile results that only their own tile loop and a running cross-tile combine
         # read stay in registers: no write
         stays = m.op in REDUCE and m not in outputs and consumers.get(m) and all(
             key_of.get(c, key) == key or _combines_tiles(c, m) for c in consumers[m])
         if not stays:
-            total += _numel(m) * m.dtype.itemsize
+            total += m.numel * m.dtype.itemsize
         total += COMPUTE_WEIGHT * flops
     return total
