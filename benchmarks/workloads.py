@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from compiler import nn
-
-DTYPE_BYTES = {"f32": 4, "f16": 2, "bf16": 2}
+from ir.dtypes import as_dtype
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,7 @@ class Input:
 
     @property
     def nbytes(self) -> int:
-        return math.prod(self.shape) * DTYPE_BYTES[self.dtype]
+        return math.prod(self.shape) * as_dtype(self.dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ class Case:
     @property
     def bytes(self) -> int:
         """The fewest bytes any implementation must move: each input read once, the output written once."""
-        return sum(i.nbytes for i in self.inputs) + math.prod(self.out_shape) * DTYPE_BYTES[self.out_dtype]
+        return sum(i.nbytes for i in self.inputs) + math.prod(self.out_shape) * as_dtype(self.out_dtype).itemsize
 
     @property
     def dtype(self) -> str:
