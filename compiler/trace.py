@@ -42,7 +42,7 @@ def as_spec(x) -> Spec:
     if isinstance(x, Spec):
         return x
     if hasattr(x, "shape") and hasattr(x, "dtype"):
-        return Spec(tuple(x.shape), as_dtype(x.dtype))
+        return Spec(tuple(x.shape), x.dtype)  # Spec converts the dtype (DTypeError if unsupported)
     if isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], (tuple, list)):
         return Spec(tuple(x[0]), x[1])
     if isinstance(x, (tuple, list)):

@@ -132,3 +132,9 @@ def test_saturn_errors_are_also_standard_python_errors():
     assert issubclass(ShapeError, ValueError) and issubclass(DTypeError, TypeError)
     with pytest.raises(ValueError):
         compiler.trace(lambda x: x.reshape(5), f32(2))
+
+
+def test_example_array_of_unsupported_dtype():
+    with pytest.raises(DTypeError) as info:
+        compiler.trace(lambda x: x * 2, np.zeros((2, 3)))  # float64
+    check_message(info.value, ["spec", "float64"], test_line(info))
