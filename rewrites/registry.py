@@ -1,6 +1,7 @@
 """Every rule Saturn knows, by family, plus user rules (checked before they are used)."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 from rewrites.pattern import Rule
@@ -42,7 +43,7 @@ def register(rule: Rule, *, check: bool = True, trials: int = 20) -> Rule:
     """Add a user rule to the search after checking it on random inputs (raises UnsoundRule)."""
     from rewrites.check import check_rule
     if rule.family != "user":
-        rule = Rule(rule.name, rule.lhs, rule.rhs, rule.guard, "user", rule.doc, rule.tolerance)
+        rule = dataclasses.replace(rule, family="user")
     if check:
         result = check_rule(rule, trials=trials)
         if not result.ok:
