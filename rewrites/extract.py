@@ -10,7 +10,6 @@ perturbations for diversity. Every choice is rebuilt as an ordinary IR `Graph` (
 from __future__ import annotations
 
 import heapq
-import itertools
 import math
 import random
 import sys

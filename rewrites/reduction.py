@@ -2,8 +2,8 @@
 (padding non-divisible axes with the reduction's identity), move splits and broadcasts
 through elementwise ops so tiles reach the leaves, reduce through broadcasts, reorder and
 merge reductions."""
-from rewrites.pattern import (IsTile, Rule, add, addc, cast, contiguous, exp2, expand, gt, log2, lt,
-                              lt_, max_, merge, mod, mul, mulc, ne, pad, recip, sin, split, sqrt, sqz,
+from rewrites.pattern import (IsTile, Rule, add, addc, cast, exp2, expand, gt, log2, lt,
+                              lt_, max_, merge, mul, mulc, ne, pad, recip, sin, split, sqrt, sqz,
                               sum_, unsq, where, eq)
 from rewrites.pattern import Dim, IsFloat
 from rewrites.vars import a, b, c, g, m, n, t, x, y, z

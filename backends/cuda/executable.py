@@ -9,7 +9,6 @@ import numpy as np
 
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import Op
 from backends.cuda.render import Launch
 from backends.cuda.runtime import CUDAFailure, Runtime
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ir.dtypes import DType
 from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Lin, Load, Mod, Reduce, Ref, Var
 from ir.ops import Op
 from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, round_to, store_value

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ir.dtypes import DType, HALVES
 from ir.node import Node
 from ir.ops import Op
 from ir.view import contiguous_strides
 from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, load_expr, round_to, store_value, unflatten
-from backends.cuda.plan import Step, base_of, is_buffer_read, tree
+from backends.cuda.plan import Step, is_buffer_read, tree
 from backends.cuda.resolve import resolve
 from backends.cuda.templates import attention as attn_t
 from backends.cuda.templates import gemm_simt, gemm_tc, gemm_wgmma

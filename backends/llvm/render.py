@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from backends.llvm import jit, mathfns
 from ir.dtypes import DType
-from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Lin, Load, Mod,
+from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Lin, Load,
                        Reduce, Ref, Schedule, Value, Var, as_lin, substitute, value_vars, walk)
 from ir.ops import Op
 
