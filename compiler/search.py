@@ -378,6 +378,10 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
         try:
             return _search(graph, backend, target, backend_spec, candidates, options, progress, variant,
                            result, runner, t_start, deadline, main_key, odd_key)
+        except BaseException:
+            if progress.shown:  # end the progress line: the error must not start in the middle of it
+                progress.close()
+            raise
         finally:
             runner.close()
 

@@ -283,3 +283,16 @@ def test_cpu_target_chooses_a_verified_candidate():
 def test_unknown_compile_option_is_an_error_even_without_a_search():
     with pytest.raises(TypeError, match="budgett"):
         saturn.compile(softmax, SPEC, target="reference", budgett=3)
+
+
+def test_failed_search_ends_the_progress_line():
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    g = saturn.trace(softmax, SPEC)
+    stream = Terminal()
+    with pytest.raises(SearchError):
+        search(g, FakeBackend(["wrong_fast"]), target="fake", backend_spec=FakeBackend(["wrong_fast"]),
+               candidates=[Cand(g, 1.0, "original program")], options=SearchOptions(budget=1.0, timeout=3.0),
+               progress=Progress("softmax", delay=0.0, stream=stream))
+    assert stream.getvalue() and stream.getvalue().endswith("\n")
