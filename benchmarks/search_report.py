@@ -75,11 +75,12 @@ def run_workload(name: str, target: str, size: str, dtype: str, budget: float | 
     xs = [rng.standard_normal(s.shape).astype(s.dtype.np) for s in specs]
     same = cold(*xs).tobytes() == warm(*xs).tobytes()
     w = cold.result.winner
+    base = cold.result.baseline()  # None when the original program under the default schedule was not timed
     return {"workload": name, "inputs": ", ".join(map(str, specs)), "cold_s": t1 - t0, "warm_s": t2 - t1,
             "warm_fresh_process_compile_s": child["compile"], "warm_fresh_process_imports_s": child["imports"],
             "warm_fresh_process_total_s": t4 - t3, "warm_cache": warm.cache, "fresh_cache": child["cache"],
             "chosen": w.description, "schedule": w.schedule_text, "median_s": w.median,
-            "baseline_median_s": cold.result.baseline().median, "warm_equals_cold": same,
+            "baseline_median_s": base.median if base is not None else None, "warm_equals_cold": same,
             "explain": cold.explain(), "warm_explain_head": "\n".join(warm.explain().splitlines()[:4])}
 
 
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|---|---|---|")
     from compiler.timing import format_seconds as fs
     for r in rows:
-        print(f"| {r['workload']} | {r['chosen']} | {r['schedule']} | {fs(r['median_s'])} | {fs(r['baseline_median_s'])} "
+        print(f"| {r['workload']} | {r['chosen']} | {r['schedule']} | {fs(r['median_s'])} | {fs(r['baseline_median_s']) if r['baseline_median_s'] is not None else '-'} "
               f"| {r['cold_s']:.2f} s | {r['warm_s']:.3f} s | {r['warm_fresh_process_compile_s']:.3f} s / "
               f"{r['warm_fresh_process_imports_s']:.2f} s | {r['warm_equals_cold']} |")
     if args.json:
