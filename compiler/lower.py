@@ -23,7 +23,8 @@ import math
 from collections import defaultdict
 
 from ir.graph import Graph
-from ir.kernel import (Buffer, Compute, Const, Kernel, KernelProgram, Let, Lin, Load, Reduce, Ref,
+from compiler.online import fuse_online
+from ir.kernel import (Buffer, Compute, Const, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce, Ref,
                        Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars)
 from ir.node import Node
 from ir.ops import ELEMENTWISE, REDUCE, Op
@@ -84,6 +85,7 @@ class _KernelBuilder:
         self.counter = 0
         self.axes = tuple(Var(f"i{a}", s) for a, s in enumerate(root.shape) if s != 1)
         self.axis_pos = {v: p for p, v in enumerate(self.axes)}
+        self.online_tiles: set[Node] = set()   # tile maxes computed inside an Online loop
 
     def build(self, out_buffer: str) -> Kernel:
         it = iter(self.axes)
@@ -94,6 +96,11 @@ class _KernelBuilder:
             # a whole-tensor reduction (depth 0) inside a kernel with a parallel loop would be
             # recomputed by every chunk: give it its own (scalar) kernel instead
             self.needs |= {self.origin[l.value] for l in self.lets if l.depth == 0 and l.value in self.origin}
+        self.lets, tiles = fuse_online(self.lets)
+        for let in self.lets:
+            if isinstance(let, Online) and let.name not in self.let_vars:     # a separate running max
+                self.let_vars[let.name] = self.let_vars[let.name.removesuffix("_run")]
+        self.online_tiles = {self.origin[t] for t in tiles if t in self.origin}
         return Kernel(self.name, self.axes, tuple(self.lets), (store,))
 
     # --- values -----------------------------------------------------------------------------
@@ -188,7 +195,16 @@ class _KernelBuilder:
         code is hoisted to just inside the innermost loop it depends on (as LICM does)."""
         memo: dict = {}
         for let in kernel.lets:
-            self._count(let.value, kernel.axes[:let.depth], counts, memo)
+            if isinstance(let, Online):
+                # the loop computes each tile max once and its terms reuse it: count the rest
+                inner: dict[Node, int] = defaultdict(int)
+                for v in let.values():
+                    self._count(v, kernel.axes[:let.depth] + (let.var,), inner, memo)
+                for node, c in inner.items():
+                    if node not in self.online_tiles:
+                        counts[node] += c
+            else:
+                self._count(let.value, kernel.axes[:let.depth], counts, memo)
         for st in kernel.stores:
             self._count(st.value, kernel.axes, counts, memo)
 

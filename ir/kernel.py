@@ -340,6 +340,37 @@ class Let(Struct):
 
 
 @struct
+class Online(Struct):
+    """The tuple accumulator of online softmax: a running max and sums rescaled as it grows.
+
+    Computed once per iteration of the kernel's first `depth` axes, like a `Let`. Its meaning
+    (what `evaluate_program` computes) is a max and sums over `var`:
+        Ref(name)    = max over var of tile_max
+        Ref(sums[k]) = sum over var of terms[k], reading Ref(name) as that max.
+    Each term depends on the max only through one factor exp2(A) with A affine in the max with
+    coefficient -scale (scale > 0), so a backend may run it as one pass over var carrying the
+    state (m, sums): m' = max(m, tile_max); sums[k] = sums[k] * exp2(scale * (m - m')) + terms[k]
+    with Ref(name) read as m'. `compiler.lower` builds it from the two-level split reductions
+    the online-softmax rules produce (row max of tile maxes, sums of per-tile sums rescaled by
+    exp2(c * (m_b - m))); it is what lets them run as one kernel that never materializes tiles.
+    """
+    name: str
+    depth: int
+    var: Var
+    tile_max: "Value"
+    sums: tuple[str, ...]
+    terms: tuple["Value", ...]
+    scale: float
+
+    @property
+    def dtype(self) -> DType:
+        return self.tile_max.dtype
+
+    def values(self) -> tuple["Value", ...]:
+        return (self.tile_max,) + self.terms
+
+
+@struct
 class Store(Struct):
     buffer: str
     index: Lin
@@ -351,8 +382,15 @@ class Kernel(Struct):
     """A loop nest over `axes` (outer to inner): lets at their depth, then the stores."""
     name: str
     axes: tuple[Var, ...]
-    lets: tuple[Let, ...]
+    lets: tuple[Let | Online, ...]
     stores: tuple[Store, ...]
+
+    def values(self) -> list["Value"]:
+        """Every value the kernel computes (lets, online terms, stores), in order."""
+        out = []
+        for let in self.lets:
+            out.extend(let.values() if isinstance(let, Online) else (let.value,))
+        return out + [s.value for s in self.stores]
 
     @property
     def numel(self) -> int:
@@ -360,7 +398,7 @@ class Kernel(Struct):
 
     def reads(self) -> set[str]:
         out: set[str] = set()
-        for e in [l.value for l in self.lets] + [s.value for s in self.stores]:
+        for e in self.values():
             for node in walk(e):
                 if isinstance(node, Load):
                     out.add(node.buffer)
@@ -517,6 +555,12 @@ def format_kernel(k: Kernel) -> str:
     axes = ", ".join(f"{v.name}<{v.extent}" for v in k.axes)
     lines = [f"kernel {k.name}({axes}):"]
     for let in k.lets:
+        if isinstance(let, Online):
+            lines.append(f"  [{let.depth}] online[{let.var.name}<{let.var.extent}] ({let.name}, {', '.join(let.sums)}):"
+                         f" {let.name} = max({format_value(let.tile_max)}), rescale exp2({let.scale!r} * (old - new))")
+            for name, t in zip(let.sums, let.terms):
+                lines.append(f"      {name} = sum({format_value(t)})")
+            continue
         lines.append(f"  [{let.depth}] {let.name} = {format_value(let.value)}")
     for st in k.stores:
         lines.append(f"  {st.buffer}[{st.index}] = {format_value(st.value)}")
@@ -548,7 +592,10 @@ def _eval_kernel(k: Kernel, bufs) -> None:
     import numpy as np
 
     all_vars = list(k.axes)
-    for e in [l.value for l in k.lets] + [s.value for s in k.stores]:
+    for let in k.lets:
+        if isinstance(let, Online) and let.var not in all_vars:
+            all_vars.append(let.var)
+    for e in k.values():
         for x in walk(e):
             if isinstance(x, Reduce):
                 all_vars.extend(v for v in x.vars if v not in all_vars)
@@ -583,6 +630,21 @@ def _eval_kernel(k: Kernel, bufs) -> None:
         return r
 
     for let in k.lets:
+        if isinstance(let, Online):   # its meaning: the max over var, then the sums at that max
+            axis = pos[let.var]
+
+            def along(x):
+                x = np.asarray(x)
+                x = x.reshape(x.shape + (1,) * (ndim - x.ndim))
+                shape = list(x.shape)
+                shape[axis] = let.var.extent
+                return np.broadcast_to(x, shape)
+
+            env[let.name] = along(ev(let.tile_max)).max(axis=axis, keepdims=True)
+            for name, term in zip(let.sums, let.terms):
+                acc = np.float64 if term.dtype == DType.f32 else np.float32
+                env[name] = along(ev(term)).astype(acc).sum(axis=axis, keepdims=True).astype(term.dtype.np)
+            continue
         env[let.name] = ev(let.value)
     for st in k.stores:
         if any(v.extent == 0 for v in k.axes):
@@ -661,6 +723,40 @@ def substitute(e: Value, mapping: dict[Var, Lin], _memo=None) -> Value:
         r = Compute(e.op, e.dtype, tuple(substitute(s, mapping, memo) for s in e.srcs))
     elif isinstance(e, Reduce):
         r = Reduce(e.op, e.dtype, e.vars, substitute(e.body, mapping, memo))
+    else:
+        r = e
+    memo[e] = r
+    return r
+
+
+def canonical(e: Value, _counter=None) -> Value:
+    """e with every reduction's variables renamed in order of appearance, so two values that
+    differ only in the names of their bound variables compare equal."""
+    n = [0] if _counter is None else _counter
+    if isinstance(e, Reduce):
+        mapping, new = {}, []
+        for v in e.vars:
+            nv = Var(f"_c{n[0]}", v.extent)
+            n[0] += 1
+            mapping[v] = as_lin(nv)
+            new.append(nv)
+        return Reduce(e.op, e.dtype, tuple(new), canonical(substitute(e.body, mapping), n))
+    if isinstance(e, Compute):
+        return Compute(e.op, e.dtype, tuple(canonical(s, n) for s in e.srcs))
+    return e
+
+
+def rename_refs(e: Value, names: dict[str, str], _memo=None) -> Value:
+    """e with Ref(old) replaced by Ref(names[old])."""
+    memo = {} if _memo is None else _memo
+    if e in memo:
+        return memo[e]
+    if isinstance(e, Ref):
+        r = Ref(names.get(e.name, e.name), e.dtype)
+    elif isinstance(e, Compute):
+        r = Compute(e.op, e.dtype, tuple(rename_refs(s, names, memo) for s in e.srcs))
+    elif isinstance(e, Reduce):
+        r = Reduce(e.op, e.dtype, e.vars, rename_refs(e.body, names, memo))
     else:
         r = e
     memo[e] = r

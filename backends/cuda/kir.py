@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Lin, Load, Mod, Reduce, Ref, Var
+from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Lin, Load, Mod, Online, Reduce, Ref, Var
 from ir.ops import Op
 from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, round_to, store_value
 
@@ -115,6 +115,37 @@ class _ValueEmitter:
         return self.tmp(ct, round_to(acc, e.dtype) if e.dtype.is_float else acc)
 
 
+    def online(self, l: Online) -> None:
+        """The tuple-accumulator loop (ir.kernel.Online), sequential in the thread."""
+        self.emit(f"float {l.name} = -__int_as_float(0x7f800000);")
+        for name in l.sums:
+            self.emit(f"float {name} = 0.f;")
+        v = l.var.name
+        self.emit(f"for (long long {v} = 0; {v} < {l.var.extent}LL; ++{v}) {{")
+        self.indent += "  "
+        self.memo.append({})
+        self.emit("{")      # the running max is read by the terms under the loop's own name
+        self.indent += "  "
+        y = self.value(l.tile_max)
+        self.emit(f"const float {l.name}_new = max_nan({l.name}, {y});")
+        self.emit(f"const float {l.name}_a = ({l.name} == {l.name}_new) ? 1.f : exp2f({c_literal(l.scale, l.tile_max.dtype)} * ({l.name} - {l.name}_new));")
+        old = self.lets[l.name]
+        self.lets[l.name] = f"{l.name}_new"
+        terms = [self.value(t) for t in l.terms]
+        self.lets[l.name] = old
+        for name, t in zip(l.sums, terms):
+            self.emit(f"{name} = {name} * {l.name}_a + {t};")
+        self.emit(f"{l.name} = {l.name}_new;")
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        self.memo.pop()
+        self.indent = self.indent[:-2]
+        self.emit("}")
+        for name, t in zip(l.sums, l.terms):
+            if t.dtype.is_float and t.dtype.name != "f32":
+                self.emit(f"{name} = {round_to(name, t.dtype)};")
+
+
 @dataclass
 class KIRLaunch:
     name: str
@@ -137,6 +168,7 @@ def render_kernel(k: Kernel, program: KernelProgram, name: str) -> tuple[str, KI
         params.append(f"{const}{C_STORAGE[buf.dtype]}* __restrict__ {b}")
     npar = math.prod(v.extent for v in axes[:p])
     lets = {l.name: l.name for l in k.lets}
+    lets.update({name: name for l in k.lets if isinstance(l, Online) for name in l.sums})
     em = _ValueEmitter(lets)
     em.emit(f"const long long t = (long long)blockIdx.x * {BLOCK} + threadIdx.x;")
     em.emit(f"if (t >= {npar}LL) return;")
@@ -148,6 +180,9 @@ def render_kernel(k: Kernel, program: KernelProgram, name: str) -> tuple[str, KI
     def emit_lets(depth_ok):
         for l in k.lets:
             if depth_ok(l.depth):
+                if isinstance(l, Online):
+                    em.online(l)
+                    continue
                 x = em.value(l.value)
                 em.emit(f"const {C_COMPUTE[l.value.dtype]} {l.name} = {x};")
 

@@ -24,7 +24,7 @@ from llvmlite import ir
 
 from backends.llvm.render import F32, I64, PTR, STORAGE, KernelRenderer, _i64, for_range
 from ir.dtypes import DType
-from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Reduce, Ref, Value, Var, atom_vars,
+from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Let, Reduce, Ref, Value, Var, atom_vars,
                        value_vars, walk)
 from ir.ops import Op
 
@@ -53,6 +53,8 @@ def match(kernel: Kernel, program: KernelProgram) -> MatmulPattern | None:
     if len(kernel.axes) < 2 or len(kernel.lets) != 1 or len(kernel.stores) != 1:
         return None
     let, store = kernel.lets[0], kernel.stores[0]
+    if not isinstance(let, Let):
+        return None
     red = let.value
     if let.depth != len(kernel.axes) or not isinstance(red, Reduce) or red.op != Op.SUM:
         return None

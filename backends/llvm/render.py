@@ -17,7 +17,7 @@ from llvmlite import ir
 
 from backends.llvm import jit, mathfns
 from ir.dtypes import DType
-from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Lin, Load,
+from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load, Online,
                        Reduce, Ref, Schedule, Value, Var, as_lin, substitute, value_vars, walk)
 from ir.ops import Op
 
@@ -155,7 +155,7 @@ class KernelRenderer:
         if not k.axes or k.axes[-1].extent > MAX_ROW_CACHE:
             return []
         full = [l for l in k.lets if l.depth == len(k.axes)]
-        if not full or any(not isinstance(l.value, Reduce) for l in full):
+        if not full or any(not isinstance(l, Let) or not isinstance(l.value, Reduce) for l in full):
             return []
         last = k.axes[-1]
         for l in full:
@@ -227,7 +227,7 @@ class KernelRenderer:
         for st in k.stores:
             epilogue |= set(walk(st.value))
         for let in k.lets:
-            red = let.value
+            red = let.value if isinstance(let, Let) else None
             if let.depth != len(k.axes) - 1 or not isinstance(red, Reduce) or len(red.vars) != 1:
                 continue
             r = red.vars[0]
@@ -248,7 +248,42 @@ class KernelRenderer:
     def _emit_lets(self, depth: int) -> None:
         for let in self.k.lets:
             if let.depth == depth:
-                self.refs[let.name] = self.value(let.value)
+                if isinstance(let, Online):
+                    self._online(let)
+                else:
+                    self.refs[let.name] = self.value(let.value)
+
+    def _online(self, let: Online) -> None:
+        """One pass over the tiles carrying (m, sums): m' = max(m, tile max); each sum is
+        rescaled by exp2(scale * (m - m')) (1 when the max did not change) and gets the tile's
+        term, which reads m' (ir.kernel.Online)."""
+        b = self.b
+        flags = FAST if self.ks.fast_math else ()
+        entry = ir.IRBuilder(self.entry)
+        m_slot = entry.alloca(F32)
+        slots = [entry.alloca(F32) for _ in let.sums]
+        b.store(ir.Constant(F32, float("-inf")), m_slot)
+        for slot in slots:
+            b.store(ir.Constant(F32, 0.0), slot)
+        exp2 = mathfns.define_exp2(self.module)
+        with for_range(b, _i64(0), _i64(let.var.extent), let.var.name) as i:
+            self.scopes.append({})
+            self.vars[let.var] = i
+            y = self.value(let.tile_max)
+            m = b.load(m_slot, typ=F32)
+            m_new = b.call(self._intrinsic("llvm.maximum.f32", F32, 2), [m, y])
+            shrink = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
+            alpha = b.select(b.fcmp_ordered("==", m, m_new), ir.Constant(F32, 1.0), shrink)
+            self.refs[let.name] = m_new
+            for slot, term in zip(slots, let.terms):
+                t = self.value(term)
+                acc = b.fmul(b.load(slot, typ=F32), alpha, flags=flags)
+                b.store(b.fadd(acc, t, flags=flags), slot)
+            b.store(m_new, m_slot)
+            self.scopes.pop()
+        self.refs[let.name] = b.load(m_slot, typ=F32)
+        for name, slot, term in zip(let.sums, slots, let.terms):
+            self.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
 
     def _emit_stores(self) -> None:
         for st in self.k.stores:

@@ -37,7 +37,7 @@ def _work(k) -> int:
     """Rough operations per kernel (output elements x reduction extents)."""
     from ir.kernel import Reduce, walk
     red = 1
-    for e in [l.value for l in k.lets] + [s.value for s in k.stores]:
+    for e in k.values():
         for x in walk(e):
             if isinstance(x, Reduce):
                 red = max(red, math.prod(v.extent for v in x.vars))

@@ -1,0 +1,129 @@
+"""The tuple-accumulator lowering of the online-softmax rules' two-level reductions
+(compiler/online.py, ir.kernel.Online): when it applies, that it keeps the meaning, and that
+every backend runs it like the interpreter (odd tiles, halves, NaN/inf rows)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compiler.lower import lower
+from compiler.online import affine_coefficient
+from compiler.trace import spec, trace
+from ir.dtypes import DType
+from ir.interpreter import evaluate
+from ir.kernel import Compute, Const, Online, Ref, evaluate_program
+from ir.ops import Op
+from tolerances import assert_close
+
+LOG2E = 1.0 / math.log(2.0)
+
+
+def two_level_softmax(t: int):
+    """softmax over the last axis written the way the online rules leave it: the row split
+    into tiles of t, m = max of tile maxes, l = sum of tile sums rescaled by exp(m_b - m)."""
+    def fn(x):
+        r, n = x.shape
+        xb = x.reshape(r, n // t, t)
+        mb = xb.max(-1, keepdim=True)                       # (r, B, 1)
+        m = mb.max(-2, keepdim=True)                        # (r, 1, 1)
+        lb = (xb - mb).exp().sum(-1, keepdim=True)          # (r, B, 1)
+        l = (lb * (mb - m).exp()).sum(-2, keepdim=True)     # (r, 1, 1)
+        return (x - m.reshape(r, 1)).exp() / l.reshape(r, 1)
+    return fn
+
+
+def onlines(program) -> list[Online]:
+    return [l for k in program.kernels for l in k.lets if isinstance(l, Online)]
+
+
+def test_affine_coefficient():
+    m = Ref("m", DType.f32)
+    x = Ref("x", DType.f32)
+    c = lambda v: Const(v, DType.f32)
+    mul = lambda a, b: Compute(Op.MUL, DType.f32, (a, b))
+    add = lambda a, b: Compute(Op.ADD, DType.f32, (a, b))
+    assert affine_coefficient(mul(add(x, mul(m, c(-1.0))), c(2.0)), "m") == -2.0
+    assert affine_coefficient(add(mul(x, c(3.0)), mul(mul(m, c(-1.0)), c(3.0))), "m") == -3.0
+    assert affine_coefficient(x, "m") == 0.0
+    assert affine_coefficient(mul(m, m), "m") is None                  # not affine
+    assert affine_coefficient(mul(m, x), "m") is None                  # not a constant factor
+    assert affine_coefficient(Compute(Op.EXP2, DType.f32, (m,)), "m") is None
+
+
+def test_plain_softmax_is_not_turned_online():
+    """One level (no per-tile sums): the row reductions stay as they are; the backends fuse
+    them into one row kernel. Only the rules' two-level form becomes an Online loop."""
+    g = trace(lambda x: x.softmax(-1), spec((4, 256), "f32"))
+    assert onlines(lower(g)) == []
+
+
+def test_two_level_softmax_becomes_one_kernel_with_one_online_loop():
+    g = trace(two_level_softmax(16), spec((4, 256), "f32"))
+    p = lower(g)
+    assert len(p.kernels) == 1 and not [b for b in p.buffers if b.kind == "temp"]
+    (on,) = onlines(p)
+    assert on.var.extent == 16 and len(on.sums) == 1 and on.scale == pytest.approx(LOG2E)
+    # the row max Let was folded into the loop (no separate pass)
+    assert [type(l).__name__ for l in p.kernels[0].lets] == ["Online"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.sampled_from([1, 3, 7]), tiles=st.sampled_from([1, 2, 5, 16]), t=st.sampled_from([1, 3, 8, 32]),
+       dtype=st.sampled_from(["f32", "f16", "bf16"]), scale=st.sampled_from([1.0, 30.0]))
+def test_online_lowering_keeps_the_meaning(rows, tiles, t, dtype, scale):
+    """The kernel-IR evaluator (the Online's defining meaning) and the CPU backend (the
+    one-pass running-max loop) both match the interpreter on the two-level program."""
+    from backends import get_backend
+    g = trace(two_level_softmax(t), spec((rows, tiles * t), dtype))
+    x = (np.random.default_rng(rows * 100 + t).standard_normal((rows, tiles * t)) * scale).astype(DType(dtype).np)
+    want = evaluate(g, [x])[0]
+    p = lower(g)
+    if rows > 1:          # (size-1 axes are not loops)
+        assert bool(onlines(p)) == (tiles > 1 and t > 1)
+    assert_close(evaluate_program(p, [x])[0], want, dtype)
+    assert_close(get_backend("cpu").build(g)(x)[0], want, dtype)
+
+
+def test_online_loop_propagates_nan_and_inf_like_the_program():
+    from backends import get_backend
+    g = trace(two_level_softmax(8), spec((5, 64), "f32"))
+    x = np.random.default_rng(0).standard_normal((5, 64)).astype(np.float32)
+    x[1, 3] = np.nan
+    x[2, 40] = np.inf
+    x[3, :] = -np.inf
+    x[4, :8] = -np.inf               # a first tile of -inf: the running max starts at -inf
+    want = evaluate(g, [x])[0]
+    got = get_backend("cpu").build(g)(x)[0]
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, atol=1e-7)
+
+
+def test_rules_online_softmax_candidate_lowers_to_one_online_loop():
+    """The e-graph's online-softmax candidate (not a hand-written one) becomes a single
+    kernel with an Online loop, and every lowered candidate still means the same."""
+    from compiler.explore import explore
+    g = trace(lambda x: x.softmax(-1), spec((3, 1024), "f32"))
+    x = (np.random.default_rng(3).standard_normal((3, 1024)) * 8).astype(np.float32)
+    want = evaluate(g, [x])[0]
+    found = 0
+    for c in explore(g).candidates:
+        p = lower(c.graph)
+        found += bool(onlines(p)) and len(p.kernels) == 1
+        assert_close(evaluate_program(p, [x])[0], want, "f32")
+    assert found >= 1
+
+
+def test_kernel_ir_cuda_rendering_of_online_runs_on_host():
+    from backends.cuda import hostsim
+    reason = hostsim.available()
+    if reason:
+        pytest.skip(reason)
+    for dtype in ("f32", "f16"):
+        g = trace(two_level_softmax(8), spec((3, 40), dtype))
+        x = (np.random.default_rng(4).standard_normal((3, 40)) * 4).astype(DType(dtype).np)
+        assert_close(hostsim.run_kernel_ir(g, [x])[0], evaluate(g, [x])[0], dtype)
