@@ -1,7 +1,7 @@
 """Algebra family: exp2/log2 identities, reciprocal and constant folding, distributivity,
 identities of mul/add, common factors pulled out of reductions."""
-from rewrites.pattern import (Rule, fgt, flt, ToFloat, add, exp2, expand, log2, max_, mul, mulc, addc, recip,
-                              sum_)
+from rewrites.pattern import (IsF32, Rule, fgt, flt, ToFloat, add, cast, exp2, expand, log2, max_, mul, mulc, addc,
+                              recip, sum_)
 from rewrites.vars import a, c, d, g, n, x, y, z
 
 F = "algebra"
@@ -67,4 +67,13 @@ RULES = [
     Rule("max-of-addc", max_(addc(x, c), a), addc(max_(x, a), c), family=F),
     # max(x + expand(g, a, n), a) -> max(x, a) + g
     Rule("max-of-add-broadcast", max_(add(x, expand(g, a, n)), a), add(max_(x, a), g), family=F),
+    # Rounding round trips. A half-precision program rounds every intermediate it stores (the
+    # softmax probabilities before P @ V, for one); dropping such a rounding keeps one more
+    # f32 value, which then lets other rules move factors through it (flash attention's
+    # 1/l). The two sides differ by one rounding of the narrow type, hence the tolerance; every
+    # candidate is still verified against the original at its output dtype's tolerance.
+    # cast(cast(x, f16), f32) -> x      if x is f32
+    Rule("drop-f16-round-trip", cast(cast(x, "f16"), "f32"), x, (IsF32(x),), family=F, tolerance=2e-3),
+    # cast(cast(x, bf16), f32) -> x     if x is f32
+    Rule("drop-bf16-round-trip", cast(cast(x, "bf16"), "f32"), x, (IsF32(x),), family=F, tolerance=1e-2),
 ]

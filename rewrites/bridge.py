@@ -17,6 +17,7 @@ from egglog import (EGraph, Expr, StringLike, f64, f64Like, function, i64, i64Li
                     rewrite, rule, ruleset, set_, String, union, var)
 from egglog import eq as eg_eq
 
+from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
@@ -86,6 +87,7 @@ def Out(i: i64Like) -> Term: ...   # marks output i's e-class (survives merges, 
 
 tile = relation("tile", i64)
 isfloat = relation("isfloat", Term)
+isf32 = relation("isf32", Term)      # holds f32 values (for rules that are typed only on f32)
 
 CTOR = {"exp2": Exp2, "log2": Log2, "sin": Sin, "sqrt": Sqrt, "recip": Recip, "contiguous": Contig,
         "cast": CastT, "add": Add, "mul": Mul, "mod": Mod, "lt": Lt, "where": Where, "addc": AddC,
@@ -149,6 +151,20 @@ def _shape_rules():
     for c in (Expand, Split):
         rs.append(rule(eg_eq(e).to(c(x, a, t)), isfloat(x)).then(isfloat(e)))
     rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), isfloat(x)).then(isfloat(e)))
+    # the same for f32 exactly: every op but a cast keeps its operand's dtype
+    for c in (Exp2, Log2, Sin, Sqrt, Recip, Contig):
+        rs.append(rule(eg_eq(e).to(c(x)), isf32(x)).then(isf32(e)))
+    for c in (Add, Mul, Mod):
+        rs.append(rule(eg_eq(e).to(c(x, y)), isf32(x)).then(isf32(e)))
+    rs.append(rule(eg_eq(e).to(Where(x, y, z)), isf32(y)).then(isf32(e)))
+    for c in (AddC, MulC):
+        rs.append(rule(eg_eq(e).to(c(x, f)), isf32(x)).then(isf32(e)))
+    rs.append(rule(eg_eq(e).to(CastT(x, String("f32")))).then(isf32(e)))
+    for c in (SumT, MaxT, Unsq, Sqz, Merge, ViewT):
+        rs.append(rule(eg_eq(e).to(c(x, a)), isf32(x)).then(isf32(e)))
+    for c in (Expand, Split):
+        rs.append(rule(eg_eq(e).to(c(x, a, t)), isf32(x)).then(isf32(e)))
+    rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), isf32(x)).then(isf32(e)))
     return rs
 
 
@@ -216,6 +232,8 @@ def _guard(g, vs: _Vars):
         return tile(_int(g.t, vs, []))
     if isinstance(g, P.IsFloat):
         return isfloat(vs.get(g.x))
+    if isinstance(g, P.IsF32):
+        return isf32(vs.get(g.x))
     l, r = _int(g.lhs, vs, []), _int(g.rhs, vs, [])
     if g.op == "==":
         # `n == dim(x, a)`: egglog binds n from the table when written as a fact
@@ -298,11 +316,13 @@ class Importer:
         self.lit_keys: dict[Node, int] = {}
         self.view_keys: dict[ShapeTracker, int] = {}
 
-    def _let(self, expr, shape=None, is_float: bool = False):
+    def _let(self, expr, shape=None, is_float: bool = False, is_f32: bool = False):
         self.count += 1
         ref = self.eg.let(f"n{self.count}", expr)
         if is_float:
             self.eg.register(isfloat(ref))
+        if is_f32:
+            self.eg.register(isf32(ref))
         if shape is not None:
             for i, s in enumerate(shape):
                 self.eg.register(set_(dim(ref, i64(i))).to(i64(s)))
@@ -320,12 +340,13 @@ class Importer:
     def _term(self, n: Node):
         op = n.op
         if op == Op.INPUT:
-            return self._let(Inp(i64(self.tables.inputs.index(n))), n.shape, n.dtype.is_float)
+            return self._let(Inp(i64(self.tables.inputs.index(n))), n.shape, n.dtype.is_float,
+                             n.dtype == DType.f32)
         if op == Op.CONST:
             key = self.lit_keys.setdefault(n, len(self.tables.lits))
             if key == len(self.tables.lits):
                 self.tables.lits.append(n)
-            return self._let(Lit(i64(key)), n.shape, n.dtype.is_float)
+            return self._let(Lit(i64(key)), n.shape, n.dtype.is_float, n.dtype == DType.f32)
         if op in (Op.ADD, Op.MUL):
             a, b = n.srcs
             ca, cb = self._const_of(a), self._const_of(b)

@@ -231,6 +231,10 @@ class _Instance:
                 if g.x.name not in self.dtypes or not self.dtypes[g.x.name].is_float:
                     raise Retry()
                 continue
+            if isinstance(g, P.IsF32):
+                if self.dtypes.get(g.x.name) != DType.f32:
+                    raise Retry()
+                continue
             lhs, rhs = self.int_(g.lhs, "axis", 4), self.int_(g.rhs, "axis", 4)
             ok = {"==": lhs == rhs, "!=": lhs != rhs, "<": lhs < rhs, ">": lhs > rhs, "<=": lhs <= rhs,
                   ">=": lhs >= rhs}[g.op]

@@ -185,7 +185,13 @@ class FloatCond:
     rhs: "FloatExpr"
 
 
-Guard = Union[Cond, IsTile, IsFloat, FloatCond]
+@dataclass(frozen=True)
+class IsF32:
+    """x holds f32 values (a dtype analysis): for rules whose two sides type-check only then."""
+    x: "Var"
+
+
+Guard = Union[Cond, IsTile, IsFloat, IsF32, FloatCond]
 
 
 def flt(a, b) -> FloatCond: return FloatCond("<", a, b)
@@ -253,6 +259,8 @@ def show_guard(g) -> str:
         return f"tile({show_int(g.t)})"
     if isinstance(g, IsFloat):
         return f"float({g.x.name})"
+    if isinstance(g, IsF32):
+        return f"f32({g.x.name})"
     return f"{show_int(g.lhs)} {g.op} {show_int(g.rhs)}"
 
 
@@ -278,7 +286,7 @@ def variables(p, out=None) -> dict:
         variables(p.rhs, out)
     elif isinstance(p, IsTile):
         variables(p.t, out)
-    elif isinstance(p, IsFloat):
+    elif isinstance(p, (IsFloat, IsF32)):
         variables(p.x, out)
     elif isinstance(p, FloatCond):
         variables(p.lhs, out)
