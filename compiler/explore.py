@@ -70,15 +70,16 @@ class Exploration:
 
 
 def default_tiles(graph: Graph) -> tuple[int, ...]:
-    """One tile size per distinct long reduction length: a power of two near sqrt(n), 16..128."""
+    """One tile size per distinct long reduction length: a power of two near sqrt(n), 16..128.
+    Lengths under an eighth of the longest are left whole (attention's 64-long head-dim dot
+    products next to 1024-long rows: tiling them too doubles the e-graph for nothing)."""
+    lengths = {n.srcs[0].shape[a] for n in graph.nodes if n.op in REDUCE for a in n.arg}
+    longest = max(lengths, default=0)
     tiles = set()
-    for n in graph.nodes:
-        if n.op in REDUCE:
-            for a in n.arg:
-                length = n.srcs[0].shape[a]
-                if length >= 32:
-                    t = 2 ** round(math.log2(math.sqrt(length)))
-                    tiles.add(min(128, max(16, t)))
+    for length in lengths:
+        if length >= 32 and 8 * length >= longest:
+            t = 2 ** round(math.log2(math.sqrt(length)))
+            tiles.add(min(128, max(16, t)))
     return tuple(sorted(tiles))[:2]
 
 

@@ -28,13 +28,31 @@ def test_templates_are_chosen():
     assert kinds(lambda x: x.softmax(-1), spec((8, 16))) == ["row"]
     assert kinds(lambda x, w, b: x.layer_norm((16,), w, b), spec((8, 16)), spec((16,)), spec((16,))) == ["row"]
     assert kinds(lambda x: (x * 1.7 + 0.3).gelu(), spec((8, 16))) == ["elementwise"]
-    assert kinds(nn.attention, *[spec((2, 4, 32, 64), "f16")] * 3) == ["attention"]
+    # naive attention: products and a fused softmax row (flash is the lowering of the rules'
+    # online form, test_rules_flash_form_is_one_attention_kernel)
+    assert kinds(nn.attention, *[spec((2, 4, 32, 64), "f16")] * 3) == ["gemm", "row", "gemm"]
     # f32 attention has no tensor-core path: product, fused softmax row, product
     assert kinds(nn.attention, *[spec((2, 4, 32, 64))] * 3) == ["gemm", "row", "gemm"]
     # the MLP's bias + GELU ride in the first product's epilogue
     assert kinds(nn.mlp, spec((64, 32), "f16"), spec((32, 128), "f16"), spec((128,), "f16"),
                  spec((128, 32), "f16"), spec((32,), "f16")) == ["gemm", "gemm"]
     assert kinds(lambda x: x.sum(0), spec((8, 16))) == ["generic", "elementwise"]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_rules_flash_form_is_one_attention_kernel(dtype):
+    """The e-graph's online-softmax form of attention (running max, rescaled sums and
+    accumulator over key tiles) is planned as one flash kernel; the naive program is not."""
+    from compiler.explore import explore
+    g = compiler.trace(nn.attention, *[spec((2, 2, 256, 64), dtype)] * 3)
+    plans = {c.description: [s.kind for s in plan(c.graph)] for c in explore(g).candidates}
+    assert plans["original program"] == ["gemm", "row", "gemm"]
+    flash = [d for d, k in plans.items() if k == ["attention"]]
+    assert flash, plans
+    from backends.cuda import render as render_graph
+    chosen = next(c.graph for c in explore(g).candidates if c.description == flash[0])
+    src = render_graph(chosen)[0]
+    assert "mma" in src
 
 
 def test_resolve_composes_views_and_casts():

@@ -2,8 +2,9 @@
 matrix-product chains are attention, which views are per-row broadcasts.
 
 A matrix product in primitive form is SUM over one axis of MUL(a, b) where a is constant
-along some output axes ("n") and b along others ("m"). Attention is the naive form
-softmax(c * (Q K^T)) V that the frontend builds, recognized op by op.
+along some output axes ("n") and b along others ("m"). Flash attention is the
+online-softmax form the e-graph's rules produce (`match_flash`), recognized op by op; the
+naive softmax(c * Q K^T) V is not: it lowers to its products and a row kernel.
 """
 from __future__ import annotations
 
@@ -98,14 +99,6 @@ def _mul_const(n: Node):
     return None
 
 
-@dataclass(frozen=True)
-class AttentionMatch:
-    out: GemmMatch       # P @ V
-    qk: GemmMatch        # Q @ K^T
-    scale_log2: float    # softmax(Q K^T * s) == exp2(Q K^T * scale_log2 - m) / sum
-    internal: frozenset  # nodes computed inside the fused kernel (never materialized)
-
-
 def peel_casts(n: Node) -> Node:
     """Skip float-to-float casts (they change rounding only; the fused kernels compute in f32)."""
     while n.op == Op.CAST and n.dtype.is_float and n.srcs[0].dtype.is_float:
@@ -113,76 +106,149 @@ def peel_casts(n: Node) -> Node:
     return n
 
 
-def match_attention(pv: GemmMatch) -> AttentionMatch | None:
-    """softmax(c * (Q @ K^T)) @ V in the frontend's primitive form, axes batch..., m, k, n."""
-    r2 = pv.reduce
-    nd = len(r2.shape)
-    if nd < 3 or pv.k_axis != nd - 2 or pv.m_axes != (nd - 3,) or pv.n_axes != (nd - 1,):
+def peel(n: Node) -> Node:
+    """Skip views and float-to-float casts."""
+    while n.op == Op.VIEW or (n.op == Op.CAST and n.dtype.is_float and n.srcs[0].dtype.is_float):
+        n = n.srcs[0]
+    return n
+
+
+def _exp2_of_difference(n: Node):
+    """n = exp2((a - b) * c) or exp2(a * c + (b * -1) * c), views and float casts anywhere in
+    between -> (a, b, c) with views/casts peeled off a and b; else None."""
+    n = peel(n)
+    if n.op != Op.EXP2:
         return None
-    pview = pv.a
-    if pview.op != Op.VIEW or len(pview.arg.views) != 1:
+    x = peel_casts(n.srcs[0])
+    mc = _mul_const(x)
+    if mc is not None and peel_casts(mc[0]).op == Op.ADD:           # (a + b * -1) * c
+        a, nb = peel_casts(mc[0]).srcs
+        for a, nb in ((a, nb), (nb, a)):
+            neg = _mul_const(peel(nb))
+            if neg is not None and neg[1] == -1.0:
+                return peel(a), peel(neg[0]), mc[1]
         return None
-    p = peel_casts(pview.srcs[0])
-    # P = E * bcast(recip(sum(E)))
-    if p.op != Op.MUL:
+    if x.op == Op.ADD:                                              # a * c + (b * -1) * c
+        for ac, bc in (x.srcs, x.srcs[::-1]):
+            ma, mb = _mul_const(peel_casts(ac)), _mul_const(peel_casts(bc))
+            if ma is None or mb is None or ma[1] != mb[1]:
+                continue
+            neg = _mul_const(peel(mb[0]))
+            if neg is not None and neg[1] == -1.0:
+                return peel(ma[0]), peel(neg[0]), ma[1]
+    return None
+
+
+@dataclass(frozen=True)
+class FlashMatch:
+    """Flash attention as the online-softmax rules leave it (axes batch..., q, B, t, d with the
+    key axis split into B tiles of t):
+
+        S_b  = c_s * (Q K^T) viewed as (.., q, B, t)          (c_s: constant factors, casts)
+        m_b  = max_t S_b;   m = max_B m_b;   r_b = exp2(c (m_b - m));   P_b = exp2(c (S_b - m_b))
+        O    = (sum_B r_b * sum_t P_b V_b) * recip(sum_B r_b * sum_t P_b)
+
+    The flash kernel is the lowering of that form: its loop over key tiles carries (m, l, acc)
+    and applies the same rescale r_b as the tiles arrive, so S and P never reach memory."""
+    qk: GemmMatch          # Q @ K^T (its SUM is the unsplit score row)
+    v: Node                # V as read by the accumulator: (.., q, B, t, d), views/up-casts of a buffer
+    tiles: int             # B
+    scale_log2: float      # exp2(scale_log2 * (Q K^T) - m) is the kernel's P
+    internal: frozenset    # nodes computed inside the kernel (never materialized)
+
+
+def _tile_sum(n: Node, axis: int) -> Node | None:
+    n = peel(n)
+    return n if n.op == Op.SUM and n.arg == (axis,) else None
+
+
+def match_flash(out: Node) -> FlashMatch | None:
+    """out = MUL(O_num, recip(l)) (either order, views between) in the form above."""
+    if out.op != Op.MUL:
         return None
-    def recip_of_sum(x: Node):   # bcast(recip(sum)) or recip(bcast(sum)) -> the sum
-        if x.op == Op.VIEW and is_row_broadcast(x) and x.srcs[0].op == Op.RECIP:
-            return x.srcs[0].srcs[0]
-        if x.op == Op.RECIP and x.srcs[0].op == Op.VIEW and is_row_broadcast(x.srcs[0]):
-            return x.srcs[0].srcs[0]
+    for num, den in (out.srcs, out.srcs[::-1]):
+        rc = peel(den)
+        if rc.op != Op.RECIP:
+            continue
+        acc, l = peel(num), peel(rc.srcs[0])
+        if acc.op != Op.SUM or l.op != Op.SUM or len(acc.arg) != 1 or acc.arg != l.arg:
+            continue
+        found = _match_combines(acc, l)
+        if found is not None:
+            qk, v, tiles, scale, stop = found
+            internal, stack = set(), [out]
+            while stack:
+                n = stack.pop()
+                if n in internal or n in stop:
+                    continue
+                internal.add(n)
+                if n is not qk.reduce:
+                    stack.extend(x for x in n.srcs if x.op != Op.CONST)
+            return FlashMatch(qk, v, tiles, scale, frozenset(internal))
+    return None
+
+
+def _match_combines(acc: Node, l: Node):
+    a = acc.arg[0]
+    # l = sum_B (l_b * r_b), l_b = sum_t P_b ; acc = sum_B (r_b * acc_b), acc_b = sum_t P_b * V_b
+    def split_rb(prod: Node, inner_ok):
+        prod = peel_casts(prod)
+        if prod.op != Op.MUL:
+            return None
+        for x, y in (prod.srcs, prod.srcs[::-1]):
+            inner = _tile_sum(y, a + 1)
+            rb = _exp2_of_difference(x)
+            if inner is not None and rb is not None and inner_ok(inner):
+                return rb, inner
         return None
-    e, rb = p.srcs
-    if recip_of_sum(rb) is None:
-        e, rb = rb, e
-    ssum = recip_of_sum(rb)
-    if ssum is None:
+
+    got_l = split_rb(l.srcs[0], lambda s: peel(s.srcs[0]).op == Op.EXP2)
+    got_acc = split_rb(acc.srcs[0], lambda s: peel_casts(s.srcs[0]).op == Op.MUL)
+    if got_l is None or got_acc is None:
         return None
-    if ssum.op != Op.SUM or ssum.srcs[0] is not e or ssum.arg != (len(e.shape) - 1,):
+    (mb, m, c), lb = got_l
+    if got_acc[0] != (mb, m, c) or c <= 0:
         return None
-    # E = exp2((S + bcast(max(S)) * -1) * c)
-    if e.op != Op.EXP2:
+    if m.op != Op.MAX or m.arg != (a,) or peel(m.srcs[0]) is not mb:
         return None
-    mc = _mul_const(e.srcs[0])
-    if mc is None:
+    if mb.op != Op.MAX or mb.arg != (a + 1,):
         return None
-    diff, c = mc
-    if diff.op != Op.ADD:
+    s_b = mb.srcs[0]
+    p_b = _exp2_of_difference(lb.srcs[0])
+    if p_b is None or p_b[1] is not mb or p_b[2] != c or p_b[0] is not peel(s_b):
         return None
-    s, negmax = diff.srcs
-    if _mul_const(negmax) is None:
-        s, negmax = negmax, s
-    nm = _mul_const(negmax)
-    if nm is None or nm[1] != -1.0 or not is_row_broadcast(nm[0]):
+    # acc_b = sum_t (view(P_b) * V)
+    prod = peel_casts(got_acc[1].srcs[0])
+    v = None
+    for x, y in (prod.srcs, prod.srcs[::-1]):
+        px = _exp2_of_difference(x)
+        if px is not None and px == p_b:
+            v = y
+    if v is None:
         return None
-    smax = nm[0].srcs[0]
-    if smax.op != Op.MAX or smax.srcs[0] is not s or smax.arg != (len(s.shape) - 1,):
+    # S_b = (constant factors and casts of) a split view of Q @ K^T
+    scale, x = 1.0, s_b
+    while True:
+        x = peel_casts(x)
+        mc = _mul_const(x)
+        if mc is None:
+            break
+        scale *= mc[1]
+        x = mc[0]
+    if x.op != Op.VIEW or len(x.arg.views) != 1 or x.arg.views[0] != View.contiguous(x.shape):
         return None
-    # S = reshape(QK) * scale   (or reshape(QK)), casts between float types allowed anywhere
-    scale = 1.0
-    inner = peel_casts(s)
-    sc = _mul_const(inner)
-    if sc is not None:
-        inner, scale = peel_casts(sc[0]), sc[1]
-    if not is_pure_reshape(inner):
-        return None
-    qk = match_gemm(inner.srcs[0])
+    qk = match_gemm(x.srcs[0])
     if qk is None:
         return None
     r1 = qk.reduce
-    if len(r1.shape) != nd or qk.k_axis != nd - 2 or qk.m_axes != (nd - 3,) or qk.n_axes != (nd - 1,):
+    nd = len(r1.shape)
+    if qk.k_axis != nd - 2 or qk.m_axes != (nd - 3,) or qk.n_axes != (nd - 1,) or nd < 3:
         return None
-    if r1.shape[:nd - 2] != r2.shape[:nd - 2]:
+    # the split: (.., q, 1, skv) -> (.., q, B, t) with B * t = skv; acc over (.., q, B, t, d)
+    if a != nd - 2 or x.shape != r1.shape[:nd - 2] + (x.shape[a], x.shape[a + 1]) \
+            or x.shape[a] * x.shape[a + 1] != r1.shape[nd - 1] or len(v.shape) != nd + 1 \
+            or v.shape[:nd] != x.shape or scale <= 0:
         return None
-    if p.shape != s.shape or s.shape[-1] != r1.shape[-1] or pv.mul.shape[nd - 2] != s.shape[-1]:
-        return None
-    # every node from P@V's left operand down to Q@K^T is computed inside the fused kernel
-    internal, stack = {pv.mul}, [pview]
-    while stack:
-        n = stack.pop()
-        if n in internal:
-            continue
-        internal.add(n)
-        if n is not r1:
-            stack.extend(x for x in n.srcs if x.op != Op.CONST)
-    return AttentionMatch(pv, qk, scale * c, frozenset(internal))
+    return qk, v, x.shape[a], scale * c, {v}
+
+

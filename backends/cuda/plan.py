@@ -5,7 +5,8 @@ operands), and any value read through an expanding view (recomputing it per broa
 would multiply its cost); everything else is fused into the kernel that consumes it. Each
 materialized value becomes one step, by the first template that fits:
 
-  attention   softmax(c * Q K^T) V, f16/bf16 -> flash kernel (tensor cores, online softmax)
+  attention   the rules' online-softmax form of softmax(c * Q K^T) V (match.match_flash),
+              f16/bf16 -> flash kernel (tensor cores, running (m, l, acc) over key tiles)
   gemm        SUM(MUL(a, b)) over one axis -> tensor-core GEMM (f16/bf16, aligned) or SIMT
               GEMM; an elementwise consumer (bias, activation) is fused as its epilogue
   row         reductions over the last axis plus elementwise work on those rows (softmax,
@@ -21,8 +22,7 @@ from ir.graph import Graph
 from ir.node import Node
 from ir.ops import ELEMENTWISE, Op
 from ir.dtypes import HALVES, DType
-from backends.cuda.match import (AttentionMatch, GemmMatch, is_pure_reshape, is_row_broadcast, match_attention,
-                                 match_gemm)
+from backends.cuda.match import FlashMatch, GemmMatch, is_pure_reshape, is_row_broadcast, match_flash, match_gemm
 
 
 def is_lossless_cast(n: Node) -> bool:
@@ -48,7 +48,7 @@ class Step:
     output: Node                    # the value this step writes (contiguous, row-major)
     inputs: list[Node]              # buffers it reads: graph inputs or earlier steps' outputs
     gemm: GemmMatch | None = None   # gemm: the product (its SUM may be fused away into `output`)
-    attention: AttentionMatch | None = None
+    attention: FlashMatch | None = None
     reductions: list[Node] = field(default_factory=list)   # row: last-axis reductions, in order
 
     def describe(self) -> str:
@@ -120,32 +120,58 @@ def _row_shape(root: Node, nodes: list[Node], materialized: set[Node]) -> tuple 
     return S
 
 
-def attention_access(am: AttentionMatch):
-    """(q, k, v) strided half-precision reads for the flash kernel, or None if it cannot take them."""
-    from backends.cuda.resolve import resolve
+def flash_access(fm: FlashMatch):
+    """(q, k, v) strided half-precision reads for the flash kernel, or None if it cannot take
+    them. q, k index (.., q, d, key) like Q @ K^T's operands; v is returned as (.., q, key, d):
+    its (B, t) tile axes merged back into one key axis."""
+    from backends.cuda.resolve import Access, resolve
     acc = []
-    for side in (am.qk.a, am.qk.b, am.out.b):
+    for side in (fm.qk.a, fm.qk.b, fm.v):
         base = base_of(side)
         a = resolve(side, lambda n, base=base: n is base)
         if a is None or a.dtype not in HALVES:
             return None
         acc.append(a)
     q, k, v = acc
-    r2 = am.out.reduce
-    nd = len(r2.shape)
+    nd = len(fm.qk.reduce.shape)
+    t = fm.v.shape[nd - 1]
+    if fm.tiles > 1 and v.strides[nd - 2] != t * v.strides[nd - 1]:
+        return None                      # the tiles are not consecutive runs of keys
+    v = Access(v.buffer, v.strides[:nd - 2] + (v.strides[nd - 1], v.strides[nd]), v.offset)
     # q, k: head dim (the QK reduction axis) contiguous; v: output dim contiguous
     if q.dtype != k.dtype or k.dtype != v.dtype or q.strides[nd - 2] != 1 or k.strides[nd - 2] != 1 \
             or v.strides[nd - 1] != 1:
         return None
-    d, dv = am.qk.mul.shape[nd - 2], r2.shape[nd - 1]
+    d, dv = fm.qk.mul.shape[nd - 2], fm.v.shape[-1]
     if d % 16 or dv % 16 or d > 128 or dv > 128:
         return None
     # 16-byte cp.async rows: every row start 8-element aligned
     rows = [q.offset, k.offset, v.offset, q.strides[nd - 3], k.strides[nd - 1], v.strides[nd - 2]]
-    rows += [a.strides[i] for a in acc for i in range(nd - 3)]
+    rows += [a.strides[i] for a in (q, k, v) for i in range(nd - 3)]
     if any(x % 8 for x in rows):
         return None
     return q, k, v
+
+
+def _flash_output(out: Node, consumers, outputs) -> Node:
+    """The node the flash kernel writes: out, or its single reshape / float cast consumer
+    chain (the kernel stores any float dtype)."""
+    while out not in outputs and len(consumers[out]) == 1:
+        c = consumers[out][0]
+        if (c.op == Op.VIEW and is_pure_reshape(c)) or (c.op == Op.CAST and c.dtype.is_float):
+            out = c
+        else:
+            break
+    return out
+
+
+def _chain(start: Node, end: Node) -> set[Node]:
+    """Nodes from end down its first sources to start (the reshape/cast chain _flash_output took)."""
+    out, n = set(), end
+    while n is not start:
+        out.add(n)
+        n = n.srcs[0]
+    return out | {start}
 
 
 def plan(graph: Graph) -> list[Step]:
@@ -161,14 +187,16 @@ def plan(graph: Graph) -> list[Step]:
         g = match_gemm(n)
         if g is not None:
             gemms[n] = g
-    attns: dict[Node, AttentionMatch] = {}
-    for r, g in gemms.items():
-        am = match_attention(g)
-        if am is None or attention_access(am) is None:
+    attns: dict[Node, FlashMatch] = {}
+    for n in nodes:
+        fm = match_flash(n)
+        if fm is None or flash_access(fm) is None:
             continue
-        ok = all(c in am.internal or c is r for x in am.internal for c in consumers.get(x, ()))
-        if ok and not (am.internal & outputs):
-            attns[r] = am
+        o = _flash_output(n, consumers, outputs)
+        inside = fm.internal | {x for x in nodes if x is not o and x in _chain(n, o)}
+        ok = all(c in inside or c is o for x in inside for c in consumers.get(x, ()))
+        if ok and not (inside & outputs):
+            attns[o] = FlashMatch(fm.qk, fm.v, fm.tiles, fm.scale_log2, frozenset(inside))
     internal = frozenset().union(*(a.internal for a in attns.values())) if attns else frozenset()
 
     M: set[Node] = set()
@@ -189,7 +217,7 @@ def plan(graph: Graph) -> list[Step]:
             if src.op not in (Op.INPUT, Op.CONST):
                 M.add(src)
     for r, a in attns.items():
-        for side in (a.qk.a, a.qk.b, a.out.b):
+        for side in (a.qk.a, a.qk.b, a.v):
             src = base_of(side)
             if src.op not in (Op.INPUT, Op.CONST):
                 M.add(src)
@@ -236,8 +264,6 @@ def plan(graph: Graph) -> list[Step]:
             continue
         v = cands[0]
         r = v.srcs[0]
-        if r in attns and not (len(t) == 2 and o.op == Op.CAST and o.srcs[0] is v):
-            continue                   # the flash kernel takes a cast as its epilogue, nothing more
         if (r in outputs or len(consumers[r]) != 1 or not is_pure_reshape(v) or v.shape != o.shape
                 or in_trees.get(v, 0) != 1 or r in fused.values()):
             continue
@@ -251,10 +277,9 @@ def plan(graph: Graph) -> list[Step]:
     for n in nodes:
         if n not in M:
             continue
-        if n in attns or (n in fused and fused[n] in attns):
-            a = attns[fused.get(n, n)]
-            ins = reads([], M, (a.qk.a, a.qk.b, a.out.b))
-            steps.append(Step("attention", n, ins, gemm=a.out, attention=a))
+        if n in attns:
+            a = attns[n]
+            steps.append(Step("attention", n, reads([], M, (a.qk.a, a.qk.b, a.v)), attention=a))
         elif n in gemms:
             g = gemms[n]
             steps.append(Step("gemm", n, reads([], M, (g.a, g.b)), gemm=g))

@@ -733,26 +733,29 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
 
 
 def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
-    from backends.cuda.plan import attention_access
-    am = step.attention
+    from backends.cuda.plan import flash_access
+    fm = step.attention
     o = step.output
     params, call, names = _params(step)
-    q, k, v = attention_access(am)
-    r2 = am.out.reduce
-    r1 = am.qk.reduce
-    nd = len(r2.shape)
-    cR = contiguous_strides(r2.shape)
-    batch = tuple((r2.shape[a], q.strides[a], k.strides[a], v.strides[a], cR[a]) for a in range(nd - 3))
-    shape = attn_t.AttnShape(sq=r2.shape[nd - 3], skv=r1.shape[nd - 1], d=am.qk.mul.shape[nd - 2], dv=r2.shape[nd - 1],
+    q, k, v = flash_access(fm)
+    r1 = fm.qk.reduce
+    nd = len(r1.shape)
+    sq, skv, d, dv = r1.shape[nd - 3], r1.shape[nd - 1], fm.qk.mul.shape[nd - 2], fm.v.shape[-1]
+    batch_shape = r1.shape[:nd - 3]
+    cO = contiguous_strides(batch_shape + (sq, dv))      # the output, row-major (.., q, d)
+    assert o.numel == math.prod(batch_shape) * sq * dv
+    batch = tuple((batch_shape[a], q.strides[a], k.strides[a], v.strides[a], cO[a]) for a in range(nd - 3))
+    shape = attn_t.AttnShape(sq=sq, skv=skv, d=d, dv=dv,
                              batch=batch, q_off=q.offset, k_off=k.offset, v_off=v.offset,
                              q_ss=q.strides[nd - 3], k_ss=k.strides[nd - 1], v_ss=v.strides[nd - 2],
-                             o_ss=cR[nd - 3], o_sd=cR[nd - 1], scale_log2=am.scale_log2)
+                             o_ss=cO[nd - 3], o_sd=cO[nd - 2], scale_log2=fm.scale_log2)
     cfg = sched.attn or attn_t.AttnConfig(4, 64, 2)
     src = attn_t.render(name, q.dtype.value, shape, cfg, params, names[q.buffer], names[k.buffer], names[v.buffer],
                         C_STORAGE[o.dtype])
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
                        o, step.inputs, f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} "
-                                       f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) keys/tile={cfg.bkv}")
+                                       f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) keys/tile={cfg.bkv}"
+                                       f" (the program's tiles: {fm.tiles} of {skv // fm.tiles})")
 
 
 RENDERERS = {"elementwise": render_elementwise, "generic": render_generic, "row": render_row,
