@@ -96,7 +96,7 @@ def _trim_source(text: str, n: int) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--target", default="cpu")
-    p.add_argument("--size", default=None, choices=["small", "large"])
+    p.add_argument("--size", default=None, choices=["small", "large", "long"])
     p.add_argument("--dtype", default="f32")
     p.add_argument("--budget", type=float, default=None)
     p.add_argument("--workloads", default="softmax,layernorm,attention")

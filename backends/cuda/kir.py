@@ -3,7 +3,11 @@
 Every IR kernel becomes one CUDA kernel: its leading axes, up to the shallowest `Let` that sits
 inside the loop nest, are spread over threads (one thread per iteration); the remaining axes
 are sequential loops in the thread; each `Let` is computed at its depth and reused; a `Reduce`
-is a loop in the thread, in the row-major order of its variables (deterministic). This is the
+is a loop in the thread, in the row-major order of its variables (deterministic). Row kernels
+(float reductions or `Online` loops at the row's depth, elementwise work inside the row: softmax,
+layernorm, the online-softmax rules' forms) run one block per row instead: the block's threads
+split each row reduction (and each Online's tiles), combine in a fixed order (block_sum /
+block_max; Onlines merge their (max, sums) states with the same rescale), then write the row. This is the
 general path that works for any graph; the templates in `render.py` are the fast paths.
 Selected by `Schedule(lowering="kernel_ir")`.
 """
@@ -12,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ir.dtypes import DType
 from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Lin, Load, Mod, Online, Reduce, Ref, Var
 from ir.ops import Op
 from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, round_to, store_value
@@ -48,6 +53,7 @@ class _ValueEmitter:
         self.lets = lets                     # Let name -> C variable
         self.memo: list[dict] = [{}]
         self.n = 0
+        self.lanes = False      # split the next float reduction over the warp's 32 lanes
 
     def emit(self, s: str) -> None:
         self.lines.append(self.indent + s)
@@ -102,8 +108,11 @@ class _ValueEmitter:
         else:
             init = "-__int_as_float(0x7f800000)" if e.dtype.is_float else "(-2147483647 - 1)"
         acc = self.tmp(ct, init)
-        for v in e.vars:
-            self.emit(f"for (long long {v.name} = 0; {v.name} < {v.extent}LL; ++{v.name}) {{")
+        outer = self.lanes
+        lanes, self.lanes = outer and e.dtype.is_float, False    # nested reductions stay in the lane
+        for i, v in enumerate(e.vars):
+            start, step = ("lane", 32) if lanes and i == 0 else ("0", 1)
+            self.emit(f"for (long long {v.name} = {start}; {v.name} < {v.extent}LL; {v.name} += {step}) {{")
             self.indent += "  "
         self.memo.append({})
         x = self.value(e.body)
@@ -112,38 +121,75 @@ class _ValueEmitter:
         for _ in e.vars:
             self.indent = self.indent[:-2]
             self.emit("}")
+        if lanes:   # fixed-order butterfly, then lane 0's bits for every lane
+            combine = "warp_sum" if e.op == Op.SUM else "warp_max"
+            self.emit(f"{acc} = __shfl_sync(0xffffffffu, {combine}({acc}), 0);")
+        self.lanes = outer
         return self.tmp(ct, round_to(acc, e.dtype) if e.dtype.is_float else acc)
 
 
-    def online(self, l: Online) -> None:
-        """The tuple-accumulator loop (ir.kernel.Online), sequential in the thread."""
+    def online(self, l: Online, threads: int = 0) -> None:
+        """The tuple-accumulator loop (ir.kernel.Online): sequential in the thread, or with
+        `threads` > 0 spread over the block: warp w takes tiles w, w + warps, ..., its lanes
+        split each tile's reductions (coalesced reads), and the warps' (max, sums) states are
+        merged with the same rescale in a fixed order."""
         self.emit(f"float {l.name} = -__int_as_float(0x7f800000);")
         for name in l.sums:
             self.emit(f"float {name} = 0.f;")
         v = l.var.name
-        self.emit(f"for (long long {v} = 0; {v} < {l.var.extent}LL; ++{v}) {{")
+        start, step = (f"(threadIdx.x >> 5)", threads // 32) if threads else ("0", 1)
+        self.emit(f"for (long long {v} = {start}; {v} < {l.var.extent}LL; {v} += {step}) {{")
         self.indent += "  "
         self.memo.append({})
-        self.emit("{")      # the running max is read by the terms under the loop's own name
-        self.indent += "  "
+        self.lanes = bool(threads)
         y = self.value(l.tile_max)
         self.emit(f"const float {l.name}_new = max_nan({l.name}, {y});")
-        self.emit(f"const float {l.name}_a = ({l.name} == {l.name}_new) ? 1.f : exp2f({c_literal(l.scale, l.tile_max.dtype)} * ({l.name} - {l.name}_new));")
+        self.emit(f"const float {l.name}_a = {self._rescale(l, l.name, l.name + '_new')};")
         old = self.lets[l.name]
-        self.lets[l.name] = f"{l.name}_new"
+        self.lets[l.name] = f"{l.name}_new"     # the terms read the running max
         terms = [self.value(t) for t in l.terms]
         self.lets[l.name] = old
+        self.lanes = False
         for name, t in zip(l.sums, terms):
             self.emit(f"{name} = {name} * {l.name}_a + {t};")
         self.emit(f"{l.name} = {l.name}_new;")
-        self.indent = self.indent[:-2]
-        self.emit("}")
         self.memo.pop()
         self.indent = self.indent[:-2]
         self.emit("}")
+        if threads:   # every lane of a warp holds its warp's state: lane 0 speaks for it
+            self.emit(f"const float {l.name}_all = block_max({l.name}, red_sh);")
+            self.emit(f"const float {l.name}_a = {self._rescale(l, l.name, l.name + '_all')};")
+            for name in l.sums:
+                self.emit(f"{name} = block_sum(lane == 0 ? {name} * {l.name}_a : 0.f, red_sh);")
+            self.emit(f"{l.name} = {l.name}_all;")
         for name, t in zip(l.sums, l.terms):
             if t.dtype.is_float and t.dtype.name != "f32":
                 self.emit(f"{name} = {round_to(name, t.dtype)};")
+
+    @staticmethod
+    def _rescale(l: Online, old: str, new: str) -> str:
+        return f"(({old} == {new}) ? 1.f : exp2f({c_literal(l.scale, DType.f32)} * ({old} - {new})))"
+
+    def block_reduce(self, name: str, e: Reduce, threads: int) -> None:
+        """A row reduction spread over the block: thread i takes i, i + threads, ... of the first
+        variable (the rest in order), then a fixed-order block combine."""
+        combine = "block_sum" if e.op == Op.SUM else "block_max"
+        acc = self.tmp("float", "0.f" if e.op == Op.SUM else "-__int_as_float(0x7f800000)")
+        first, rest = e.vars[0], e.vars[1:]
+        self.emit(f"for (long long {first.name} = threadIdx.x; {first.name} < {first.extent}LL; "
+                  f"{first.name} += {threads}) {{")
+        self.indent += "  "
+        for v in rest:
+            self.emit(f"for (long long {v.name} = 0; {v.name} < {v.extent}LL; ++{v.name}) {{")
+            self.indent += "  "
+        self.memo.append({})
+        x = self.value(e.body)
+        self.emit(f"{acc} = {acc} + {x};" if e.op == Op.SUM else f"{acc} = max_nan({acc}, {x});")
+        self.memo.pop()
+        for _ in range(len(rest) + 1):
+            self.indent = self.indent[:-2]
+            self.emit("}")
+        self.emit(f"const float {name} = {round_to(f'{combine}({acc}, red_sh)', e.dtype)};")
 
 
 @dataclass
@@ -155,10 +201,20 @@ class KIRLaunch:
     detail: str
 
 
-def render_kernel(k: Kernel, program: KernelProgram, name: str) -> tuple[str, KIRLaunch]:
+def _block_rows(k: Kernel, p: int) -> bool:
+    """One block per row: the kernel has a row (axes outside depth p) with work inside it, and
+    the lets at depth p are float reductions or Onlines the block's threads can share."""
+    if not 1 <= p < len(k.axes):
+        return False
+    row = [l for l in k.lets if l.depth == p]
+    return bool(row) and all(isinstance(l, Online) or (isinstance(l.value, Reduce) and l.value.dtype.is_float)
+                             for l in row)
+
+
+def render_kernel(k: Kernel, program: KernelProgram, name: str, row_threads: int = 256) -> tuple[str, KIRLaunch]:
     axes = list(k.axes)
     inner_lets = [l.depth for l in k.lets if l.depth >= 1]
-    p = min(inner_lets + [len(axes)])              # axes spread over threads
+    p = min(inner_lets + [len(axes)])              # axes spread over threads (or blocks)
     used = sorted(k.reads() | k.writes(), key=lambda b: [x.name for x in program.buffers].index(b))
     written = k.writes()
     params = []
@@ -170,49 +226,81 @@ def render_kernel(k: Kernel, program: KernelProgram, name: str) -> tuple[str, KI
     lets = {l.name: l.name for l in k.lets}
     lets.update({name: name for l in k.lets if isinstance(l, Online) for name in l.sums})
     em = _ValueEmitter(lets)
-    em.emit(f"const long long t = (long long)blockIdx.x * {BLOCK} + threadIdx.x;")
-    em.emit(f"if (t >= {npar}LL) return;")
+    block = row_threads > 0 and _block_rows(k, p)
+    threads = row_threads if block else BLOCK
+    if block:
+        em.emit("const long long t = blockIdx.x;")
+        em.emit("const int lane = threadIdx.x & 31;")
+        em.emit("__shared__ float red_sh[33];")
+    else:
+        em.emit(f"const long long t = (long long)blockIdx.x * {BLOCK} + threadIdx.x;")
+        em.emit(f"if (t >= {npar}LL) return;")
     inner = 1
     for v in reversed(axes[:p]):
         em.emit(f"const long long {v.name} = (t / {inner}LL) % {v.extent}LL;")
         inner *= v.extent
 
-    def emit_lets(depth_ok):
-        for l in k.lets:
-            if depth_ok(l.depth):
-                if isinstance(l, Online):
-                    em.online(l)
-                    continue
-                x = em.value(l.value)
-                em.emit(f"const {C_COMPUTE[l.value.dtype]} {l.name} = {x};")
+    def emit_let(l, shared: bool):
+        if isinstance(l, Online):
+            em.online(l, threads if shared else 0)
+        elif shared and isinstance(l.value, Reduce):
+            em.block_reduce(l.name, l.value, threads)
+        else:
+            x = em.value(l.value)
+            em.emit(f"const {C_COMPUTE[l.value.dtype]} {l.name} = {x};")
 
-    emit_lets(lambda d: d <= p)
-    for d in range(p, len(axes)):
-        v = axes[d]
-        em.emit(f"for (long long {v.name} = 0; {v.name} < {v.extent}LL; ++{v.name}) {{")
+    for l in k.lets:
+        if l.depth <= p:
+            emit_let(l, block and l.depth == p)
+    if block:
+        # the row's elements over the block's threads; deeper lets per element
+        total = math.prod(v.extent for v in axes[p:])
+        em.emit(f"for (long long e = threadIdx.x; e < {total}LL; e += {threads}) {{")
         em.indent += "  "
         em.memo.append({})
-        emit_lets(lambda depth, d=d: depth == d + 1)
+        inner = 1
+        for v in reversed(axes[p:]):
+            em.emit(f"const long long {v.name} = (e / {inner}LL) % {v.extent}LL;")
+            inner *= v.extent
+        for l in sorted((l for l in k.lets if l.depth > p), key=lambda l: l.depth):
+            emit_let(l, False)
+        loops = 1
+    else:
+        loops = len(axes) - p
+        for d in range(p, len(axes)):
+            v = axes[d]
+            em.emit(f"for (long long {v.name} = 0; {v.name} < {v.extent}LL; ++{v.name}) {{")
+            em.indent += "  "
+            em.memo.append({})
+            for l in k.lets:
+                if l.depth == d + 1:
+                    emit_let(l, False)
     for st in k.stores:
         x = em.value(st.value)
         buf = program.buffer(st.buffer)
         em.emit(f"{st.buffer}[{_lin(st.index)}] = {store_value(x, buf.dtype)};")
-    for _ in range(p, len(axes)):
+    for _ in range(loops):
         em.memo.pop()
         em.indent = em.indent[:-2]
         em.emit("}")
-    src = f'extern "C" __global__ void __launch_bounds__({BLOCK}) {name}({", ".join(params)}) {{\n' + \
+    src = f'extern "C" __global__ void __launch_bounds__({threads}) {name}({", ".join(params)}) {{\n' + \
         "\n".join(em.lines) + "\n}\n"
+    if block:
+        return src, KIRLaunch(name, (max(1, npar), 1, 1), (threads, 1, 1), used,
+                              f"{k.name}: {npar} rows, one block of {threads} threads each")
     blocks = max(1, (npar + BLOCK - 1) // BLOCK)
     return src, KIRLaunch(name, (blocks, 1, 1), (BLOCK, 1, 1), used,
                           f"{k.name}: {npar} threads x {math.prod(v.extent for v in axes[p:])} sequential iterations")
 
 
-def render_kir_program(program: KernelProgram, prefix: str = "", prelude: bool = True) -> tuple[str, list[KIRLaunch]]:
+def render_kir_program(program: KernelProgram, prefix: str = "", prelude: bool = True,
+                       row_threads: int = 256) -> tuple[str, list[KIRLaunch]]:
+    """The program's kernels in one translation unit. row_threads: threads per block for row
+    kernels (0: none; every kernel one thread per iteration, as the host simulator needs)."""
     from backends.cuda.templates.prelude import PRELUDE
     parts, launches = ([PRELUDE] if prelude else []), []
     for i, k in enumerate(program.kernels):
-        src, launch = render_kernel(k, program, f"{prefix}kir{i}_{k.name}")
+        src, launch = render_kernel(k, program, f"{prefix}kir{i}_{k.name}", row_threads)
         parts.append(f"// kernel-IR kernel {k.name}\n" + src)
         launches.append(launch)
     return "\n".join(parts), launches
