@@ -140,5 +140,15 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
         seen.add(g.structural_hash())
         cands.append(Candidate(g, static_cost(g), _describe(prof, g)))
     original, rest = cands[0], sorted(cands[1:], key=lambda c: c.cost)
-    chosen = sorted([original] + rest[:max(0, max_candidates - 1)], key=lambda c: c.cost)
+    # the best program of each extraction profile first (they aim at different forms: one pass
+    # over the data, tiles, online statistics), then the cheapest of the others; by cost alone a
+    # few near-identical variants of one form could crowd out a form the model misjudges
+    picked, profiles = [], set()
+    for c in rest:
+        profile = c.description.split(":")[0].split("~")[0].split("+")[0]
+        if profile not in profiles:
+            profiles.add(profile)
+            picked.append(c)
+    picked += [c for c in rest if c not in picked]
+    chosen = sorted([original] + picked[:max(0, max_candidates - 1)], key=lambda c: c.cost)
     return Exploration(chosen, phases, tiles, time.perf_counter() - t0, len(extracted), notes)

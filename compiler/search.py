@@ -572,7 +572,14 @@ def _order_by_schedule_probe(runner: _Runner, probed, later, backend_spec, optio
         except WorkerFailure as e:
             t.status, t.reason = "rejected", f"failed while timing: {e.reason}"
     rank = {name: i for i, name in enumerate(sorted(speed, key=speed.get))}
-    return sorted(later, key=lambda t: rank.get(t.schedule_text, len(rank)))
+    # every program under its default schedule first (its own kernels may be of kinds the
+    # original program has no schedules for, e.g. a flash kernel); then by the probe's ranking,
+    # a schedule the original does not have ranked by its place in the program's own list
+    pos, seen = {}, {}
+    for t in later:
+        pos[t.id] = seen.get(t.candidate, 0)
+        seen[t.candidate] = pos[t.id] + 1
+    return sorted(later, key=lambda t: (pos[t.id] > 0, rank.get(t.schedule_text, pos[t.id])))
 
 
 def _drop_duplicates(verified: list[TrialRecord]) -> list[TrialRecord]:
