@@ -287,15 +287,18 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
     # per-row values computed once per row, as soon as the reductions they need are done
     per_row = [n for n in reversed(t) if n.shape == P and n.op not in (Op.SUM, Op.MAX, Op.CONST)
                and not is_buffer_read(n, M) and n is not o]
-    deps: dict[Node, set] = {}
-    for n in reversed(t):   # sources before users
-        d = set()
-        for s in n.srcs:
-            if s in inside:
-                d |= deps.get(s, set())
-                if s.op in (Op.SUM, Op.MAX):
-                    d.add(s)
-        deps[n] = d
+    deps: dict[Node, set] = {}      # the row reductions each node needs, transitively
+
+    def needs(n: Node) -> set:
+        if n not in deps:
+            d = set()
+            for s in n.srcs:
+                if s in inside:
+                    d |= needs(s) | ({s} if s.op in (Op.SUM, Op.MAX) else set())
+            deps[n] = d
+        return deps[n]
+    for n in t:
+        needs(n)
     done: set[Node] = set()
     pr_idx = ridx + ("0",)
 
