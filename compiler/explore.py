@@ -145,7 +145,7 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
     # few near-identical variants of one form could crowd out a form the model misjudges
     picked, profiles = [], set()
     for c in rest:
-        profile = c.description.split(":")[0].split("~")[0].split("+")[0]
+        profile = c.description.split(":")[0].split("~")[0]      # (a hill-climbed one counts apart)
         if profile not in profiles:
             profiles.add(profile)
             picked.append(c)
