@@ -75,12 +75,13 @@ def default_tiles(graph: Graph) -> tuple[int, ...]:
     products next to 1024-long rows: tiling them too doubles the e-graph for nothing)."""
     lengths = {n.srcs[0].shape[a] for n in graph.nodes if n.op in REDUCE for a in n.arg}
     longest = max(lengths, default=0)
-    tiles = set()
-    for length in lengths:
-        if length >= 32 and 8 * length >= longest:
-            t = 2 ** round(math.log2(math.sqrt(length)))
-            tiles.add(min(128, max(16, t)))
+    tiles = {tile_for(length) for length in lengths if length >= 32 and 8 * length >= longest}
     return tuple(sorted(tiles))[:2]
+
+
+def tile_for(length: int) -> int:
+    """The tile for a reduction of this length: a power of two near its square root, 16..128."""
+    return min(128, max(16, 2 ** round(math.log2(math.sqrt(max(length, 1))))))
 
 
 def _describe(profile: str, g: Graph) -> str:

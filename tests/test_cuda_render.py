@@ -31,6 +31,9 @@ def test_templates_are_chosen():
     # naive attention: products and a fused softmax row (flash is the lowering of the rules'
     # online form, test_rules_flash_form_is_one_attention_kernel)
     assert kinds(nn.attention, *[spec((2, 4, 32, 64), "f16")] * 3) == ["gemm", "row", "gemm"]
+    # ... except where the rules cannot split the keys into tiles (50, 2047): then directly
+    assert kinds(nn.attention, *[spec((2, 3, 50, 64), "f16")] * 3) == ["attention"]
+    assert kinds(nn.attention, *[spec((1, 2, 2047, 64), "f16")] * 3) == ["attention"]
     # f32 attention has no tensor-core path: product, fused softmax row, product
     assert kinds(nn.attention, *[spec((2, 4, 32, 64))] * 3) == ["gemm", "row", "gemm"]
     # the MLP's bias + GELU ride in the first product's epilogue

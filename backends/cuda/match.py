@@ -252,3 +252,77 @@ def _match_combines(acc: Node, l: Node):
     return qk, v, x.shape[a], scale * c, {v}
 
 
+def match_naive_attention(pv: GemmMatch) -> FlashMatch | None:
+    """softmax(c * (Q @ K^T)) @ V in the frontend's primitive form, axes batch..., m, k, n: the
+    planner's fallback where the online rules cannot apply (see plan.py), so not a rule."""
+    r2 = pv.reduce
+    nd = len(r2.shape)
+    if nd < 3 or pv.k_axis != nd - 2 or pv.m_axes != (nd - 3,) or pv.n_axes != (nd - 1,):
+        return None
+    pview = pv.a
+    if pview.op != Op.VIEW or len(pview.arg.views) != 1:
+        return None
+    p = peel_casts(pview.srcs[0])
+    # P = E * bcast(recip(sum(E)))
+    if p.op != Op.MUL:
+        return None
+    def recip_of_sum(x: Node):   # bcast(recip(sum)) or recip(bcast(sum)) -> the sum
+        if x.op == Op.VIEW and is_row_broadcast(x) and x.srcs[0].op == Op.RECIP:
+            return x.srcs[0].srcs[0]
+        if x.op == Op.RECIP and x.srcs[0].op == Op.VIEW and is_row_broadcast(x.srcs[0]):
+            return x.srcs[0].srcs[0]
+        return None
+    e, rb = p.srcs
+    if recip_of_sum(rb) is None:
+        e, rb = rb, e
+    ssum = recip_of_sum(rb)
+    if ssum is None:
+        return None
+    if ssum.op != Op.SUM or ssum.srcs[0] is not e or ssum.arg != (len(e.shape) - 1,):
+        return None
+    # E = exp2((S + bcast(max(S)) * -1) * c)
+    if e.op != Op.EXP2:
+        return None
+    mc = _mul_const(e.srcs[0])
+    if mc is None:
+        return None
+    diff, c = mc
+    if diff.op != Op.ADD:
+        return None
+    s, negmax = diff.srcs
+    if _mul_const(negmax) is None:
+        s, negmax = negmax, s
+    nm = _mul_const(negmax)
+    if nm is None or nm[1] != -1.0 or not is_row_broadcast(nm[0]):
+        return None
+    smax = nm[0].srcs[0]
+    if smax.op != Op.MAX or smax.srcs[0] is not s or smax.arg != (len(s.shape) - 1,):
+        return None
+    # S = reshape(QK) * scale   (or reshape(QK)), casts between float types allowed anywhere
+    scale = 1.0
+    inner = peel_casts(s)
+    sc = _mul_const(inner)
+    if sc is not None:
+        inner, scale = peel_casts(sc[0]), sc[1]
+    if not is_pure_reshape(inner):
+        return None
+    qk = match_gemm(inner.srcs[0])
+    if qk is None:
+        return None
+    r1 = qk.reduce
+    if len(r1.shape) != nd or qk.k_axis != nd - 2 or qk.m_axes != (nd - 3,) or qk.n_axes != (nd - 1,):
+        return None
+    if r1.shape[:nd - 2] != r2.shape[:nd - 2]:
+        return None
+    if p.shape != s.shape or s.shape[-1] != r1.shape[-1] or pv.mul.shape[nd - 2] != s.shape[-1]:
+        return None
+    # every node from P@V's left operand down to Q@K^T is computed inside the fused kernel
+    internal, stack = {pv.mul, r2}, [pview]
+    while stack:
+        n = stack.pop()
+        if n in internal:
+            continue
+        internal.add(n)
+        if n is not r1:
+            stack.extend(x for x in n.srcs if x.op != Op.CONST)
+    return FlashMatch(qk, pv.b, 1, scale * c, frozenset(internal))

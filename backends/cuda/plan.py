@@ -6,7 +6,8 @@ would multiply its cost); everything else is fused into the kernel that consumes
 materialized value becomes one step, by the first template that fits:
 
   attention   the rules' online-softmax form of softmax(c * Q K^T) V (match.match_flash),
-              f16/bf16 -> flash kernel (tensor cores, running (m, l, acc) over key tiles)
+              f16/bf16 -> flash kernel (tensor cores, running (m, l, acc) over key tiles); the
+              naive form only where the rules cannot split the keys (has_online_tile)
   gemm        SUM(MUL(a, b)) over one axis -> tensor-core GEMM (f16/bf16, aligned) or SIMT
               GEMM; an elementwise consumer (bias, activation) is fused as its epilogue
   row         reductions over the last axis plus elementwise work on those rows (softmax,
@@ -22,7 +23,8 @@ from ir.graph import Graph
 from ir.node import Node
 from ir.ops import ELEMENTWISE, Op
 from ir.dtypes import HALVES, DType
-from backends.cuda.match import FlashMatch, GemmMatch, is_pure_reshape, is_row_broadcast, match_flash, match_gemm
+from backends.cuda.match import (FlashMatch, GemmMatch, is_pure_reshape, is_row_broadcast, match_flash, match_gemm,
+                                 match_naive_attention)
 
 
 def is_lossless_cast(n: Node) -> bool:
@@ -135,9 +137,10 @@ def flash_access(fm: FlashMatch):
     q, k, v = acc
     nd = len(fm.qk.reduce.shape)
     t = fm.v.shape[nd - 1]
-    if fm.tiles > 1 and v.strides[nd - 2] != t * v.strides[nd - 1]:
+    if len(fm.v.shape) == nd + 1 and fm.tiles > 1 and v.strides[nd - 2] != t * v.strides[nd - 1]:
         return None                      # the tiles are not consecutive runs of keys
-    v = Access(v.buffer, v.strides[:nd - 2] + (v.strides[nd - 1], v.strides[nd]), v.offset)
+    if len(fm.v.shape) == nd + 1:       # (.., q, B, t, d) -> (.., q, key, d)
+        v = Access(v.buffer, v.strides[:nd - 2] + (v.strides[nd - 1], v.strides[nd]), v.offset)
     # q, k: head dim (the QK reduction axis) contiguous; v: output dim contiguous
     if q.dtype != k.dtype or k.dtype != v.dtype or q.strides[nd - 2] != 1 or k.strides[nd - 2] != 1 \
             or v.strides[nd - 1] != 1:
@@ -165,6 +168,21 @@ def _flash_output(out: Node, consumers, outputs) -> Node:
     return out
 
 
+def _keys(pv: GemmMatch) -> int:
+    """The key length of a P @ V product (its reduced axis)."""
+    return pv.mul.shape[pv.k_axis]
+
+
+def has_online_tile(n: int) -> bool:
+    """Whether the e-graph's online-softmax rules can split a row of n (compiler.explore's
+    default tile for n divides it). Where they cannot (a key length like 2047), the naive
+    softmax(Q K^T) V is planned as the flash kernel directly: a fallback for that gap in the
+    rules, not a rule (everywhere else flash attention comes only from the rules' form)."""
+    from compiler.explore import tile_for
+    t = tile_for(n)
+    return n > t and n % t == 0
+
+
 def _chain(start: Node, end: Node) -> set[Node]:
     """Nodes from end down its first sources to start (the reshape/cast chain _flash_output took)."""
     out, n = set(), end
@@ -190,10 +208,12 @@ def plan(graph: Graph) -> list[Step]:
     attns: dict[Node, FlashMatch] = {}
     for n in nodes:
         fm = match_flash(n)
+        if fm is None and n in gemms and not has_online_tile(_keys(gemms[n])):
+            fm = match_naive_attention(gemms[n])
         if fm is None or flash_access(fm) is None:
             continue
         o = _flash_output(n, consumers, outputs)
-        inside = fm.internal | {x for x in nodes if x is not o and x in _chain(n, o)}
+        inside = (fm.internal | _chain(n, o)) - {o}
         ok = all(c in inside or c is o for x in inside for c in consumers.get(x, ()))
         if ok and not (inside & outputs):
             attns[o] = FlashMatch(fm.qk, fm.v, fm.tiles, fm.scale_log2, frozenset(inside))

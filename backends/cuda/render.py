@@ -758,7 +758,8 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
                        o, step.inputs, f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} "
                                        f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) keys/tile={cfg.bkv}"
-                                       f" (the program's tiles: {fm.tiles} of {skv // fm.tiles})")
+                                       + (f" (the program's tiles: {fm.tiles} of {skv // fm.tiles})" if fm.tiles > 1 else
+                                          " (naive program: the rules cannot split these keys)"))
 
 
 RENDERERS = {"elementwise": render_elementwise, "generic": render_generic, "row": render_row,
