@@ -34,6 +34,10 @@ def test_templates_are_chosen():
     # ... except where the rules cannot split the keys into tiles (50, 2047): then directly
     assert kinds(nn.attention, *[spec((2, 3, 50, 64), "f16")] * 3) == ["attention"]
     assert kinds(nn.attention, *[spec((1, 2, 2047, 64), "f16")] * 3) == ["attention"]
+    # ... or inside a program with other products (the block's projections)
+    block = compiler.trace(lambda *xs: nn.transformer_block(*xs, heads=2),
+                           *nn.transformer_block_specs(1, 64, 64, 128, "f16"))
+    assert "attention" in [s.kind for s in plan(block)]
     # f32 attention has no tensor-core path: product, fused softmax row, product
     assert kinds(nn.attention, *[spec((2, 4, 32, 64))] * 3) == ["gemm", "row", "gemm"]
     # the MLP's bias + GELU ride in the first product's epilogue

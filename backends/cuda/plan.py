@@ -7,7 +7,8 @@ materialized value becomes one step, by the first template that fits:
 
   attention   the rules' online-softmax form of softmax(c * Q K^T) V (match.match_flash),
               f16/bf16 -> flash kernel (tensor cores, running (m, l, acc) over key tiles); the
-              naive form only where the rules cannot split the keys (has_online_tile)
+              naive form only where the rules cannot split the keys (has_online_tile) or
+              inside a program with other products (a fallback for extraction; see plan())
   gemm        SUM(MUL(a, b)) over one axis -> tensor-core GEMM (f16/bf16, aligned) or SIMT
               GEMM; an elementwise consumer (bias, activation) is fused as its epilogue
   row         reductions over the last axis plus elementwise work on those rows (softmax,
@@ -177,7 +178,8 @@ def has_online_tile(n: int) -> bool:
     """Whether the e-graph's online-softmax rules can split a row of n (compiler.explore's
     default tile for n divides it). Where they cannot (a key length like 2047), the naive
     softmax(Q K^T) V is planned as the flash kernel directly: a fallback for that gap in the
-    rules, not a rule (everywhere else flash attention comes only from the rules' form)."""
+    rules, not a rule (a standalone attention of such a length gets flash only from the rules'
+    form)."""
     from compiler.explore import tile_for
     t = tile_for(n)
     return n > t and n % t == 0
@@ -208,8 +210,14 @@ def plan(graph: Graph) -> list[Step]:
     attns: dict[Node, FlashMatch] = {}
     for n in nodes:
         fm = match_flash(n)
-        if fm is None and n in gemms and not has_online_tile(_keys(gemms[n])):
+        if fm is None and n in gemms:
             fm = match_naive_attention(gemms[n])
+            # a fallback for two gaps, not a rule: the rules cannot split this key length, or
+            # the attention sits in a program with other products (the extractor does not yet
+            # produce programs that are online in attention and plain elsewhere)
+            if fm is not None and has_online_tile(_keys(gemms[n])) and \
+                    not any(r not in fm.internal and r is not n for r in gemms):
+                fm = None
         if fm is None or flash_access(fm) is None:
             continue
         o = _flash_output(n, consumers, outputs)
