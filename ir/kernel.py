@@ -711,22 +711,29 @@ def substitute_lin(e: Lin, mapping: dict[Var, Lin]) -> Lin:
     return out
 
 
-def substitute(e: Value, mapping: dict[Var, Lin], _memo=None) -> Value:
-    """e with loop variables replaced in every index and bound."""
+def map_leaves(e: Value, leaf, _memo=None) -> Value:
+    """e rebuilt with every leaf (Load, Const, Ref) replaced by leaf(it); shared sub-trees once."""
     memo = {} if _memo is None else _memo
     if e in memo:
         return memo[e]
-    if isinstance(e, Load):
-        r = Load(e.buffer, e.dtype, substitute_lin(e.index, mapping),
-                 tuple(Bound(substitute_lin(b.expr, mapping), b.lo, b.hi) for b in e.valid), e.fill)
-    elif isinstance(e, Compute):
-        r = Compute(e.op, e.dtype, tuple(substitute(s, mapping, memo) for s in e.srcs))
+    if isinstance(e, Compute):
+        r = Compute(e.op, e.dtype, tuple(map_leaves(s, leaf, memo) for s in e.srcs))
     elif isinstance(e, Reduce):
-        r = Reduce(e.op, e.dtype, e.vars, substitute(e.body, mapping, memo))
+        r = Reduce(e.op, e.dtype, e.vars, map_leaves(e.body, leaf, memo))
     else:
-        r = e
+        r = leaf(e)
     memo[e] = r
     return r
+
+
+def substitute(e: Value, mapping: dict[Var, Lin], _memo=None) -> Value:
+    """e with loop variables replaced in every index and bound."""
+    def leaf(x):
+        if not isinstance(x, Load):
+            return x
+        return Load(x.buffer, x.dtype, substitute_lin(x.index, mapping),
+                    tuple(Bound(substitute_lin(b.expr, mapping), b.lo, b.hi) for b in x.valid), x.fill)
+    return map_leaves(e, leaf, _memo)
 
 
 def canonical(e: Value, _counter=None) -> Value:
@@ -746,18 +753,6 @@ def canonical(e: Value, _counter=None) -> Value:
     return e
 
 
-def rename_refs(e: Value, names: dict[str, str], _memo=None) -> Value:
+def rename_refs(e: Value, names: dict[str, str]) -> Value:
     """e with Ref(old) replaced by Ref(names[old])."""
-    memo = {} if _memo is None else _memo
-    if e in memo:
-        return memo[e]
-    if isinstance(e, Ref):
-        r = Ref(names.get(e.name, e.name), e.dtype)
-    elif isinstance(e, Compute):
-        r = Compute(e.op, e.dtype, tuple(rename_refs(s, names, memo) for s in e.srcs))
-    elif isinstance(e, Reduce):
-        r = Reduce(e.op, e.dtype, e.vars, rename_refs(e.body, names, memo))
-    else:
-        r = e
-    memo[e] = r
-    return r
+    return map_leaves(e, lambda x: Ref(names.get(x.name, x.name), x.dtype) if isinstance(x, Ref) else x)

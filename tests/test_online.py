@@ -127,3 +127,16 @@ def test_kernel_ir_cuda_rendering_of_online_runs_on_host():
         g = trace(two_level_softmax(8), spec((3, 40), dtype))
         x = (np.random.default_rng(4).standard_normal((3, 40)) * 4).astype(DType(dtype).np)
         assert_close(hostsim.run_kernel_ir(g, [x])[0], evaluate(g, [x])[0], dtype)
+
+
+def test_online_program_round_trips_through_the_cache(tmp_path):
+    """A winner whose lowered program holds an Online loop is stored and rebuilt on a hit
+    (the cache keeps the kernel program; the restricted unpickler must accept Online)."""
+    import compiler as saturn
+    fn = two_level_softmax(16)
+    x = np.random.default_rng(5).standard_normal((6, 128)).astype(np.float32)
+    f = saturn.compile(fn, spec((6, 128)), target="cpu", budget=0, quiet=True, cache=str(tmp_path))
+    g = saturn.compile(fn, spec((6, 128)), target="cpu", quiet=True, cache=str(tmp_path))
+    assert g.cache == "hit"
+    assert any(isinstance(l, Online) for k in g.executable.program.kernels for l in k.lets)
+    assert g(x).tobytes() == f(x).tobytes()

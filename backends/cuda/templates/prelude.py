@@ -73,30 +73,20 @@ DEV int warp_max(int v) {
 
 // block-wide reductions (blockDim.x a multiple of 32); every thread gets warp 0's lane-0 result,
 // so the value does not depend on which thread reads it. sh: 33 floats of shared memory.
-DEV float block_sum(float v, float* sh) {
-  v = warp_sum(v);
+template <bool MAX> DEV float block_reduce(float v, float* sh) {
+  v = MAX ? warp_max(v) : warp_sum(v);
   const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
   __syncthreads();
   if (l == 0) sh[w] = v;
   __syncthreads();
   if (w == 0) {
-    v = warp_sum(l < (int)(blockDim.x >> 5) ? sh[l] : 0.f);
+    v = l < (int)(blockDim.x >> 5) ? sh[l] : (MAX ? -__int_as_float(0x7f800000) : 0.f);
+    v = MAX ? warp_max(v) : warp_sum(v);
     if (l == 0) sh[32] = v;
   }
   __syncthreads();
   return sh[32];
 }
-DEV float block_max(float v, float* sh) {
-  v = warp_max(v);
-  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  __syncthreads();
-  if (l == 0) sh[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = warp_max(l < (int)(blockDim.x >> 5) ? sh[l] : -__int_as_float(0x7f800000));
-    if (l == 0) sh[32] = v;
-  }
-  __syncthreads();
-  return sh[32];
-}
+DEV float block_sum(float v, float* sh) { return block_reduce<false>(v, sh); }
+DEV float block_max(float v, float* sh) { return block_reduce<true>(v, sh); }
 """
