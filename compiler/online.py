@@ -19,8 +19,8 @@ max is the same max; each sum is the same sum, evaluated at the final max).
 """
 from __future__ import annotations
 
-from ir.kernel import (Compute, Const, Let, Online, Reduce, Ref, Value, as_lin, canonical, rename_refs,
-                       substitute, walk)
+from ir.kernel import (Compute, Const, Let, Online, Reduce, Ref, Value, Var, as_lin, canonical, rename_refs,
+                       substitute, value_vars, walk)
 from ir.ops import Op
 
 
@@ -98,9 +98,32 @@ def _tile_max_of(a: Value, name: str) -> Value | None:
     return None
 
 
-def fuse_online(lets: list[Let]) -> tuple[list, list[Value]]:
+def gemv_form(term: Value, lane: Var):
+    """(outer, r, a, b) with term == prod(outer) * sum over r of prod(a) * prod(b), where only
+    the b factors read `lane` (flash attention's P_b V_b, rescaled by r_b); else None."""
+    outer, inner = [], None
+    for f in _factors(term):
+        if lane in value_vars(f):
+            if inner is not None or not (isinstance(f, Reduce) and f.op == Op.SUM and len(f.vars) == 1):
+                return None
+            inner = f
+        else:
+            outer.append(f)
+    if inner is None:
+        return None
+    a, b = [], []
+    for f in _factors(inner.body):
+        (b if lane in value_vars(f) else a).append(f)
+    if not b:
+        return None
+    return tuple(outer), inner.vars[0], tuple(a), tuple(b)
+
+
+def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
     """lets with every group of rescaled sums over the same max (and depth) replaced by one
-    Online; also the tile-max values the Onlines compute (their producers need no buffer)."""
+    Online; also the tile-max values the Onlines compute (their producers need no buffer).
+    A sum one axis deeper than a group (free in that axis, e.g. attention's accumulator over
+    the head dim) joins the group as a lane sum when it has the gemv form."""
     max_lets = {l.name: l for l in lets if isinstance(l, Let) and isinstance(l.value, Reduce)
                 and l.value.op == Op.MAX and len(l.value.vars) == 1 and l.value.dtype.is_float}
     position = {l.name: i for i, l in enumerate(lets)}
@@ -119,6 +142,17 @@ def fuse_online(lets: list[Let]) -> tuple[list, list[Value]]:
         if position[name] > i or m.depth > l.depth or m.value.vars[0].extent != red.vars[0].extent:
             continue
         groups.setdefault((name, l.depth), []).append((i, l, c, y))
+    # lane sums: a group one axis deeper joins the group above it (same max)
+    for (name, depth) in sorted(groups, key=lambda k: -k[1]):
+        upper = (name, depth - 1)
+        if depth < 1 or depth > len(axes) or upper not in groups:
+            continue
+        lane = axes[depth - 1]
+        joined = [mb for mb in groups[(name, depth)]
+                  if gemv_form(mb[1].value.body, lane) is not None]
+        if len(joined) == len(groups[(name, depth)]):
+            groups[upper] += [(i, l, c, y, lane) for i, l, c, y in joined]
+            del groups[(name, depth)]
     if not groups:
         return lets, []
     out: list = list(lets)
@@ -126,12 +160,17 @@ def fuse_online(lets: list[Let]) -> tuple[list, list[Value]]:
     tiles: list[Value] = []
     for (name, depth), members in groups.items():
         m = max_lets[name]
-        first_i, first, c, y = members[0]
+        members = sorted(members, key=lambda mb: mb[0])
+        first_i, first, c, y = members[0][:4]
         var = first.value.vars[0]
         # every member runs in the first one's loop, rescaled by the same factor, and reads
         # only Lets that exist before that loop
         members = [mb for mb in members if mb[2] == c and all(position.get(r, -1) < first_i or r == name
                                                               for r in _refs(mb[1].value))]
+        lanes = {mb[4] for mb in members if len(mb) > 4}
+        lane = lanes.pop() if len(lanes) == 1 else None
+        if lanes or (lane is None and any(len(mb) > 4 for mb in members)):
+            members = [mb for mb in members if len(mb) == 4]
         tile_max = substitute(m.value.body, {m.value.vars[0]: as_lin(var)})
         if y is not None and canonical(y) == canonical(tile_max):
             tile_max = y          # the same value the first term reads: computed once per tile
@@ -139,13 +178,17 @@ def fuse_online(lets: list[Let]) -> tuple[list, list[Value]]:
             name in _refs(l.value) for j, l in enumerate(lets)
             if position[name] < j < first_i and isinstance(l, Let) and j not in {mb[0] for mb in members})
         run = name if merged else f"{name}_run"
-        terms = []
-        for _, l, _, _ in members:
+        terms, gemv = [], []
+        for mb in members:
+            l = mb[1]
             t = substitute(l.value.body, {l.value.vars[0]: as_lin(var)})
-            terms.append(t if merged else rename_refs(t, {name: run}))
-        online = Online(run, depth, var, tile_max, tuple(l.name for _, l, _, _ in members), tuple(terms), c)
+            t = t if merged else rename_refs(t, {name: run})
+            terms.append(t)
+            gemv.append(gemv_form(t, lane) if len(mb) > 4 else None)
+        online = Online(run, depth, var, tile_max, tuple(mb[1].name for mb in members), tuple(terms), c,
+                        lane, tuple(gemv) if lane is not None else ())
         out[first_i] = online
-        removed |= {i for i, *_ in members[1:]}
+        removed |= {mb[0] for mb in members[1:]}
         if merged:
             removed.add(position[name])
         tiles.append(tile_max)

@@ -361,6 +361,13 @@ class Online(Struct):
     sums: tuple[str, ...]
     terms: tuple["Value", ...]
     scale: float
+    # Lane sums (flash attention's accumulator): a term may depend on one output axis deeper
+    # than `depth`, `lane`; its sum is then an array over that axis, read back by Ref at the
+    # lane's value. `gemv[k]` says how to compute such a term without redoing its lane-free
+    # work per lane: (outer factors, r, a factors, b factors) with
+    # terms[k] == prod(outer) * sum over r of prod(a) * prod(b), only b reading the lane.
+    lane: Var | None = None
+    gemv: tuple = ()
 
     @property
     def dtype(self) -> DType:
@@ -368,6 +375,10 @@ class Online(Struct):
 
     def values(self) -> tuple["Value", ...]:
         return (self.tile_max,) + self.terms
+
+    def lane_sum(self, k: int):
+        """The gemv form of sum k, or None for a scalar sum."""
+        return self.gemv[k] if self.gemv else None
 
 
 @struct

@@ -140,3 +140,30 @@ def test_online_program_round_trips_through_the_cache(tmp_path):
     assert g.cache == "hit"
     assert any(isinstance(l, Online) for k in g.executable.program.kernels for l in k.lets)
     assert g(x).tobytes() == f(x).tobytes()
+
+
+def test_rules_flash_form_lowers_to_one_online_loop_with_a_lane_accumulator():
+    """The e-graph's flash form of attention: the running max, the rescaled sum and the
+    accumulator over the head dim (a lane sum, computed in gemv form) in one Online loop; the
+    kernel-IR meaning, the CPU backend and the CUDA kernel-IR text (on the host) all match the
+    interpreter."""
+    from backends import get_backend
+    from backends.cuda import hostsim
+    from compiler import nn
+    from compiler.explore import explore
+    g = trace(nn.attention, *[spec((1, 2, 256, 16))] * 3)
+    xs = [(np.random.default_rng(i).standard_normal((1, 2, 256, 16)) * 3).astype(np.float32) for i in range(3)]
+    want = evaluate(g, xs)[0]
+    flash = []
+    for c in explore(g, max_candidates=12).candidates:
+        p = lower(c.graph)
+        lanes = [l for l in onlines(p) if l.lane is not None]
+        if lanes:
+            flash.append((c.graph, p))
+            assert len(lanes[0].sums) == 2 and lanes[0].lane.extent == 16
+    assert flash, "no candidate lowered to an Online loop with a lane accumulator"
+    graph, program = flash[0]
+    assert_close(evaluate_program(program, xs)[0], want, "f32", scale=10)
+    assert_close(get_backend("cpu").build(graph)(*xs)[0], want, "f32", scale=10)
+    if hostsim.available() is None:
+        assert_close(hostsim.run_kernel_ir(graph, xs)[0], want, "f32", scale=10)

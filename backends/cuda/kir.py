@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from ir.dtypes import DType
-from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Lin, Load, Mod, Online, Reduce, Ref, Var
+from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Let, Lin, Load, Mod, Online, Reduce, Ref, Var
 from ir.ops import Op
 from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, round_to, store_value
 
@@ -133,6 +133,8 @@ class _ValueEmitter:
         `threads` > 0 spread over the block: warp w takes tiles w, w + warps, ..., its lanes
         split each tile's reductions (coalesced reads), and the warps' (max, sums) states are
         merged with the same rescale in a fixed order."""
+        if l.lane is not None:
+            return self._lane_online(l)
         self.emit(f"float {l.name} = -__int_as_float(0x7f800000);")
         for name in l.sums:
             self.emit(f"float {name} = 0.f;")
@@ -165,6 +167,56 @@ class _ValueEmitter:
         for name, t in zip(l.sums, l.terms):
             if t.dtype.is_float and t.dtype.name != "f32":
                 self.emit(f"{name} = {round_to(name, t.dtype)};")
+
+    def _lane_online(self, l: Online) -> None:
+        """An Online with lane sums, sequential in the thread: each lane sum is a local array
+        over the lane axis, updated in its gemv form; Ref reads it at the lane's value."""
+        n, lane = l.lane.extent, l.lane.name
+        self.emit(f"float {l.name} = -__int_as_float(0x7f800000);")
+        for k, name in enumerate(l.sums):
+            if l.lane_sum(k):
+                self.emit(f"float {name}[{n}];")
+                self.emit(f"for (int j = 0; j < {n}; ++j) {name}[j] = 0.f;")
+                self.lets[name] = f"{name}[{lane}]"
+            else:
+                self.emit(f"float {name} = 0.f;")
+        v = l.var.name
+        self.emit(f"for (long long {v} = 0; {v} < {l.var.extent}LL; ++{v}) {{")
+        self.indent += "  "
+        self.memo.append({})
+        y = self.value(l.tile_max)
+        self.emit(f"const float {l.name}_new = max_nan({l.name}, {y});")
+        self.emit(f"const float {l.name}_a = {self._rescale(l, l.name, l.name + '_new')};")
+        old = self.lets[l.name]
+        self.lets[l.name] = f"{l.name}_new"
+        for k, (name, term) in enumerate(zip(l.sums, l.terms)):
+            form = l.lane_sum(k)
+            if form is None:
+                self.emit(f"{name} = {name} * {l.name}_a + {self.value(term)};")
+                continue
+            outer, r, a, b = form
+            self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {name}[{lane}] *= {l.name}_a;")
+            ov = self._product(outer)
+            self.emit(f"for (long long {r.name} = 0; {r.name} < {r.extent}LL; ++{r.name}) {{")
+            self.indent += "  "
+            self.memo.append({})
+            av = self._product(a)
+            self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {{")
+            self.indent += "  "
+            self.memo.append({})
+            self.emit(f"{name}[{lane}] += {ov} * {av} * {self._product(b)};")
+            for _ in range(2):
+                self.memo.pop()
+                self.indent = self.indent[:-2]
+                self.emit("}")
+        self.lets[l.name] = old
+        self.emit(f"{l.name} = {l.name}_new;")
+        self.memo.pop()
+        self.indent = self.indent[:-2]
+        self.emit("}")
+
+    def _product(self, values) -> str:
+        return "(" + " * ".join([self.value(x) for x in values] or ["1.f"]) + ")"
 
     @staticmethod
     def _rescale(l: Online, old: str, new: str) -> str:
@@ -207,7 +259,8 @@ def _block_rows(k: Kernel, p: int) -> bool:
     if not 1 <= p < len(k.axes):
         return False
     row = [l for l in k.lets if l.depth == p]
-    return bool(row) and all(isinstance(l, Online) or (isinstance(l.value, Reduce) and l.value.dtype.is_float)
+    return bool(row) and all((isinstance(l, Online) and l.lane is None) or
+                             (isinstance(l, Let) and isinstance(l.value, Reduce) and l.value.dtype.is_float)
                              for l in row)
 
 

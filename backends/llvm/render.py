@@ -81,6 +81,7 @@ class KernelRenderer:
         self.buffers = sorted(kernel.reads() | kernel.writes())
         self.scopes: list[dict] = []
         self.refs: dict[str, ir.Value] = {}
+        self.lane_refs: dict[str, tuple] = {}    # lane sums of Onlines: (array, lane var, dtype)
         self.vars: dict[Var, ir.Value] = {}
 
     # --- the function ---------------------------------------------------------------------
@@ -256,15 +257,24 @@ class KernelRenderer:
     def _online(self, let: Online) -> None:
         """One pass over the tiles carrying (m, sums): m' = max(m, tile max); each sum is
         rescaled by exp2(scale * (m - m')) (1 when the max did not change) and gets the tile's
-        term, which reads m' (ir.kernel.Online)."""
+        term, which reads m' (ir.kernel.Online). A lane sum is an array over the lane axis; its
+        term is computed in gemv form: the lane-free factors once per r, the lane loop inside."""
         b = self.b
         flags = FAST if self.ks.fast_math else ()
         entry = ir.IRBuilder(self.entry)
+        lanes = let.lane.extent if let.lane is not None else 0
         m_slot = entry.alloca(F32)
-        slots = [entry.alloca(F32) for _ in let.sums]
+        slots = [entry.alloca(F32, size=lanes) if let.lane_sum(k) else entry.alloca(F32)
+                 for k in range(len(let.sums))]
+        tmp = entry.alloca(F32, size=lanes) if lanes else None
         b.store(ir.Constant(F32, float("-inf")), m_slot)
-        for slot in slots:
-            b.store(ir.Constant(F32, 0.0), slot)
+        zero = ir.Constant(F32, 0.0)
+        for k, slot in enumerate(slots):
+            if let.lane_sum(k):
+                with for_range(b, _i64(0), _i64(lanes), "lane.init") as j:
+                    b.store(zero, b.gep(slot, [j], inbounds=True, source_etype=F32))
+            else:
+                b.store(zero, slot)
         exp2 = mathfns.define_exp2(self.module)
         with for_range(b, _i64(0), _i64(let.var.extent), let.var.name) as i:
             self.scopes.append({})
@@ -275,15 +285,52 @@ class KernelRenderer:
             shrink = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
             alpha = b.select(b.fcmp_ordered("==", m, m_new), ir.Constant(F32, 1.0), shrink)
             self.refs[let.name] = m_new
-            for slot, term in zip(slots, let.terms):
+            for k, (slot, term) in enumerate(zip(slots, let.terms)):
+                if let.lane_sum(k):
+                    self._lane_term(let, let.lane_sum(k), slot, tmp, alpha, flags)
+                    continue
                 t = self.value(term)
                 acc = b.fmul(b.load(slot, typ=F32), alpha, flags=flags)
                 b.store(b.fadd(acc, t, flags=flags), slot)
             b.store(m_new, m_slot)
             self.scopes.pop()
         self.refs[let.name] = b.load(m_slot, typ=F32)
-        for name, slot, term in zip(let.sums, slots, let.terms):
-            self.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
+        for k, (name, slot, term) in enumerate(zip(let.sums, slots, let.terms)):
+            if let.lane_sum(k):
+                self.lane_refs[name] = (slot, let.lane, term.dtype)
+            else:
+                self.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
+
+    def _product(self, values) -> ir.Value:
+        out = ir.Constant(F32, 1.0)
+        for v in values:
+            out = self.b.fmul(out, self.value(v))
+        return out
+
+    def _lane_term(self, let: Online, form, acc, tmp, alpha, flags) -> None:
+        """acc[j] = acc[j] * alpha + prod(outer) * sum_r prod(a) * prod(b)(j) for every lane j."""
+        b = self.b
+        outer, r, a, bs = form
+        lanes = let.lane.extent
+        with for_range(b, _i64(0), _i64(lanes), "lane.zero") as j:
+            b.store(ir.Constant(F32, 0.0), b.gep(tmp, [j], inbounds=True, source_etype=F32))
+        with for_range(b, _i64(0), _i64(r.extent), r.name) as ri:
+            self.scopes.append({})
+            self.vars[r] = ri
+            av = self._product(a)
+            with for_range(b, _i64(0), _i64(lanes), "lane") as j:
+                self.scopes.append({})
+                self.vars[let.lane] = j
+                ptr = b.gep(tmp, [j], inbounds=True, source_etype=F32)
+                prod = b.fmul(av, self._product(bs), flags=flags)
+                b.store(b.fadd(b.load(ptr, typ=F32), prod, flags=flags), ptr)
+                self.scopes.pop()
+            self.scopes.pop()
+        ov = self._product(outer)
+        with for_range(b, _i64(0), _i64(lanes), "lane.acc") as j:
+            p_acc = b.gep(acc, [j], inbounds=True, source_etype=F32)
+            t = b.fmul(ov, b.load(b.gep(tmp, [j], inbounds=True, source_etype=F32), typ=F32), flags=flags)
+            b.store(b.fadd(b.fmul(b.load(p_acc, typ=F32), alpha, flags=flags), t, flags=flags), p_acc)
 
     def _emit_stores(self) -> None:
         for st in self.k.stores:
@@ -323,6 +370,10 @@ class KernelRenderer:
         if isinstance(e, Const):
             return const(e.value, e.dtype)
         if isinstance(e, Ref):
+            if e.name in self.lane_refs:
+                array, lane, dtype = self.lane_refs[e.name]
+                ptr = b.gep(array, [self.vars[lane]], inbounds=True, source_etype=F32)
+                return self.round(b.load(ptr, typ=F32), dtype)
             return self.refs[e.name]
         if isinstance(e, Load):
             return self._load(e)
