@@ -119,6 +119,27 @@ def gemv_form(term: Value, lane: Var):
     return tuple(outer), inner.vars[0], tuple(a), tuple(b)
 
 
+def _replacer(target: Value):
+    """A function that replaces, inside a value, every reduction equal to `target` up to the
+    names of its bound variables by `target` itself (so a tile's max is computed once)."""
+    key, memo = canonical(target), {}
+
+    def go(e: Value) -> Value:
+        if e in memo:
+            return memo[e]
+        if isinstance(e, Reduce) and e.op == target.op and canonical(e) == key:
+            r = target
+        elif isinstance(e, Compute):
+            r = Compute(e.op, e.dtype, tuple(go(x) for x in e.srcs))
+        elif isinstance(e, Reduce):
+            r = Reduce(e.op, e.dtype, e.vars, go(e.body))
+        else:
+            r = e
+        memo[e] = r
+        return r
+    return go if isinstance(target, Reduce) else (lambda e: e)
+
+
 def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
     """lets with every group of rescaled sums over the same max (and depth) replaced by one
     Online; also the tile-max values the Onlines compute (their producers need no buffer).
@@ -179,9 +200,10 @@ def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
             if position[name] < j < first_i and isinstance(l, Let) and j not in {mb[0] for mb in members})
         run = name if merged else f"{name}_run"
         terms, gemv = [], []
+        same_as_tile_max = _replacer(tile_max)
         for mb in members:
             l = mb[1]
-            t = substitute(l.value.body, {l.value.vars[0]: as_lin(var)})
+            t = same_as_tile_max(substitute(l.value.body, {l.value.vars[0]: as_lin(var)}))
             t = t if merged else rename_refs(t, {name: run})
             terms.append(t)
             gemv.append(gemv_form(t, lane) if len(mb) > 4 else None)

@@ -314,10 +314,17 @@ class KernelRenderer:
         lanes = let.lane.extent
         with for_range(b, _i64(0), _i64(lanes), "lane.zero") as j:
             b.store(ir.Constant(F32, 0.0), b.gep(tmp, [j], inbounds=True, source_etype=F32))
+        # the lane-free factors (P: an exp per key) in a loop of their own, which vectorizes
+        a_buf = ir.IRBuilder(self.entry).alloca(F32, size=r.extent)
+        with for_range(b, _i64(0), _i64(r.extent), r.name + ".a") as ri:
+            self.scopes.append({})
+            self.vars[r] = ri
+            b.store(self._product(a), b.gep(a_buf, [ri], inbounds=True, source_etype=F32))
+            self.scopes.pop()
         with for_range(b, _i64(0), _i64(r.extent), r.name) as ri:
             self.scopes.append({})
             self.vars[r] = ri
-            av = self._product(a)
+            av = b.load(b.gep(a_buf, [ri], inbounds=True, source_etype=F32), typ=F32)
             with for_range(b, _i64(0), _i64(lanes), "lane") as j:
                 self.scopes.append({})
                 self.vars[let.lane] = j
