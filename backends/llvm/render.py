@@ -18,7 +18,7 @@ from llvmlite import ir
 from backends.llvm import jit, mathfns
 from ir.dtypes import DType
 from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load, Online,
-                       Reduce, Ref, Schedule, Value, Var, as_lin, substitute, value_vars, walk)
+                       Reduce, Ref, Schedule, Value, Var, as_lin, atom_vars, substitute, value_vars, walk)
 from ir.ops import Op
 
 F32, F16, I1, I8, I16, I32, I64 = (ir.FloatType(), ir.HalfType(), ir.IntType(1), ir.IntType(8),
@@ -307,11 +307,31 @@ class KernelRenderer:
             out = self.b.fmul(out, self.value(v))
         return out
 
+    def _lane_vector_load(self, let: Online, bs) -> Load | None:
+        """The one contiguous f32 load (unit stride in the lane, no mask) the lane factors are,
+        when the lane count is a multiple of the vector width: then the lane loop is vector FMAs
+        into registers."""
+        w = self._lane_width()
+        if len(bs) != 1 or not isinstance(bs[0], Load) or let.lane.extent % w:
+            return None
+        ld = bs[0]
+        if ld.dtype != DType.f32 or ld.valid or ld.index.coeff(let.lane) != 1:
+            return None
+        if any(let.lane in atom_vars(a) for a, _ in ld.index.terms if not isinstance(a, Var)):
+            return None
+        return ld
+
+    def _lane_width(self) -> int:
+        return 16 if self.ks.vector_width >= 16 else 8
+
     def _lane_term(self, let: Online, form, acc, tmp, alpha, flags) -> None:
         """acc[j] = acc[j] * alpha + prod(outer) * sum_r prod(a) * prod(b)(j) for every lane j."""
         b = self.b
         outer, r, a, bs = form
         lanes = let.lane.extent
+        ld = self._lane_vector_load(let, bs)
+        if ld is not None:
+            return self._lane_term_vectors(let, form, ld, acc, alpha)
         with for_range(b, _i64(0), _i64(lanes), "lane.zero") as j:
             b.store(ir.Constant(F32, 0.0), b.gep(tmp, [j], inbounds=True, source_etype=F32))
         # the lane-free factors (P: an exp per key) in a loop of their own, which vectorizes
@@ -345,6 +365,54 @@ class KernelRenderer:
             dt = self.program.buffer(st.buffer).dtype
             ptr = self.b.gep(self.ptrs[st.buffer], [self.index(st.index)], inbounds=True, source_etype=STORAGE[dt])
             self.b.store(self.to_storage(v, dt), ptr)
+
+    def _lane_term_vectors(self, let: Online, form, ld: Load, acc, alpha) -> None:
+        """The lane sum with the lanes in vector registers: per r one broadcast of the lane-free
+        factor and one FMA per vector of the contiguous lane load."""
+        b = self.b
+        outer, r, a, _ = form
+        w = self._lane_width()
+        nvec = let.lane.extent // w
+        vty = ir.VectorType(F32, w)
+        entry = ir.IRBuilder(self.entry)
+        regs = [entry.alloca(vty) for _ in range(nvec)]     # promoted to registers by mem2reg
+        for reg in regs:
+            b.store(ir.Constant(vty, [0.0] * w), reg)
+        a_buf = entry.alloca(F32, size=r.extent)
+        with for_range(b, _i64(0), _i64(r.extent), r.name + ".a") as ri:
+            self.scopes.append({})
+            self.vars[r] = ri
+            b.store(self._product(a), b.gep(a_buf, [ri], inbounds=True, source_etype=F32))
+            self.scopes.pop()
+        fma = self._intrinsic_typed("llvm.fmuladd", vty, 3)
+        undef = ir.Constant(vty, None)
+        zeros = ir.Constant(ir.VectorType(ir.IntType(32), w), None)
+        with for_range(b, _i64(0), _i64(r.extent), r.name) as ri:
+            self.scopes.append({})
+            self.vars[r] = ri
+            av = b.load(b.gep(a_buf, [ri], inbounds=True, source_etype=F32), typ=F32)
+            splat = b.shuffle_vector(b.insert_element(undef, av, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+            self.vars[let.lane] = _i64(0)
+            base = self.index(ld.index)
+            for v in range(nvec):
+                ptr = b.gep(self.ptrs[ld.buffer], [b.add(base, _i64(v * w))], inbounds=True, source_etype=F32)
+                x = b.load(ptr, typ=vty, align=4)
+                b.store(b.call(fma, [splat, x, b.load(regs[v], typ=vty)]), regs[v])
+            self.scopes.pop()
+        ov = self._product(outer)
+        ovs = b.shuffle_vector(b.insert_element(undef, ov, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+        al = b.shuffle_vector(b.insert_element(undef, alpha, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+        for v in range(nvec):
+            p_acc = b.bitcast(b.gep(acc, [_i64(v * w)], inbounds=True, source_etype=F32), vty.as_pointer())
+            old = b.load(p_acc, typ=vty, align=4)
+            b.store(b.call(fma, [old, al, b.fmul(ovs, b.load(regs[v], typ=vty))]), p_acc, align=4)
+
+    def _intrinsic_typed(self, base: str, ty, nargs: int) -> ir.Function:
+        name = f"{base}.v{ty.count}f32"
+        fn = self.module.globals.get(name)
+        if fn is None:
+            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name)
+        return fn
 
     # --- index expressions ----------------------------------------------------------------
     def index(self, e: Lin) -> ir.Value:
