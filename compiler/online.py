@@ -188,10 +188,7 @@ def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
         # only Lets that exist before that loop
         members = [mb for mb in members if mb[2] == c and all(position.get(r, -1) < first_i or r == name
                                                               for r in _refs(mb[1].value))]
-        lanes = {mb[4] for mb in members if len(mb) > 4}
-        lane = lanes.pop() if len(lanes) == 1 else None
-        if lanes or (lane is None and any(len(mb) > 4 for mb in members)):
-            members = [mb for mb in members if len(mb) == 4]
+        lane = next((mb[4] for mb in members if len(mb) > 4), None)   # (one per group: axes[depth])
         tile_max = substitute(m.value.body, {m.value.vars[0]: as_lin(var)})
         if y is not None and canonical(y) == canonical(tile_max):
             tile_max = y          # the same value the first term reads: computed once per tile
