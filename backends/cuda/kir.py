@@ -132,12 +132,18 @@ class _ValueEmitter:
         """The tuple-accumulator loop (ir.kernel.Online): sequential in the thread, or with
         `threads` > 0 spread over the block: warp w takes tiles w, w + warps, ..., its lanes
         split each tile's reductions (coalesced reads), and the warps' (max, sums) states are
-        merged with the same rescale in a fixed order."""
-        if l.lane is not None:
-            return self._lane_online(l)
+        merged with the same rescale in a fixed order. A lane sum (sequential only) is a local
+        array over the lane axis, updated in its gemv form; Ref reads it at the lane's value."""
+        assert not (threads and l.lane is not None), "lane sums run in the thread (_block_rows)"
         self.emit(f"float {l.name} = -__int_as_float(0x7f800000);")
-        for name in l.sums:
-            self.emit(f"float {name} = 0.f;")
+        for k, (name, t) in enumerate(zip(l.sums, l.terms)):
+            if l.lane_sum(k):
+                n = l.lane.extent
+                self.emit(f"float {name}[{n}];")
+                self.emit(f"for (int j = 0; j < {n}; ++j) {name}[j] = 0.f;")
+                self.lets[name] = round_to(f"{name}[{l.lane.name}]", t.dtype)
+            else:
+                self.emit(f"float {name} = 0.f;")
         v = l.var.name
         start, step = (f"(threadIdx.x >> 5)", threads // 32) if threads else ("0", 1)
         self.emit(f"for (long long {v} = {start}; {v} < {l.var.extent}LL; {v} += {step}) {{")
@@ -149,11 +155,14 @@ class _ValueEmitter:
         self.emit(f"const float {l.name}_a = {self._rescale(l, l.name, l.name + '_new')};")
         old = self.lets[l.name]
         self.lets[l.name] = f"{l.name}_new"     # the terms read the running max
-        terms = [self.value(t) for t in l.terms]
-        self.lets[l.name] = old
+        scalar = [(name, self.value(t)) for k, (name, t) in enumerate(zip(l.sums, l.terms)) if not l.lane_sum(k)]
         self.lanes = False
-        for name, t in zip(l.sums, terms):
+        for name, t in scalar:
             self.emit(f"{name} = {name} * {l.name}_a + {t};")
+        for k, name in enumerate(l.sums):
+            if l.lane_sum(k):
+                self._lane_update(l, name, l.lane_sum(k))
+        self.lets[l.name] = old
         self.emit(f"{l.name} = {l.name}_new;")
         self.memo.pop()
         self.indent = self.indent[:-2]
@@ -164,56 +173,28 @@ class _ValueEmitter:
             for name in l.sums:
                 self.emit(f"{name} = block_sum(lane == 0 ? {name} * {l.name}_a : 0.f, red_sh);")
             self.emit(f"{l.name} = {l.name}_all;")
-        for name, t in zip(l.sums, l.terms):
-            if t.dtype.is_float and t.dtype.name != "f32":
+        for k, (name, t) in enumerate(zip(l.sums, l.terms)):
+            if not l.lane_sum(k) and t.dtype.is_float and t.dtype.name != "f32":
                 self.emit(f"{name} = {round_to(name, t.dtype)};")
 
-    def _lane_online(self, l: Online) -> None:
-        """An Online with lane sums, sequential in the thread: each lane sum is a local array
-        over the lane axis, updated in its gemv form; Ref reads it at the lane's value."""
+    def _lane_update(self, l: Online, name: str, form) -> None:
+        """name[j] = name[j] * alpha + prod(outer) * sum_r prod(a) * prod(b)(j) for every lane j."""
+        outer, r, a, b = form
         n, lane = l.lane.extent, l.lane.name
-        self.emit(f"float {l.name} = -__int_as_float(0x7f800000);")
-        for k, name in enumerate(l.sums):
-            if l.lane_sum(k):
-                self.emit(f"float {name}[{n}];")
-                self.emit(f"for (int j = 0; j < {n}; ++j) {name}[j] = 0.f;")
-                self.lets[name] = f"{name}[{lane}]"
-            else:
-                self.emit(f"float {name} = 0.f;")
-        v = l.var.name
-        self.emit(f"for (long long {v} = 0; {v} < {l.var.extent}LL; ++{v}) {{")
+        self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {name}[{lane}] *= {l.name}_a;")
+        ov = self._product(outer)
+        self.emit(f"for (long long {r.name} = 0; {r.name} < {r.extent}LL; ++{r.name}) {{")
         self.indent += "  "
         self.memo.append({})
-        y = self.value(l.tile_max)
-        self.emit(f"const float {l.name}_new = max_nan({l.name}, {y});")
-        self.emit(f"const float {l.name}_a = {self._rescale(l, l.name, l.name + '_new')};")
-        old = self.lets[l.name]
-        self.lets[l.name] = f"{l.name}_new"
-        for k, (name, term) in enumerate(zip(l.sums, l.terms)):
-            form = l.lane_sum(k)
-            if form is None:
-                self.emit(f"{name} = {name} * {l.name}_a + {self.value(term)};")
-                continue
-            outer, r, a, b = form
-            self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {name}[{lane}] *= {l.name}_a;")
-            ov = self._product(outer)
-            self.emit(f"for (long long {r.name} = 0; {r.name} < {r.extent}LL; ++{r.name}) {{")
-            self.indent += "  "
-            self.memo.append({})
-            av = self._product(a)
-            self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {{")
-            self.indent += "  "
-            self.memo.append({})
-            self.emit(f"{name}[{lane}] += {ov} * {av} * {self._product(b)};")
-            for _ in range(2):
-                self.memo.pop()
-                self.indent = self.indent[:-2]
-                self.emit("}")
-        self.lets[l.name] = old
-        self.emit(f"{l.name} = {l.name}_new;")
-        self.memo.pop()
-        self.indent = self.indent[:-2]
-        self.emit("}")
+        av = self._product(a)
+        self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {{")
+        self.indent += "  "
+        self.memo.append({})
+        self.emit(f"{name}[{lane}] += {ov} * {av} * {self._product(b)};")
+        for _ in range(2):
+            self.memo.pop()
+            self.indent = self.indent[:-2]
+            self.emit("}")
 
     def _product(self, values) -> str:
         return "(" + " * ".join([self.value(x) for x in values] or ["1.f"]) + ")"
