@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from backends.llvm.render import F32, I64, PTR, STORAGE, KernelRenderer, _i64, for_range
+from backends.llvm.render import F32, I64, PTR, STORAGE, KernelRenderer, _i64, for_range, splat_vector
 from ir.dtypes import DType
 from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Let, Reduce, Ref, Value, Var, atom_vars,
                        value_vars, walk)
@@ -364,11 +364,9 @@ class MatmulRenderer(KernelRenderer):
         bv = [b.load(b.gep(scratch, [b.add(off, _i64(t * w))], inbounds=True, source_etype=F32), typ=vty, align=4)
               for t in range(nr // w)]
         new = []
-        undef = ir.Constant(vty, None)
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), w), None)
         for m in range(mr):
             av = b.load(b.gep(apack, [b.add(rr, _i64(m * kc))], inbounds=True, source_etype=F32), typ=F32)
-            splat = b.shuffle_vector(b.insert_element(undef, av, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+            splat = splat_vector(b, av, w)
             if self.half_products:   # the product rounds to f16 before it is summed in f32
                 hty = ir.VectorType(ir.HalfType(), w)
                 new.append([b.fadd(accs[m][t], b.fpext(b.fptrunc(b.fmul(splat, bv[t]), hty), vty))

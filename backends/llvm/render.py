@@ -33,6 +33,13 @@ def _i64(v: int) -> ir.Constant:
     return ir.Constant(I64, v)
 
 
+def splat_vector(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
+    """<width x float> with every lane x."""
+    undef = ir.Constant(ir.VectorType(F32, width), None)
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), width), None)
+    return b.shuffle_vector(b.insert_element(undef, x, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+
+
 @contextmanager
 def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
     """for (i = start; i < stop; i++) { body }: yields i (an i64)."""
@@ -334,13 +341,7 @@ class KernelRenderer:
             return self._lane_term_vectors(let, form, ld, acc, alpha)
         with for_range(b, _i64(0), _i64(lanes), "lane.zero") as j:
             b.store(ir.Constant(F32, 0.0), b.gep(tmp, [j], inbounds=True, source_etype=F32))
-        # the lane-free factors (P: an exp per key) in a loop of their own, which vectorizes
-        a_buf = ir.IRBuilder(self.entry).alloca(F32, size=r.extent)
-        with for_range(b, _i64(0), _i64(r.extent), r.name + ".a") as ri:
-            self.scopes.append({})
-            self.vars[r] = ri
-            b.store(self._product(a), b.gep(a_buf, [ri], inbounds=True, source_etype=F32))
-            self.scopes.pop()
+        a_buf = self._lane_free_factors(a, r)
         with for_range(b, _i64(0), _i64(r.extent), r.name) as ri:
             self.scopes.append({})
             self.vars[r] = ri
@@ -378,20 +379,13 @@ class KernelRenderer:
         regs = [entry.alloca(vty) for _ in range(nvec)]     # promoted to registers by mem2reg
         for reg in regs:
             b.store(ir.Constant(vty, [0.0] * w), reg)
-        a_buf = entry.alloca(F32, size=r.extent)
-        with for_range(b, _i64(0), _i64(r.extent), r.name + ".a") as ri:
-            self.scopes.append({})
-            self.vars[r] = ri
-            b.store(self._product(a), b.gep(a_buf, [ri], inbounds=True, source_etype=F32))
-            self.scopes.pop()
-        fma = self._intrinsic_typed("llvm.fmuladd", vty, 3)
-        undef = ir.Constant(vty, None)
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), w), None)
+        a_buf = self._lane_free_factors(a, r)
+        fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
         with for_range(b, _i64(0), _i64(r.extent), r.name) as ri:
             self.scopes.append({})
             self.vars[r] = ri
             av = b.load(b.gep(a_buf, [ri], inbounds=True, source_etype=F32), typ=F32)
-            splat = b.shuffle_vector(b.insert_element(undef, av, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+            splat = splat_vector(b, av, w)
             self.vars[let.lane] = _i64(0)
             base = self.index(ld.index)
             for v in range(nvec):
@@ -399,20 +393,23 @@ class KernelRenderer:
                 x = b.load(ptr, typ=vty, align=4)
                 b.store(b.call(fma, [splat, x, b.load(regs[v], typ=vty)]), regs[v])
             self.scopes.pop()
-        ov = self._product(outer)
-        ovs = b.shuffle_vector(b.insert_element(undef, ov, ir.Constant(ir.IntType(32), 0)), undef, zeros)
-        al = b.shuffle_vector(b.insert_element(undef, alpha, ir.Constant(ir.IntType(32), 0)), undef, zeros)
+        ovs, al = splat_vector(b, self._product(outer), w), splat_vector(b, alpha, w)
         for v in range(nvec):
             p_acc = b.bitcast(b.gep(acc, [_i64(v * w)], inbounds=True, source_etype=F32), vty.as_pointer())
             old = b.load(p_acc, typ=vty, align=4)
             b.store(b.call(fma, [old, al, b.fmul(ovs, b.load(regs[v], typ=vty))]), p_acc, align=4)
 
-    def _intrinsic_typed(self, base: str, ty, nargs: int) -> ir.Function:
-        name = f"{base}.v{ty.count}f32"
-        fn = self.module.globals.get(name)
-        if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name)
-        return fn
+    def _lane_free_factors(self, a, r: Var):
+        """prod(a) for every r in a stack buffer, in a loop of its own: the lane-free factors
+        (P, an exp per key) are computed once, and that loop vectorizes."""
+        b = self.b
+        a_buf = ir.IRBuilder(self.entry).alloca(F32, size=r.extent)
+        with for_range(b, _i64(0), _i64(r.extent), r.name + ".a") as ri:
+            self.scopes.append({})
+            self.vars[r] = ri
+            b.store(self._product(a), b.gep(a_buf, [ri], inbounds=True, source_etype=F32))
+            self.scopes.pop()
+        return a_buf
 
     # --- index expressions ----------------------------------------------------------------
     def index(self, e: Lin) -> ir.Value:
