@@ -110,6 +110,15 @@ def test_compile_error_is_returned_not_raised():
     assert res.binary is None and "nvcc failed" in res.error
 
 
+def host_inputs(graph, seed: int):
+    """Random inputs for a host-simulated run: small integers for i32, normals otherwise."""
+    import numpy as np
+    from ir.dtypes import DType
+    rng = np.random.default_rng(seed)
+    return [rng.integers(-9, 10, n.shape).astype(np.int32) if n.dtype == DType.i32
+            else rng.standard_normal(n.shape).astype(n.dtype.np) for n in graph.inputs]
+
+
 HOST_CASES = ["softmax_f32", "gelu_f16", "matmul_f16", "sum0_f32", "movement_f16", "int_ops"]
 
 
@@ -119,15 +128,12 @@ def test_kernel_ir_rendering_runs_on_host(name):
     computes what the interpreter computes (no GPU needed)."""
     import numpy as np
     from backends.cuda import hostsim
-    from ir.dtypes import DType
     from ir.interpreter import evaluate
     reason = hostsim.available()
     if reason:
         pytest.skip(reason)
     g = graph_of(name)
-    rng = np.random.default_rng(1)
-    args = [rng.integers(-9, 10, n.shape).astype(np.int32) if n.dtype == DType.i32
-            else rng.standard_normal(n.shape).astype(n.dtype.np) for n in g.inputs]
+    args = host_inputs(g, 1)
     for got, want in zip(hostsim.run_kernel_ir(g, args), evaluate(g, args)):
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
 
@@ -141,15 +147,12 @@ def test_elementwise_and_generic_templates_run_on_host(name):
     loops), compiled for the host and run thread by thread, match the interpreter."""
     import numpy as np
     from backends.cuda import hostsim
-    from ir.dtypes import DType
     from ir.interpreter import evaluate
     reason = hostsim.available()
     if reason:
         pytest.skip(reason)
     g = graph_of(name)
-    rng = np.random.default_rng(2)
-    args = [rng.integers(-9, 10, n.shape).astype(np.int32) if n.dtype == DType.i32
-            else rng.standard_normal(n.shape).astype(n.dtype.np) for n in g.inputs]
+    args = host_inputs(g, 2)
     for got, want in zip(hostsim.run_templates(g, args), evaluate(g, args)):
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6, atol=1e-6)
 

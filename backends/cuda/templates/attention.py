@@ -9,6 +9,7 @@ quad once at the end (its rescalings are uniform per row).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -51,10 +52,7 @@ class AttnShape:
 
     @property
     def batch_count(self) -> int:
-        n = 1
-        for s, *_ in self.batch:
-            n *= s
-        return n
+        return math.prod(s for s, *_ in self.batch)
 
 
 def aligned(shape: AttnShape) -> bool:

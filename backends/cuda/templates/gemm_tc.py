@@ -7,6 +7,7 @@ function `epi(params..., flat, acc) -> float` rendered by the planner (bias, act
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 # one schedule of the tensor-core GEMM: block tile, warps, pipeline depth
@@ -57,10 +58,7 @@ class GemmShape:
 
     @property
     def batch_count(self) -> int:
-        n = 1
-        for s, *_ in self.batch:
-            n *= s
-        return n
+        return math.prod(s for s, *_ in self.batch)
 
 
 def batch_offsets(shape: GemmShape, var: str = "bz") -> tuple[str, str, str]:
