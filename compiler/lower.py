@@ -96,10 +96,9 @@ class _KernelBuilder:
             # a whole-tensor reduction (depth 0) inside a kernel with a parallel loop would be
             # recomputed by every chunk: give it its own (scalar) kernel instead
             self.needs |= {self.origin[l.value] for l in self.lets if l.depth == 0 and l.value in self.origin}
-        self.lets, tiles = fuse_online(self.lets, self.axes)
-        for let in self.lets:
-            if isinstance(let, Online) and let.name not in self.let_vars:     # a separate running max
-                self.let_vars[let.name] = self.let_vars[let.name.removesuffix("_run")]
+        self.lets, tiles, runs = fuse_online(self.lets, self.axes)
+        for run, name in runs.items():        # a separate running max has its max's variables
+            self.let_vars[run] = self.let_vars[name]
         self.online_tiles = {self.origin[t] for t in tiles if t in self.origin}
         return Kernel(self.name, self.axes, tuple(self.lets), (store,))
 

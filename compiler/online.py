@@ -140,9 +140,10 @@ def _replacer(target: Value):
     return go if isinstance(target, Reduce) else (lambda e: e)
 
 
-def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
+def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value], dict[str, str]]:
     """lets with every group of rescaled sums over the same max (and depth) replaced by one
-    Online; also the tile-max values the Onlines compute (their producers need no buffer).
+    Online; also the tile-max values the Onlines compute (their producers need no buffer),
+    and the name of each Online that keeps a running max of its own -> the max Let it tracks.
     A sum one axis deeper than a group (free in that axis, e.g. attention's accumulator over
     the head dim) joins the group as a lane sum when it has the gemv form."""
     max_lets = {l.name: l for l in lets if isinstance(l, Let) and isinstance(l.value, Reduce)
@@ -175,10 +176,11 @@ def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
             groups[upper] += [(i, l, c, y, lane) for i, l, c, y in joined]
             del groups[(name, depth)]
     if not groups:
-        return lets, []
+        return lets, [], {}
     out: list = list(lets)
     removed: set[int] = set()
     tiles: list[Value] = []
+    runs: dict[str, str] = {}
     for (name, depth), members in groups.items():
         m = max_lets[name]
         members = sorted(members, key=lambda mb: mb[0])
@@ -196,6 +198,8 @@ def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
             name in _refs(l.value) for j, l in enumerate(lets)
             if position[name] < j < first_i and isinstance(l, Let) and j not in {mb[0] for mb in members})
         run = name if merged else f"{name}_run"
+        if not merged:
+            runs[run] = name
         terms, gemv = [], []
         same_as_tile_max = _replacer(tile_max)
         for mb in members:
@@ -211,4 +215,4 @@ def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value]]:
         if merged:
             removed.add(position[name])
         tiles.append(tile_max)
-    return [l for i, l in enumerate(out) if i not in removed], tiles
+    return [l for i, l in enumerate(out) if i not in removed], tiles, runs
