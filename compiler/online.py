@@ -100,15 +100,21 @@ def _tile_max_of(a: Value, name: str) -> Value | None:
 
 def gemv_form(term: Value, lane: Var):
     """(outer, r, a, b) with term == prod(outer) * sum over r of prod(a) * prod(b), where only
-    the b factors read `lane` (flash attention's P_b V_b, rescaled by r_b); else None."""
-    outer, inner = [], None
+    the b factors read `lane` (flash attention's P_b V_b, rescaled by r_b); or (outer, None, (), b)
+    with term == prod(outer) * prod(b) when the lane factors are read directly (one key per step:
+    P_j V_j); else None. The lane-free factors are what a renderer computes once per step."""
+    outer, inner, direct = [], None, []
     for f in _factors(term):
-        if lane in value_vars(f):
-            if inner is not None or not (isinstance(f, Reduce) and f.op == Op.SUM and len(f.vars) == 1):
-                return None
+        if lane not in value_vars(f):
+            outer.append(f)
+        elif isinstance(f, Reduce) and f.op == Op.SUM and len(f.vars) == 1 and inner is None:
             inner = f
         else:
-            outer.append(f)
+            direct.append(f)
+    if direct:
+        if inner is not None or any(isinstance(x, Reduce) for f in direct for x in walk(f)):
+            return None
+        return tuple(outer), None, (), tuple(direct)
     if inner is None:
         return None
     a, b = [], []

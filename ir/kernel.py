@@ -365,7 +365,8 @@ class Online(Struct):
     # than `depth`, `lane`; its sum is then an array over that axis, read back by Ref at the
     # lane's value. `gemv[k]` says how to compute such a term without redoing its lane-free
     # work per lane: (outer factors, r, a factors, b factors) with
-    # terms[k] == prod(outer) * sum over r of prod(a) * prod(b), only b reading the lane.
+    # terms[k] == prod(outer) * sum over r of prod(a) * prod(b), only b reading the lane;
+    # r is None (and a empty) when terms[k] == prod(outer) * prod(b).
     lane: Var | None = None
     gemv: tuple = ()
 

@@ -178,20 +178,24 @@ class _ValueEmitter:
                 self.emit(f"{name} = {round_to(name, t.dtype)};")
 
     def _lane_update(self, l: Online, name: str, form) -> None:
-        """name[j] = name[j] * alpha + prod(outer) * sum_r prod(a) * prod(b)(j) for every lane j."""
+        """name[j] = name[j] * alpha + prod(outer) * sum_r prod(a) * prod(b)(j) for every lane j
+        (without r: + prod(outer) * prod(b)(j))."""
         outer, r, a, b = form
         n, lane = l.lane.extent, l.lane.name
         self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {name}[{lane}] *= {l.name}_a;")
         ov = self._product(outer)
-        self.emit(f"for (long long {r.name} = 0; {r.name} < {r.extent}LL; ++{r.name}) {{")
-        self.indent += "  "
-        self.memo.append({})
+        loops = 1
+        if r is not None:
+            self.emit(f"for (long long {r.name} = 0; {r.name} < {r.extent}LL; ++{r.name}) {{")
+            self.indent += "  "
+            self.memo.append({})
+            loops = 2
         av = self._product(a)
         self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {{")
         self.indent += "  "
         self.memo.append({})
         self.emit(f"{name}[{lane}] += {ov} * {av} * {self._product(b)};")
-        for _ in range(2):
+        for _ in range(loops):
             self.memo.pop()
             self.indent = self.indent[:-2]
             self.emit("}")

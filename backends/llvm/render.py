@@ -262,10 +262,12 @@ class KernelRenderer:
                     self.refs[let.name] = self.value(let.value)
 
     def _online(self, let: Online) -> None:
-        """One pass over the tiles carrying (m, sums): m' = max(m, tile max); each sum is
-        rescaled by exp2(scale * (m - m')) (1 when the max did not change) and gets the tile's
-        term, which reads m' (ir.kernel.Online). A lane sum is an array over the lane axis; its
-        term is computed in gemv form: the lane-free factors once per r, the lane loop inside."""
+        """One pass over the tiles carrying (m, sums): m' = max(m, tile max); when the max grew
+        (or is NaN) each sum is first rescaled by exp2(scale * (m - m')), then gets the tile's
+        term, which reads m' (ir.kernel.Online). Skipping the rescale when the max did not
+        change saves an exp2 and a multiply per sum on most tiles. A lane sum is an array over
+        the lane axis; its term is computed in gemv form: the lane-free factors once per r, the
+        lane loop inside."""
         b = self.b
         flags = FAST if self.ks.fast_math else ()
         entry = ir.IRBuilder(self.entry)
@@ -273,7 +275,6 @@ class KernelRenderer:
         m_slot = entry.alloca(F32)
         slots = [entry.alloca(F32, size=lanes) if let.lane_sum(k) else entry.alloca(F32)
                  for k in range(len(let.sums))]
-        tmp = entry.alloca(F32, size=lanes) if lanes else None
         b.store(ir.Constant(F32, float("-inf")), m_slot)
         zero = ir.Constant(F32, 0.0)
         for k, slot in enumerate(slots):
@@ -289,17 +290,22 @@ class KernelRenderer:
             y = self.value(let.tile_max)
             m = b.load(m_slot, typ=F32)
             m_new = b.call(self._intrinsic("llvm.maximum.f32", F32, 2), [m, y])
-            shrink = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
-            alpha = b.select(b.fcmp_ordered("==", m, m_new), ir.Constant(F32, 1.0), shrink)
+            with b.if_then(b.fcmp_unordered("!=", m, m_new)):
+                alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
+                for k, slot in enumerate(slots):
+                    if let.lane_sum(k):
+                        with for_range(b, _i64(0), _i64(lanes), "lane.rescale") as j:
+                            p = b.gep(slot, [j], inbounds=True, source_etype=F32)
+                            b.store(b.fmul(b.load(p, typ=F32), alpha, flags=flags), p)
+                    else:
+                        b.store(b.fmul(b.load(slot, typ=F32), alpha, flags=flags), slot)
+            b.store(m_new, m_slot)
             self.refs[let.name] = m_new
             for k, (slot, term) in enumerate(zip(slots, let.terms)):
                 if let.lane_sum(k):
-                    self._lane_term(let, let.lane_sum(k), slot, tmp, alpha, flags)
-                    continue
-                t = self.value(term)
-                acc = b.fmul(b.load(slot, typ=F32), alpha, flags=flags)
-                b.store(b.fadd(acc, t, flags=flags), slot)
-            b.store(m_new, m_slot)
+                    self._lane_term(let, let.lane_sum(k), slot, flags)
+                else:
+                    b.store(b.fadd(b.load(slot, typ=F32), self.value(term), flags=flags), slot)
             self.scopes.pop()
         self.refs[let.name] = b.load(m_slot, typ=F32)
         for k, (name, slot, term) in enumerate(zip(let.sums, slots, let.terms)):
@@ -331,21 +337,31 @@ class KernelRenderer:
     def _lane_width(self) -> int:
         return 16 if self.ks.vector_width >= 16 else 8
 
-    def _lane_term(self, let: Online, form, acc, tmp, alpha, flags) -> None:
-        """acc[j] = acc[j] * alpha + prod(outer) * sum_r prod(a) * prod(b)(j) for every lane j."""
+    @contextmanager
+    def _over_r(self, r: Var | None, a_buf):
+        """The loop over a gemv form's r, yielding prod(a) at r (read from a_buf); one step
+        yielding 1 when the form has no r (the lane factors are read directly)."""
+        if r is None:
+            yield ir.Constant(F32, 1.0)
+            return
+        with for_range(self.b, _i64(0), _i64(r.extent), r.name) as ri:
+            self.scopes.append({})
+            self.vars[r] = ri
+            yield self.b.load(self.b.gep(a_buf, [ri], inbounds=True, source_etype=F32), typ=F32)
+            self.scopes.pop()
+
+    def _lane_term(self, let: Online, form, acc, flags) -> None:
+        """acc[j] += prod(outer) * sum_r prod(a) * prod(b)(j) for every lane j."""
         b = self.b
         outer, r, a, bs = form
         lanes = let.lane.extent
         ld = self._lane_vector_load(let, bs)
         if ld is not None:
-            return self._lane_term_vectors(let, form, ld, acc, alpha)
+            return self._lane_term_vectors(let, form, ld, acc)
+        tmp = ir.IRBuilder(self.entry).alloca(F32, size=lanes)
         with for_range(b, _i64(0), _i64(lanes), "lane.zero") as j:
             b.store(ir.Constant(F32, 0.0), b.gep(tmp, [j], inbounds=True, source_etype=F32))
-        a_buf = self._lane_free_factors(a, r)
-        with for_range(b, _i64(0), _i64(r.extent), r.name) as ri:
-            self.scopes.append({})
-            self.vars[r] = ri
-            av = b.load(b.gep(a_buf, [ri], inbounds=True, source_etype=F32), typ=F32)
+        with self._over_r(r, self._lane_free_factors(a, r)) as av:
             with for_range(b, _i64(0), _i64(lanes), "lane") as j:
                 self.scopes.append({})
                 self.vars[let.lane] = j
@@ -353,12 +369,11 @@ class KernelRenderer:
                 prod = b.fmul(av, self._product(bs), flags=flags)
                 b.store(b.fadd(b.load(ptr, typ=F32), prod, flags=flags), ptr)
                 self.scopes.pop()
-            self.scopes.pop()
         ov = self._product(outer)
         with for_range(b, _i64(0), _i64(lanes), "lane.acc") as j:
             p_acc = b.gep(acc, [j], inbounds=True, source_etype=F32)
             t = b.fmul(ov, b.load(b.gep(tmp, [j], inbounds=True, source_etype=F32), typ=F32), flags=flags)
-            b.store(b.fadd(b.fmul(b.load(p_acc, typ=F32), alpha, flags=flags), t, flags=flags), p_acc)
+            b.store(b.fadd(b.load(p_acc, typ=F32), t, flags=flags), p_acc)
 
     def _emit_stores(self) -> None:
         for st in self.k.stores:
@@ -367,7 +382,7 @@ class KernelRenderer:
             ptr = self.b.gep(self.ptrs[st.buffer], [self.index(st.index)], inbounds=True, source_etype=STORAGE[dt])
             self.b.store(self.to_storage(v, dt), ptr)
 
-    def _lane_term_vectors(self, let: Online, form, ld: Load, acc, alpha) -> None:
+    def _lane_term_vectors(self, let: Online, form, ld: Load, acc) -> None:
         """The lane sum with the lanes in vector registers: per r one broadcast of the lane-free
         factor and one FMA per vector of the contiguous lane load."""
         b = self.b
@@ -375,16 +390,23 @@ class KernelRenderer:
         w = self._lane_width()
         nvec = let.lane.extent // w
         vty = ir.VectorType(F32, w)
+        fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
+        acc_ptrs = [b.bitcast(b.gep(acc, [_i64(v * w)], inbounds=True, source_etype=F32), vty.as_pointer())
+                    for v in range(nvec)]
+        if r is None:           # acc += prod(outer) * b: one FMA per vector, straight into acc
+            ovs = splat_vector(b, self._product(outer), w)
+            self.vars[let.lane] = _i64(0)
+            base = self.index(ld.index)
+            for v in range(nvec):
+                x = b.load(b.gep(self.ptrs[ld.buffer], [b.add(base, _i64(v * w))], inbounds=True,
+                                 source_etype=F32), typ=vty, align=4)
+                b.store(b.call(fma, [ovs, x, b.load(acc_ptrs[v], typ=vty, align=4)]), acc_ptrs[v], align=4)
+            return
         entry = ir.IRBuilder(self.entry)
         regs = [entry.alloca(vty) for _ in range(nvec)]     # promoted to registers by mem2reg
         for reg in regs:
             b.store(ir.Constant(vty, [0.0] * w), reg)
-        a_buf = self._lane_free_factors(a, r)
-        fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
-        with for_range(b, _i64(0), _i64(r.extent), r.name) as ri:
-            self.scopes.append({})
-            self.vars[r] = ri
-            av = b.load(b.gep(a_buf, [ri], inbounds=True, source_etype=F32), typ=F32)
+        with self._over_r(r, self._lane_free_factors(a, r)) as av:
             splat = splat_vector(b, av, w)
             self.vars[let.lane] = _i64(0)
             base = self.index(ld.index)
@@ -392,16 +414,16 @@ class KernelRenderer:
                 ptr = b.gep(self.ptrs[ld.buffer], [b.add(base, _i64(v * w))], inbounds=True, source_etype=F32)
                 x = b.load(ptr, typ=vty, align=4)
                 b.store(b.call(fma, [splat, x, b.load(regs[v], typ=vty)]), regs[v])
-            self.scopes.pop()
-        ovs, al = splat_vector(b, self._product(outer), w), splat_vector(b, alpha, w)
+        ovs = splat_vector(b, self._product(outer), w)
         for v in range(nvec):
-            p_acc = b.bitcast(b.gep(acc, [_i64(v * w)], inbounds=True, source_etype=F32), vty.as_pointer())
-            old = b.load(p_acc, typ=vty, align=4)
-            b.store(b.call(fma, [old, al, b.fmul(ovs, b.load(regs[v], typ=vty))]), p_acc, align=4)
+            old = b.load(acc_ptrs[v], typ=vty, align=4)
+            b.store(b.call(fma, [ovs, b.load(regs[v], typ=vty), old]), acc_ptrs[v], align=4)
 
-    def _lane_free_factors(self, a, r: Var):
+    def _lane_free_factors(self, a, r: Var | None):
         """prod(a) for every r in a stack buffer, in a loop of its own: the lane-free factors
-        (P, an exp per key) are computed once, and that loop vectorizes."""
+        (P, an exp per key) are computed once, and that loop vectorizes. None without r."""
+        if r is None:
+            return None
         b = self.b
         a_buf = ir.IRBuilder(self.entry).alloca(F32, size=r.extent)
         with for_range(b, _i64(0), _i64(r.extent), r.name + ".a") as ri:
