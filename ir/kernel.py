@@ -472,12 +472,16 @@ class KernelSchedule(Struct):
                   vectorizer interleaves innermost loops either way).
     tile:         (m, n, k) block sizes for the blocked matmul path; () lets the backend choose.
     fast_math:    allow reassociating reductions (vectorized, still a fixed order per build).
+    rows:         an Online loop (flash attention) runs this many consecutive rows of the
+                  parallel loop in one pass over the tiles, so the data the rows share (keys,
+                  values) is loaded once per step for all of them (1: one row per pass).
     """
     parallel: int = 0
     vector_width: int = 8
     unroll: int = 1
     tile: tuple[int, ...] = ()
     fast_math: bool = True
+    rows: int = 8
 
 
 @struct

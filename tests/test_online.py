@@ -237,3 +237,32 @@ def test_one_level_attention_runs_as_one_online_with_a_lane_sum(n, m, d, dv, dty
     assert_close(get_backend("cpu").build(g)(*xs)[0], want, dtype, scale=10)
     if hostsim.available() is None:
         assert_close(hostsim.run_kernel_ir(g, xs)[0], want, dtype, scale=10)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 4, 8])
+def test_online_row_blocks_match_one_row_at_a_time(monkeypatch, rows):
+    """KernelSchedule.rows: the CPU backend runs an Online for several query rows in one pass
+    over the keys. Chunks of the parallel loop start at unaligned rows (forced here: many
+    chunks on two threads), blocks must not straddle a batch boundary, and rows that do not
+    fill a block run one by one; every row matches the interpreter."""
+    from backends import get_backend
+    from backends.llvm import runtime
+    from ir.kernel import KernelSchedule, Schedule
+
+    def batched(q, k, v):
+        s = q @ k.transpose(-1, -2)
+        e = (s - s.max(-1, keepdim=True)).exp()
+        return (e @ v) / e.sum(-1, keepdim=True)
+
+    monkeypatch.setattr(runtime, "MIN_CHUNK_WORK", 1)
+    g = trace(batched, spec((3, 12, 8)), spec((3, 10, 8)), spec((3, 10, 16)))
+    rng = np.random.default_rng(rows)
+    xs = [(rng.standard_normal(s) * 3).astype(np.float32) for s in [(3, 12, 8), (3, 10, 8), (3, 10, 16)]]
+    want = evaluate(g, xs)[0]
+    assert len(onlines(lower(g))) == 1
+    be = get_backend("cpu")
+    exe = be.build(g, Schedule(threads=2, default=KernelSchedule(vector_width=16, rows=rows)))
+    assert len(exe.launches[-1].chunks) > 2
+    if rows > 1:
+        assert any(a % rows for a, _ in exe.launches[-1].chunks), exe.launches[-1].chunks   # unaligned starts
+    assert_close(exe(*xs)[0], want, "f32", scale=10)

@@ -41,8 +41,8 @@ def splat_vector(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
 
 
 @contextmanager
-def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
-    """for (i = start; i < stop; i++) { body }: yields i (an i64)."""
+def for_range(b: ir.IRBuilder, start, stop, name: str = "i", step: int = 1):
+    """for (i = start; i < stop; i += step) { body }: yields i (an i64)."""
     pre = b.block
     head = b.append_basic_block(f"{name}.head")
     body = b.append_basic_block(f"{name}.body")
@@ -54,7 +54,7 @@ def for_range(b: ir.IRBuilder, start, stop, name: str = "i"):
     b.cbranch(b.icmp_signed("<", i, stop), body, done)
     b.position_at_end(body)
     yield i
-    nxt = b.add(i, _i64(1), name=f"{name}.next", flags=("nsw",))
+    nxt = b.add(i, _i64(step), name=f"{name}.next", flags=("nsw",))
     i.add_incoming(nxt, b.block)
     b.branch(head)
     b.position_at_end(done)
@@ -80,6 +80,18 @@ def parallel_depth(k: Kernel, ks: KernelSchedule | None = None) -> int:
     if ks is not None and ks.parallel > 0:
         depth = min(depth, ks.parallel)
     return max(depth, 1)
+
+
+@dataclass
+class _Row:
+    """One row of a block rendered together: its parallel-axis values, value cache and Lets;
+    m_slot/slots hold its Online state."""
+    vars: dict
+    scope: dict
+    refs: dict
+    lane_refs: dict
+    m_slot: object = None
+    slots: list = None
 
 
 class KernelRenderer:
@@ -118,21 +130,82 @@ class KernelRenderer:
         elif self.interchange and len(k.axes) == 1:
             self._interchanged(start, end, start)
         else:
-            with for_range(b, start, end, "p") as p:
-                self.scopes.append({})
-                rest = p
-                for v in reversed(k.axes[:P]):
-                    if v is k.axes[0]:
-                        self.vars[v] = rest
-                    else:
-                        self.vars[v] = b.srem(rest, _i64(v.extent))
-                        rest = b.sdiv(rest, _i64(v.extent))
-                for d in range(1, P + 1):
-                    self._emit_lets(d)
-                self._nest(P)
-                self.scopes.pop()
+            online, rows = self._plan_rows(P)
+            if online is not None:
+                # blocks of `rows` rows aligned to multiples of `rows` (which divides the last
+                # parallel axis, so a block never straddles the axes above it and its rows read
+                # the same keys and values); the chunk's unaligned ends one by one
+                aligned = b.mul(b.sdiv(b.add(start, _i64(rows - 1)), _i64(rows)), _i64(rows))
+                first = b.select(b.icmp_signed("<", aligned, end), aligned, end)
+                stop = b.sub(end, b.srem(b.sub(end, first), _i64(rows)))
+                self._one_by_one(start, first, P)
+                with for_range(b, first, stop, "pr", step=rows) as p:
+                    self._row_block(online, p, rows, P)
+                start = stop
+            self._one_by_one(start, end, P)
         b.ret_void()
         ir.IRBuilder(self.entry).branch(body)
+
+    def _one_by_one(self, start, end, P: int) -> None:
+        """Rows start .. end - 1 of the parallel loop, each with its Lets and inner nest."""
+        with for_range(self.b, start, end, "p") as p:
+            self.scopes.append({})
+            self.vars.update(self._parallel_vars(p, P))
+            for d in range(1, P + 1):
+                self._emit_lets(d)
+            self._nest(P)
+            self.scopes.pop()
+
+    def _parallel_vars(self, p, P: int) -> dict:
+        """The values of the leading P axes at flat index p of the parallel loop."""
+        out, rest = {}, p
+        for v in reversed(self.k.axes[:P]):
+            if v is self.k.axes[0]:
+                out[v] = rest
+            else:
+                out[v] = self.b.srem(rest, _i64(v.extent))
+                rest = self.b.sdiv(rest, _i64(v.extent))
+        return out
+
+    def _plan_rows(self, P: int) -> tuple[Online | None, int]:
+        """The Online to run for several rows at once, and how many (KernelSchedule.rows, or
+        the largest power-of-two part of it dividing the last parallel axis): when it is the
+        only Let above the inner loops (so a row is: the Online, then the row's inner nest)."""
+        rows = self.ks.rows
+        while rows > 1 and self.k.axes[P - 1].extent % rows:
+            rows //= 2
+        if rows <= 1 or self.row_cache or self.interchange:
+            return None, 1
+        upper = [l for l in self.k.lets if l.depth <= P]
+        if len(upper) != 1 or not isinstance(upper[0], Online) or upper[0].depth != P:
+            return None, 1
+        return upper[0], rows
+
+    def _row_block(self, online: Online, p, rows: int, P: int) -> None:
+        """Rows p .. p + rows - 1 (consecutive values of the last parallel axis, the others the
+        same): one Online pass for all of them, then each row's inner nest."""
+        base = self._parallel_vars(p, P)
+        last = self.k.axes[P - 1]
+        block = [_Row({**base, last: self.b.add(base[last], _i64(u))}, {}, dict(self.refs), dict(self.lane_refs))
+                 for u in range(rows)]
+        self._online(online, block)
+        for row in block:
+            with self._as_row(row):
+                self._nest(P)
+
+    @contextmanager
+    def _as_row(self, row: "_Row", *scopes: dict):
+        """Render as row `row`: its axis values, Lets and value cache (plus `scopes`)."""
+        refs, lane_refs = self.refs, self.lane_refs
+        self.vars.update(row.vars)
+        self.refs, self.lane_refs = row.refs, row.lane_refs
+        self.scopes.append(row.scope)
+        self.scopes.extend(scopes)
+        try:
+            yield
+        finally:
+            del self.scopes[-1 - len(scopes):]
+            self.refs, self.lane_refs = refs, lane_refs
 
     def _nest(self, depth: int) -> None:
         k = self.k
@@ -261,58 +334,74 @@ class KernelRenderer:
                 else:
                     self.refs[let.name] = self.value(let.value)
 
-    def _online(self, let: Online) -> None:
+    def _online(self, let: Online, rows: list["_Row"] | None = None) -> None:
         """One pass over the tiles carrying (m, sums): m' = max(m, tile max); when the max grew
         (or is NaN) each sum is first rescaled by exp2(scale * (m - m')), then gets the tile's
         term, which reads m' (ir.kernel.Online). Skipping the rescale when the max did not
         change saves an exp2 and a multiply per sum on most tiles. A lane sum is an array over
         the lane axis; its term is computed in gemv form: the lane-free factors once per r, the
-        lane loop inside."""
+        lane loop inside. With `rows` (a block of rows, _row_block) every row carries its own
+        state through the same pass; loads the rows share are emitted once per row and merged
+        by LLVM, and their scalar steps line up for its SLP vectorizer."""
         b = self.b
+        rows = rows or [_Row({}, self.scopes[-1], self.refs, self.lane_refs)]
         flags = FAST if self.ks.fast_math else ()
         entry = ir.IRBuilder(self.entry)
         lanes = let.lane.extent if let.lane is not None else 0
-        m_slot = entry.alloca(F32)
-        slots = [entry.alloca(F32, size=lanes) if let.lane_sum(k) else entry.alloca(F32)
-                 for k in range(len(let.sums))]
-        b.store(ir.Constant(F32, float("-inf")), m_slot)
         zero = ir.Constant(F32, 0.0)
-        for k, slot in enumerate(slots):
-            if let.lane_sum(k):
-                with for_range(b, _i64(0), _i64(lanes), "lane.init") as j:
-                    b.store(zero, b.gep(slot, [j], inbounds=True, source_etype=F32))
-            else:
-                b.store(zero, slot)
-        exp2 = mathfns.define_exp2(self.module)
-        with for_range(b, _i64(0), _i64(let.var.extent), let.var.name) as i:
-            self.scopes.append({})
-            self.vars[let.var] = i
-            y = self.value(let.tile_max)
-            m = b.load(m_slot, typ=F32)
-            m_new = b.call(self._intrinsic("llvm.maximum.f32", F32, 2), [m, y])
-            with b.if_then(b.fcmp_unordered("!=", m, m_new)):
-                alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
-                for k, slot in enumerate(slots):
-                    if let.lane_sum(k):
-                        with for_range(b, _i64(0), _i64(lanes), "lane.rescale") as j:
-                            p = b.gep(slot, [j], inbounds=True, source_etype=F32)
-                            b.store(b.fmul(b.load(p, typ=F32), alpha, flags=flags), p)
-                    else:
-                        b.store(b.fmul(b.load(slot, typ=F32), alpha, flags=flags), slot)
-            b.store(m_new, m_slot)
-            self.refs[let.name] = m_new
-            for k, (slot, term) in enumerate(zip(slots, let.terms)):
+        for row in rows:
+            row.m_slot = entry.alloca(F32)
+            row.slots = [entry.alloca(F32, size=lanes) if let.lane_sum(k) else entry.alloca(F32)
+                         for k in range(len(let.sums))]
+            b.store(ir.Constant(F32, float("-inf")), row.m_slot)
+            for k, slot in enumerate(row.slots):
                 if let.lane_sum(k):
-                    self._lane_term(let, let.lane_sum(k), slot, flags)
+                    with for_range(b, _i64(0), _i64(lanes), "lane.init") as j:
+                        b.store(zero, b.gep(slot, [j], inbounds=True, source_etype=F32))
                 else:
-                    b.store(b.fadd(b.load(slot, typ=F32), self.value(term), flags=flags), slot)
-            self.scopes.pop()
-        self.refs[let.name] = b.load(m_slot, typ=F32)
-        for k, (name, slot, term) in enumerate(zip(let.sums, slots, let.terms)):
-            if let.lane_sum(k):
-                self.lane_refs[name] = (slot, let.lane, term.dtype)
-            else:
-                self.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
+                    b.store(zero, slot)
+        exp2 = mathfns.define_exp2(self.module)
+        maximum = self._intrinsic("llvm.maximum.f32", F32, 2)
+        with for_range(b, _i64(0), _i64(let.var.extent), let.var.name) as i:
+            self.vars[let.var] = i
+            steps = [{} for _ in rows]          # each row's values in this step
+            olds, news, changed = [], [], None
+            for row, step in zip(rows, steps):
+                with self._as_row(row, step):
+                    y = self.value(let.tile_max)
+                m = b.load(row.m_slot, typ=F32)
+                m_new = b.call(maximum, [m, y])
+                grew = b.fcmp_unordered("!=", m, m_new)
+                olds.append(m), news.append(m_new)
+                changed = grew if changed is None else b.or_(changed, grew)
+            with b.if_then(changed):
+                for row, m, m_new in zip(rows, olds, news):
+                    alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
+                    if len(rows) > 1:           # (a row whose max did not grow keeps its sums)
+                        alpha = b.select(b.fcmp_ordered("==", m, m_new), ir.Constant(F32, 1.0), alpha)
+                    for k, slot in enumerate(row.slots):
+                        if let.lane_sum(k):
+                            with for_range(b, _i64(0), _i64(lanes), "lane.rescale") as j:
+                                p = b.gep(slot, [j], inbounds=True, source_etype=F32)
+                                b.store(b.fmul(b.load(p, typ=F32), alpha, flags=flags), p)
+                        else:
+                            b.store(b.fmul(b.load(slot, typ=F32), alpha, flags=flags), slot)
+            for row, step, m_new in zip(rows, steps, news):
+                b.store(m_new, row.m_slot)
+                with self._as_row(row, step):
+                    self.refs[let.name] = m_new
+                    for k, (slot, term) in enumerate(zip(row.slots, let.terms)):
+                        if let.lane_sum(k):
+                            self._lane_term(let, let.lane_sum(k), slot, flags)
+                        else:
+                            b.store(b.fadd(b.load(slot, typ=F32), self.value(term), flags=flags), slot)
+        for row in rows:
+            row.refs[let.name] = b.load(row.m_slot, typ=F32)
+            for k, (name, slot, term) in enumerate(zip(let.sums, row.slots, let.terms)):
+                if let.lane_sum(k):
+                    row.lane_refs[name] = (slot, let.lane, term.dtype)
+                else:
+                    row.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
 
     def _product(self, values) -> ir.Value:
         out = ir.Constant(F32, 1.0)
