@@ -20,10 +20,12 @@ def layernorm(x, w, b):
 
 
 # name -> size -> input shapes; "small" (CPU), "large" (GPU), "long" (rows that do not fit on chip:
-# a vocabulary-sized softmax, where the online form's single statistics pass pays)
+# a vocabulary-sized softmax or layer norm, where a single statistics pass and rows split across
+# the GPU pay)
 SIZES = {
     "softmax": {"small": [(256, 1024)], "large": [(4096, 4096)], "long": [(64, 131072)]},
-    "layernorm": {"small": [(256, 1024), (1024,), (1024,)], "large": [(4096, 4096), (4096,), (4096,)]},
+    "layernorm": {"small": [(256, 1024), (1024,), (1024,)], "large": [(4096, 4096), (4096,), (4096,)],
+                  "long": [(64, 131072), (131072,), (131072,)]},
     "attention": {"small": [(4, 128, 64)] * 3, "large": [(32, 1024, 64)] * 3},
 }
 FUNCTIONS = {"softmax": softmax, "layernorm": layernorm, "attention": attention}
@@ -41,7 +43,7 @@ def add_arguments(p) -> None:
     p.add_argument("workload", choices=sorted(FUNCTIONS), help="what to compile")
     p.add_argument("--target", default="cpu", help="cpu (default), cuda or reference")
     p.add_argument("--size", default=None, choices=["small", "large", "long"],
-                   help="input sizes (default: small on cpu, large on cuda; long: softmax rows of 131072)")
+                   help="input sizes (default: small on cpu, large on cuda; long: softmax/layernorm rows of 131072)")
     p.add_argument("--dtype", default="f32", help="f32 (default), f16 or bf16")
     p.add_argument("--budget", type=float, default=None, help="search seconds on a cold compile (default 5)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
