@@ -113,6 +113,23 @@ class CUDAExecutable:
             for buf, size in extra:
                 self.rt.release(buf, size)
 
+    def profile(self, args, repeat: int = 20) -> list[tuple[str, float]]:
+        """Median seconds per launch (CUDA events around each one) over `repeat` runs, in order."""
+        drv = self.rt.drv
+        self.upload(args)
+        self.launch_all()
+        events = [drv.Event() for _ in range(len(self.launches) + 1)]
+        times: list[list[float]] = [[] for _ in self.launches]
+        for _ in range(repeat):
+            events[0].record()
+            for i, (l, f, a) in enumerate(zip(self.launches, self.functions, self._args)):
+                f.prepared_call(l.grid, l.block, *a, shared_size=l.shared)
+                events[i + 1].record()
+            events[-1].synchronize()
+            for i in range(len(self.launches)):
+                times[i].append(events[i + 1].time_since(events[i]) / 1e3)
+        return [(l.name, float(np.median(t))) for l, t in zip(self.launches, times)]
+
     def close(self) -> None:
         for n, buf in self.buffers.items():
             self.rt.release(buf, self._sizes[n])
