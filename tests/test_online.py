@@ -255,14 +255,45 @@ def test_online_row_blocks_match_one_row_at_a_time(monkeypatch, rows):
         return (e @ v) / e.sum(-1, keepdim=True)
 
     monkeypatch.setattr(runtime, "MIN_CHUNK_WORK", 1)
-    g = trace(batched, spec((3, 12, 8)), spec((3, 10, 8)), spec((3, 10, 16)))
-    rng = np.random.default_rng(rows)
-    xs = [(rng.standard_normal(s) * 3).astype(np.float32) for s in [(3, 12, 8), (3, 10, 8), (3, 10, 16)]]
-    want = evaluate(g, xs)[0]
-    assert len(onlines(lower(g))) == 1
-    be = get_backend("cpu")
-    exe = be.build(g, Schedule(threads=2, default=KernelSchedule(vector_width=16, rows=rows)))
-    assert len(exe.launches[-1].chunks) > 2
-    if rows > 1:
-        assert any(a % rows for a, _ in exe.launches[-1].chunks), exe.launches[-1].chunks   # unaligned starts
-    assert_close(exe(*xs)[0], want, "f32", scale=10)
+    # head dims: 16 (the scores as one FMA per vector per row and lane_sums) and 9 (scalar dots)
+    for d in (16, 9):
+        g = trace(batched, spec((3, 12, d)), spec((3, 10, d)), spec((3, 10, 16)))
+        rng = np.random.default_rng(rows)
+        xs = [(rng.standard_normal(s) * 3).astype(np.float32) for s in [(3, 12, d), (3, 10, d), (3, 10, 16)]]
+        want = evaluate(g, xs)[0]
+        assert len(onlines(lower(g))) == 1
+        be = get_backend("cpu")
+        exe = be.build(g, Schedule(threads=2, default=KernelSchedule(vector_width=16, rows=rows)))
+        assert len(exe.launches[-1].chunks) > 2
+        if rows > 1:
+            assert any(a % rows for a, _ in exe.launches[-1].chunks), exe.launches[-1].chunks   # unaligned starts
+        assert (".v.head" in exe.source) == (rows > 1 and d == 16)      # the vector dot ran where it applies
+        assert_close(exe(*xs)[0], want, "f32", scale=10)
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_lane_sums_reduce_each_vector(n):
+    """lane_sums: lane u of the result is the sum of vector u's lanes (checked in a JIT-compiled
+    function against numpy for vectors of 16 and 8 lanes)."""
+    import ctypes
+
+    from llvmlite import ir as llir
+
+    from backends.llvm import jit
+    from backends.llvm.render import F32, PTR, lane_sums
+    for width in (16, 8):
+        if n > width:
+            continue
+        module = llir.Module(name="t")
+        fn = llir.Function(module, llir.FunctionType(llir.VoidType(), [PTR, PTR]), "f")
+        b = llir.IRBuilder(fn.append_basic_block())
+        vty = llir.VectorType(F32, width)
+        vs = [b.load(b.gep(fn.args[0], [llir.Constant(llir.IntType(64), u)], source_etype=vty), typ=vty, align=4)
+              for u in range(n)]
+        b.store(lane_sums(b, vs, width), fn.args[1], align=4)
+        b.ret_void()
+        x = np.random.default_rng(n).standard_normal((n, width)).astype(np.float32)
+        out = np.zeros(width, np.float32)
+        addrs, _, engine = jit.load(str(module), ["f"], use_cache=False)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addrs["f"])(x.ctypes.data, out.ctypes.data)
+        np.testing.assert_allclose(out[:n], x.sum(1), rtol=1e-5, atol=1e-5)

@@ -40,6 +40,33 @@ def splat_vector(b: ir.IRBuilder, x: ir.Value, width: int) -> ir.Value:
     return b.shuffle_vector(b.insert_element(undef, x, ir.Constant(ir.IntType(32), 0)), undef, zeros)
 
 
+def lane_sums(b: ir.IRBuilder, vectors: list, width: int) -> ir.Value:
+    """One vector whose lane u is the sum of vectors[u]'s lanes (len(vectors) a power of two
+    <= width; the other lanes are unspecified): pairs are merged by adding their halves, so
+    n vectors cost n - 1 + log2(width / n) shuffle pairs and adds instead of n horizontal sums."""
+    i32 = ir.IntType(32)
+
+    def shuffle(x, y, idx):
+        idx = idx + [0] * (width - len(idx))
+        return b.shuffle_vector(x, y, ir.Constant(ir.VectorType(i32, width), idx))
+
+    vs, size = list(vectors), width        # each vector: width // size blocks of `size` lanes
+    while len(vs) > 1:
+        half, blocks = size // 2, width // size
+        lo = [k * size + j for k in range(blocks) for j in range(half)]
+        lo += [width + i for i in lo]
+        hi = [i + half for i in lo]
+        vs = [b.fadd(shuffle(x, y, lo), shuffle(x, y, hi), flags=FAST) for x, y in zip(vs[0::2], vs[1::2])]
+        size = half
+    v, rows = vs[0], len(vectors)          # rows blocks of `size` lanes, in order
+    while size > 1:
+        half = size // 2
+        lo = [k * size + j for k in range(rows) for j in range(half)]
+        v = b.fadd(shuffle(v, v, lo), shuffle(v, v, [i + half for i in lo]), flags=FAST)
+        size = half
+    return v
+
+
 @contextmanager
 def for_range(b: ir.IRBuilder, start, stop, name: str = "i", step: int = 1):
     """for (i = start; i < stop; i += step) { body }: yields i (an i64)."""
@@ -102,6 +129,7 @@ class KernelRenderer:
         self.refs: dict[str, ir.Value] = {}
         self.lane_refs: dict[str, tuple] = {}    # lane sums of Onlines: (array, lane var, dtype)
         self.vars: dict[Var, ir.Value] = {}
+        self.row_axis: Var | None = None           # the axis a block of rows (_row_block) runs along
 
     # --- the function ---------------------------------------------------------------------
     def render(self) -> None:
@@ -185,7 +213,7 @@ class KernelRenderer:
         """Rows p .. p + rows - 1 (consecutive values of the last parallel axis, the others the
         same): one Online pass for all of them, then each row's inner nest."""
         base = self._parallel_vars(p, P)
-        last = self.k.axes[P - 1]
+        last = self.row_axis = self.k.axes[P - 1]
         block = [_Row({**base, last: self.b.add(base[last], _i64(u))}, {}, dict(self.refs), dict(self.lane_refs))
                  for u in range(rows)]
         self._online(online, block)
@@ -366,6 +394,8 @@ class KernelRenderer:
             self.vars[let.var] = i
             steps = [{} for _ in rows]          # each row's values in this step
             olds, news, changed = [], [], None
+            for step, y in zip(steps, self._block_dot(let.tile_max, rows)):
+                step[let.tile_max] = y
             for row, step in zip(rows, steps):
                 with self._as_row(row, step):
                     y = self.value(let.tile_max)
@@ -402,6 +432,62 @@ class KernelRenderer:
                     row.lane_refs[name] = (slot, let.lane, term.dtype)
                 else:
                     row.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
+
+    def _block_dot(self, red: Value, rows: list["_Row"]) -> list:
+        """A block of rows' values of `red` when it is a dot product over contiguous f32 rows,
+        one operand shared by the rows (attention's score q_u . k_j against one key): per vector
+        of the reduced axis the shared operand is loaded once and each row does one FMA, then
+        lane_sums replaces the per-row horizontal sums. [] when it does not apply."""
+        w = self._lane_width()
+        if (len(rows) < 2 or len(rows) > w or not self.ks.fast_math or not isinstance(red, Reduce)
+                or red.op != Op.SUM or len(red.vars) != 1 or red.dtype != DType.f32 or red.vars[0].extent % w):
+            return []
+        r = red.vars[0]
+        shared, own = [], []
+        stack = [red.body]
+        while stack:
+            f = stack.pop()
+            if isinstance(f, Compute) and f.op == Op.MUL:
+                stack += f.srcs
+            elif isinstance(f, Const):
+                shared.append(f)
+            elif (isinstance(f, Load) and f.dtype == DType.f32 and not f.valid and f.index.coeff(r) == 1
+                  and not any(r in atom_vars(a) for a, _ in f.index.terms if not isinstance(a, Var))):
+                (own if self.row_axis in value_vars(f) else shared).append(f)
+            else:
+                return []
+        if not own:
+            return []
+        b = self.b
+        vty = ir.VectorType(F32, w)
+        fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
+        entry = ir.IRBuilder(self.entry)
+        accs = [entry.alloca(vty) for _ in rows]           # promoted to registers by mem2reg
+        for acc in accs:
+            b.store(ir.Constant(vty, [0.0] * w), acc)
+
+        def vector(factors):
+            out = None
+            for f in factors:
+                if isinstance(f, Const):
+                    x = splat_vector(b, const(f.value, DType.f32), w)
+                else:
+                    ptr = b.gep(self.ptrs[f.buffer], [self.index(f.index)], inbounds=True, source_etype=F32)
+                    x = b.load(b.bitcast(ptr, vty.as_pointer()), typ=vty, align=4)
+                out = x if out is None else b.fmul(out, x, flags=FAST)
+            return out
+
+        with for_range(b, _i64(0), _i64(r.extent // w), r.name + ".v") as c:
+            self.vars[r] = b.mul(c, _i64(w))
+            with self._as_row(rows[0], {}):
+                kv = vector(shared) if shared else None
+            for row, acc in zip(rows, accs):
+                with self._as_row(row, {}):
+                    qv = vector(own)
+                old = b.load(acc, typ=vty)
+                b.store(b.fadd(old, qv, flags=FAST) if kv is None else b.call(fma, [qv, kv, old]), acc)
+        sums = lane_sums(b, [b.load(acc, typ=vty) for acc in accs], w)
+        return [b.extract_element(sums, ir.Constant(ir.IntType(32), u)) for u in range(len(rows))]
 
     def _product(self, values) -> ir.Value:
         out = ir.Constant(F32, 1.0)
