@@ -39,17 +39,20 @@ class LLVMBackend:
         return Schedule(default=KernelSchedule(vector_width=native_vector_width()), name="default")
 
     def schedules(self, graph: Graph) -> list[Schedule]:
-        """Candidate schedules, the default heuristic first: LLVM's loop unroller on, matmul
-        tiles, vector widths, one thread, and strict (no reassociated reductions)."""
+        """Candidate schedules, the default heuristic first, then one thread (second: handing
+        chunks to the pool costs ~0.1 ms per kernel on a shared machine, which decides small
+        programs, and a search whose budget runs out after a few schedules should have seen
+        it), LLVM's loop unroller on, matmul tiles, vector widths, and strict (no reassociated
+        reductions)."""
         w = native_vector_width()
         out = [self.default_schedule(),
+               Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread"),
                Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"),
                Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3")]
         if w == 16:
             out.append(Schedule(default=KernelSchedule(vector_width=8), name="vec256"))
         out += [
             Schedule(default=KernelSchedule(vector_width=w, tile=(6, 2, 512, 512)), name="mm6x2-kc512"),
-            Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread"),
             Schedule(default=KernelSchedule(vector_width=w, fast_math=False), name="strict"),
         ]
         return out
