@@ -240,3 +240,22 @@ def test_long_reductions_into_few_outputs_take_a_warp_each(backend, shape, axis,
     assert exe(*args)[0].tobytes() == out.tobytes()
     if shape[axis] >= 32:
         assert "warp per output" in exe.explain(), exe.explain()
+
+
+@pytest.mark.parametrize("rows,cols,dtype,sliced", [(7, 12, "f32", False), (5, 10, "f32", False), (3, 24, "f16", False),
+                                                    (4, 4097, "f32", False), (6, 16, "f32", True), (2, 8, "bf16", True)])
+def test_elementwise_reads_broadcast_rows_as_vectors(backend, rows, cols, dtype, sliced):
+    """x * w + b with w, b broadcast over rows: the elementwise template loads a row read as
+    16-byte vectors when the row length and the read's offset allow it (12, 24, 16), and
+    element by element otherwise (10, 4097, an offset slice); every case matches."""
+    from compiler.trace import spec, trace
+    width = cols + 1 if sliced else cols
+
+    def fn(x, w, b):
+        w = w[1:] if sliced else w
+        return x * w + b
+
+    g = trace(fn, spec((rows, cols), dtype), spec((width,), dtype), spec((cols,), dtype))
+    exe = backend.build(g)
+    args = random_inputs(g, 5)
+    assert_close(exe(*args)[0], evaluate(g, args)[0], DType(dtype), g, exe.explain())

@@ -117,21 +117,27 @@ def render_elementwise(name: str, step: Step, M: set[Node], sched: Schedule) -> 
     t = tree(o, M)
     it = "int" if N < INT_MAX else "long long"
     ostr = contiguous_strides(o.shape)
-    # buffer reads whose element order equals the output's: loaded as 16-byte vectors
-    cached = []
+    # buffer reads whose element order equals the output's, or that walk the output's last axis
+    # contiguously (a broadcast row such as layernorm's weight): loaded as 16-byte vectors
+    cached, rows = [], {}
     for x in _with_buffer_srcs(t, names):
         if x is o and x.op != Op.VIEW and x.op != Op.CAST:
             continue
         if x.shape != o.shape or not is_buffer_read(x, M) or (x.op not in (Op.VIEW, Op.CAST) and x not in names):
             continue
         acc = resolve(x, lambda n: n in names)
-        if acc is None or tuple(s for s, d in zip(acc.strides, o.shape) if d != 1) != \
-                tuple(s for s, d in zip(ostr, o.shape) if d != 1):
+        if acc is None:
             continue
+        if tuple(s for s, d in zip(acc.strides, o.shape) if d != 1) != tuple(s for s, d in zip(ostr, o.shape) if d != 1):
+            if len(o.shape) < 2 or o.shape[-1] == 1 or acc.strides[-1] != 1:
+                continue
+            rows[x] = acc
         cached.append((x, acc))
     # the tail (N not a multiple of vec) takes the scalar path, so N need not divide
     vec = _vec_for([o.dtype.itemsize] + [a.dtype.itemsize for _, a in cached], 8)
-    cached = [(x, a) for x, a in cached if a.offset % vec == 0]
+    # a row read's vector must not cross a row, and every vector start must stay aligned
+    cached = [(x, a) for x, a in cached if a.offset % vec == 0 and
+              (x not in rows or (o.shape[-1] % vec == 0 and all(st % vec == 0 for st in a.strides[:-1])))]
     lines = [f'extern "C" __global__ void __launch_bounds__({sched.ew_block}) {name}({params}) {{',
              f"  const {it} base = ((({it})blockIdx.x) * {sched.ew_block} + threadIdx.x) * {vec};",
              f"  if (base >= ({it}){N}) return;"]
@@ -141,7 +147,10 @@ def render_elementwise(name: str, step: Step, M: set[Node], sched: Schedule) -> 
         for j, (x, a) in enumerate(cached):
             raw = RAW[vec * a.dtype.itemsize]
             st = C_STORAGE[a.dtype]
-            lines.append(f"    const {raw} r{j} = *reinterpret_cast<const {raw}*>({names[a.buffer]} + {a.offset} + base);")
+            at = "base" if x not in rows else " + ".join(
+                [f"{i} * {st}LL" if st != 1 else i for i, st, d in zip(unflatten("base", o.shape), a.strides, o.shape)
+                 if d != 1 and st != 0] or ["0"])
+            lines.append(f"    const {raw} r{j} = *reinterpret_cast<const {raw}*>({names[a.buffer]} + {a.offset} + ({at}));")
             lines.append(f"    const {st}* e{j} = reinterpret_cast<const {st}*>(&r{j});")
         em = Emitter(names, indent="    ")
         vals = []
