@@ -126,35 +126,61 @@ HOST_CASES = ["softmax_f32", "gelu_f16", "matmul_f16", "sum0_f32", "movement_f16
 def test_kernel_ir_rendering_runs_on_host(name):
     """The kernel-IR renderer's CUDA text, compiled for the host and run thread by thread,
     computes what the interpreter computes (no GPU needed)."""
+    from backends.cuda import hostsim
+    check_on_host(hostsim.run_kernel_ir, graph_of(name), 1, 1e-5)
+
+
+TEMPLATE_HOST_CASES = ["movement_f16", "gelu_f32", "sum0_f32", "int_ops", "compare_where_f16", "permute_expand_f32"]
+
+
+def check_on_host(run, graph, seed: int, tol: float) -> None:
+    """`run` (a hostsim runner) on the graph's host inputs matches the interpreter."""
     import numpy as np
     from backends.cuda import hostsim
     from ir.interpreter import evaluate
     reason = hostsim.available()
     if reason:
         pytest.skip(reason)
-    g = graph_of(name)
-    args = host_inputs(g, 1)
-    for got, want in zip(hostsim.run_kernel_ir(g, args), evaluate(g, args)):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-5, atol=1e-5)
-
-
-TEMPLATE_HOST_CASES = ["movement_f16", "gelu_f32", "sum0_f32", "int_ops", "compare_where_f16", "permute_expand_f32"]
+    args = host_inputs(graph, seed)
+    for got, want in zip(run(graph, args), evaluate(graph, args)):
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
 
 
 @pytest.mark.parametrize("name", TEMPLATE_HOST_CASES)
 def test_elementwise_and_generic_templates_run_on_host(name):
     """The template path's elementwise / generic kernels (views, masks, casts, reductions as
     loops), compiled for the host and run thread by thread, match the interpreter."""
+    from backends.cuda import hostsim
+    check_on_host(hostsim.run_templates, graph_of(name), 2, 1e-6)
+
+
+@pytest.mark.parametrize("rows,cols,dtype,sliced,vectors", [(7, 12, "f32", False, 3), (5, 10, "f32", False, 1),
+                                                            (3, 24, "f16", False, 3), (6, 16, "f32", True, 2)])
+def test_broadcast_rows_load_as_vectors_on_host(rows, cols, dtype, sliced, vectors):
+    """x * w + b, w and b broadcast over rows: the elementwise template loads such a row as
+    16-byte vectors when its length and offset allow (12, 24; not 10 or an offset slice), and
+    the text computes what the interpreter does."""
+    from backends.cuda import hostsim, render
+    from compiler.trace import spec, trace
+
+    def fn(x, w, b):
+        return x * (w[1:] if sliced else w) + b
+
+    g = trace(fn, spec((rows, cols), dtype), spec((cols + sliced,), dtype), spec((cols,), dtype))
+    src, _ = render(g, prelude=False)
+    assert src.count("reinterpret_cast<const uint") == vectors, src
+    check_on_host(hostsim.run_templates, g, 3, 1e-3 if dtype == "f16" else 1e-6)
+
+
+def test_warp_reductions_are_not_run_on_host():
+    """A generic reduction with a warp per output uses shuffles the host cannot run: the host
+    runner refuses it instead of compiling something else."""
     import numpy as np
     from backends.cuda import hostsim
-    from ir.interpreter import evaluate
-    reason = hostsim.available()
-    if reason:
-        pytest.skip(reason)
-    g = graph_of(name)
-    args = host_inputs(g, 2)
-    for got, want in zip(hostsim.run_templates(g, args), evaluate(g, args)):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=1e-6, atol=1e-6)
+    from compiler.trace import spec, trace
+    g = trace(lambda x: x.sum(0), spec((1000, 7)))
+    with pytest.raises(ValueError, match="warp shuffles"):
+        hostsim.run_templates(g, [np.zeros((1000, 7), np.float32)])
 
 
 

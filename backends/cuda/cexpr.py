@@ -41,6 +41,18 @@ def c_literal(value, dtype: DType) -> str:
     return f"{v.hex()}f"
 
 
+def reduce_identity(op: Op, dtype: DType) -> str:
+    """The starting value of a SUM or MAX accumulator."""
+    if op == Op.SUM:
+        return "0.f" if dtype.is_float else "0"
+    return "-__int_as_float(0x7f800000)" if dtype.is_float else "(-2147483647 - 1)"
+
+
+def reduce_combine(op: Op, acc: str, v: str) -> str:
+    """acc combined with v: a sum, or numpy's NaN-propagating max."""
+    return f"{acc} + {v}" if op == Op.SUM else f"max_nan({acc}, {v})"
+
+
 def round_to(expr: str, dtype: DType) -> str:
     """Round a float compute value to `dtype`'s precision (identity for f32)."""
     if dtype == DType.f16:

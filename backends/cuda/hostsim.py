@@ -1,7 +1,7 @@
 """Run simple rendered CUDA kernels on the CPU, for tests on machines without a GPU.
 
-Kernels that use no shared memory, barriers or warp instructions (the kernel-IR renderer's,
-and the elementwise / generic templates) are plain C++ once `__global__` is defined away:
+Kernels that use no shared memory, barriers or warp instructions (the kernel-IR renderer's
+without row threads, the elementwise template, the generic one with a thread per output) are plain C++ once `__global__` is defined away:
 they are compiled with the host compiler against CUDA's half-precision headers and run
 thread by thread, one block after another. Not a timing tool; a semantics check.
 """
@@ -119,6 +119,9 @@ def run_templates(graph, args) -> list[np.ndarray]:
     kinds = {l.kind for l in launches}
     if not kinds <= set(EMULATED_KINDS):
         raise ValueError(f"kernels of kinds {sorted(kinds - set(EMULATED_KINDS))} need a GPU")
+    warps = [l.name for l in launches if l.detail == "warp per output"]
+    if warps:
+        raise ValueError(f"kernels {warps} reduce with warp shuffles: they need a GPU")
     run = build(src, [(l.name, 1 + len(l.inputs), l.grid[0], l.block[0]) for l in launches])
     bufs = {}
     for node, a in zip(graph.inputs, args):

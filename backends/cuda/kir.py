@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from ir.dtypes import DType
 from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Let, Lin, Load, Mod, Online, Reduce, Ref, Var
 from ir.ops import Op
-from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, round_to, store_value
+from backends.cuda.cexpr import (C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, reduce_combine, reduce_identity,
+                                 round_to, store_value)
 
 BLOCK = 256
 
@@ -103,30 +104,30 @@ class _ValueEmitter:
 
     def _reduce(self, e: Reduce) -> str:
         ct = C_COMPUTE[e.dtype]
-        if e.op == Op.SUM:
-            init = "0.f" if e.dtype.is_float else "0"
-        else:
-            init = "-__int_as_float(0x7f800000)" if e.dtype.is_float else "(-2147483647 - 1)"
-        acc = self.tmp(ct, init)
+        acc = self.tmp(ct, reduce_identity(e.op, e.dtype))
         outer = self.lanes
         lanes, self.lanes = outer and e.dtype.is_float, False    # nested reductions stay in the lane
-        for i, v in enumerate(e.vars):
-            start, step = ("lane", 32) if lanes and i == 0 else ("0", 1)
-            self.emit(f"for (long long {v.name} = {start}; {v.name} < {v.extent}LL; {v.name} += {step}) {{")
-            self.indent += "  "
-        self.memo.append({})
-        x = self.value(e.body)
-        self.emit(f"{acc} = {acc} + {x};" if e.op == Op.SUM else f"{acc} = max_nan({acc}, {x});")
-        self.memo.pop()
-        for _ in e.vars:
-            self.indent = self.indent[:-2]
-            self.emit("}")
+        self._accumulate(acc, e, *(("lane", 32) if lanes else ("0", 1)))
         if lanes:   # fixed-order butterfly, then lane 0's bits for every lane
             combine = "warp_sum" if e.op == Op.SUM else "warp_max"
             self.emit(f"{acc} = __shfl_sync(0xffffffffu, {combine}({acc}), 0);")
         self.lanes = outer
         return self.tmp(ct, round_to(acc, e.dtype) if e.dtype.is_float else acc)
 
+    def _accumulate(self, acc: str, e: Reduce, start: str, step) -> None:
+        """acc combined with e's body over e's variables, in their order; the first one runs
+        from `start` by `step` (a thread's or lane's share), the others in full."""
+        for i, v in enumerate(e.vars):
+            lo, by = (start, step) if i == 0 else ("0", 1)
+            self.emit(f"for (long long {v.name} = {lo}; {v.name} < {v.extent}LL; {v.name} += {by}) {{")
+            self.indent += "  "
+        self.memo.append({})
+        x = self.value(e.body)
+        self.emit(f"{acc} = {reduce_combine(e.op, acc, x)};")
+        self.memo.pop()
+        for _ in e.vars:
+            self.indent = self.indent[:-2]
+            self.emit("}")
 
     def online(self, l: Online, threads: int = 0) -> None:
         """The tuple-accumulator loop (ir.kernel.Online): sequential in the thread, or with
@@ -211,21 +212,8 @@ class _ValueEmitter:
         """A row reduction spread over the block: thread i takes i, i + threads, ... of the first
         variable (the rest in order), then a fixed-order block combine."""
         combine = "block_sum" if e.op == Op.SUM else "block_max"
-        acc = self.tmp("float", "0.f" if e.op == Op.SUM else "-__int_as_float(0x7f800000)")
-        first, rest = e.vars[0], e.vars[1:]
-        self.emit(f"for (long long {first.name} = threadIdx.x; {first.name} < {first.extent}LL; "
-                  f"{first.name} += {threads}) {{")
-        self.indent += "  "
-        for v in rest:
-            self.emit(f"for (long long {v.name} = 0; {v.name} < {v.extent}LL; ++{v.name}) {{")
-            self.indent += "  "
-        self.memo.append({})
-        x = self.value(e.body)
-        self.emit(f"{acc} = {acc} + {x};" if e.op == Op.SUM else f"{acc} = max_nan({acc}, {x});")
-        self.memo.pop()
-        for _ in range(len(rest) + 1):
-            self.indent = self.indent[:-2]
-            self.emit("}")
+        acc = self.tmp("float", reduce_identity(e.op, e.dtype))
+        self._accumulate(acc, e, "threadIdx.x", threads)
         self.emit(f"const float {name} = {round_to(f'{combine}({acc}, red_sh)', e.dtype)};")
 
 

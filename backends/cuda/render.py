@@ -14,7 +14,8 @@ from ir.dtypes import DType, HALVES
 from ir.node import Node
 from ir.ops import Op
 from ir.view import contiguous_strides
-from backends.cuda.cexpr import C_COMPUTE, C_STORAGE, Emitter, load_expr, round_to, store_value, unflatten
+from backends.cuda.cexpr import (C_COMPUTE, C_STORAGE, Emitter, load_expr, reduce_combine, reduce_identity, round_to,
+                                 store_value, unflatten)
 from backends.cuda.plan import Step, is_buffer_read, tree
 from backends.cuda.resolve import resolve
 from backends.cuda.templates import attention as attn_t
@@ -65,18 +66,6 @@ def _params(step: Step, extra: tuple[Node, ...] = ()) -> tuple[str, str, dict[No
         ps.append(f"const {C_STORAGE[n.dtype]}* __restrict__ in{j}")
         names[n] = f"in{j}"
     return ", ".join(ps), ", ".join(["out"] + [f"in{j}" for j in range(len(step.inputs) + len(extra))]), names
-
-
-def _identity(op: Op, dtype: DType) -> str:
-    if op == Op.SUM:
-        return "0.f" if dtype.is_float else "0"
-    return "-__int_as_float(0x7f800000)" if dtype.is_float else "(-2147483647 - 1)"
-
-
-def _combine(op: Op, acc: str, v: str, dtype: DType) -> str:
-    if op == Op.SUM:
-        return f"{acc} + {v}"
-    return f"max_nan({acc}, {v})"
 
 
 def _vec_for(nodes_bytes: list[int], n_inner: int) -> int:
@@ -214,7 +203,7 @@ def render_generic(name: str, step: Step, M: set[Node], sched: Schedule) -> tupl
         src = o.srcs[0]
         red_sizes = tuple(src.shape[a] for a in o.arg)
         ct = C_COMPUTE[o.dtype]
-        em.emit(f"{ct} acc = {_identity(o.op, o.dtype)};")
+        em.emit(f"{ct} acc = {reduce_identity(o.op, o.dtype)};")
         start, step_ = ("(long long)(threadIdx.x & 31)", 32) if warp else ("0", 1)
         em.emit(f"for (long long r = {start}; r < {R}LL; r += {step_}) {{")
         em.push("  ")
@@ -223,7 +212,7 @@ def render_generic(name: str, step: Step, M: set[Node], sched: Schedule) -> tupl
         for a, e in zip(o.arg, ridx):
             full[a] = e
         v = em.value(src, tuple(full))
-        em.emit(f"acc = {_combine(o.op, 'acc', v, o.dtype)};")
+        em.emit(f"acc = {reduce_combine(o.op, 'acc', v)};")
         em.pop("  ")
         em.emit("}")
         if warp:
@@ -346,7 +335,7 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
     for k, r in enumerate(reds):
         ct = C_COMPUTE[r.dtype]
         acc = f"acc{k}"
-        em.emit(f"{ct} {acc} = {_identity(r.op, r.dtype)};")
+        em.emit(f"{ct} {acc} = {reduce_identity(r.op, r.dtype)};")
         em.emit("#pragma unroll")
         em.emit(f"for (int i = 0; i < {items}; ++i) {{")
         em.emit(f"  const int q = i * {tpr} + t;")
@@ -355,7 +344,7 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
         for v in range(vec):
             ctx["v"] = v
             val = em.value(r.srcs[0], ridx + (f"(q * {vec} + {v})",))
-            em.emit(f"{acc} = {_combine(r.op, acc, val, r.dtype)};")
+            em.emit(f"{acc} = {reduce_combine(r.op, acc, val)};")
         em.pop("    ")
         em.emit("  }")
         em.emit("}")
@@ -367,7 +356,7 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
             em.emit("__syncthreads();")
             em.emit(f"{acc} = {red}[0];")
             for w in range(1, nwarps):
-                em.emit(f"{acc} = {_combine(r.op, acc, f'{red}[{w}]', r.dtype)};")
+                em.emit(f"{acc} = {reduce_combine(r.op, acc, f'{red}[{w}]')};")
             em.emit("__syncthreads();")
         res = em.tmp(ct, round_to(acc, r.dtype) if r.dtype.is_float else acc)
         em.hooks[r] = (lambda idx, res=res: res)

@@ -129,7 +129,6 @@ class KernelRenderer:
         self.refs: dict[str, ir.Value] = {}
         self.lane_refs: dict[str, tuple] = {}    # lane sums of Onlines: (array, lane var, dtype)
         self.vars: dict[Var, ir.Value] = {}
-        self.row_axis: Var | None = None           # the axis a block of rows (_row_block) runs along
 
     # --- the function ---------------------------------------------------------------------
     def render(self) -> None:
@@ -213,10 +212,10 @@ class KernelRenderer:
         """Rows p .. p + rows - 1 (consecutive values of the last parallel axis, the others the
         same): one Online pass for all of them, then each row's inner nest."""
         base = self._parallel_vars(p, P)
-        last = self.row_axis = self.k.axes[P - 1]
+        last = self.k.axes[P - 1]
         block = [_Row({**base, last: self.b.add(base[last], _i64(u))}, {}, dict(self.refs), dict(self.lane_refs))
                  for u in range(rows)]
-        self._online(online, block)
+        self._online(online, block, last)
         for row in block:
             with self._as_row(row):
                 self._nest(P)
@@ -362,14 +361,14 @@ class KernelRenderer:
                 else:
                     self.refs[let.name] = self.value(let.value)
 
-    def _online(self, let: Online, rows: list["_Row"] | None = None) -> None:
+    def _online(self, let: Online, rows: list["_Row"] | None = None, row_axis: Var | None = None) -> None:
         """One pass over the tiles carrying (m, sums): m' = max(m, tile max); when the max grew
         (or is NaN) each sum is first rescaled by exp2(scale * (m - m')), then gets the tile's
         term, which reads m' (ir.kernel.Online). Skipping the rescale when the max did not
         change saves an exp2 and a multiply per sum on most tiles. A lane sum is an array over
         the lane axis; its term is computed in gemv form: the lane-free factors once per r, the
-        lane loop inside. With `rows` (a block of rows, _row_block) every row carries its own
-        state through the same pass; loads the rows share are emitted once per row and merged
+        lane loop inside. With `rows` (a block of rows along `row_axis`, _row_block) every row
+        carries its own state through the same pass; loads the rows share are emitted once per row and merged
         by LLVM, and their scalar steps line up for its SLP vectorizer."""
         b = self.b
         rows = rows or [_Row({}, self.scopes[-1], self.refs, self.lane_refs)]
@@ -394,7 +393,7 @@ class KernelRenderer:
             self.vars[let.var] = i
             steps = [{} for _ in rows]          # each row's values in this step
             olds, news, changed = [], [], None
-            for step, y in zip(steps, self._block_dot(let.tile_max, rows)):
+            for step, y in zip(steps, self._block_dot(let.tile_max, rows, row_axis)):
                 step[let.tile_max] = y
             for row, step in zip(rows, steps):
                 with self._as_row(row, step):
@@ -402,7 +401,8 @@ class KernelRenderer:
                 m = b.load(row.m_slot, typ=F32)
                 m_new = b.call(maximum, [m, y])
                 grew = b.fcmp_unordered("!=", m, m_new)
-                olds.append(m), news.append(m_new)
+                olds.append(m)
+                news.append(m_new)
                 changed = grew if changed is None else b.or_(changed, grew)
             with b.if_then(changed):
                 for row, m, m_new in zip(rows, olds, news):
@@ -433,7 +433,7 @@ class KernelRenderer:
                 else:
                     row.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
 
-    def _block_dot(self, red: Value, rows: list["_Row"]) -> list:
+    def _block_dot(self, red: Value, rows: list["_Row"], row_axis: Var | None) -> list:
         """A block of rows' values of `red` when it is a dot product over contiguous f32 rows,
         one operand shared by the rows (attention's score q_u . k_j against one key): per vector
         of the reduced axis the shared operand is loaded once and each row does one FMA, then
@@ -453,7 +453,7 @@ class KernelRenderer:
                 shared.append(f)
             elif (isinstance(f, Load) and f.dtype == DType.f32 and not f.valid and f.index.coeff(r) == 1
                   and not any(r in atom_vars(a) for a, _ in f.index.terms if not isinstance(a, Var))):
-                (own if self.row_axis in value_vars(f) else shared).append(f)
+                (own if row_axis in value_vars(f) else shared).append(f)
             else:
                 return []
         if not own:
