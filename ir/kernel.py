@@ -475,6 +475,11 @@ class KernelSchedule(Struct):
     rows:         an Online loop (flash attention) runs this many consecutive rows of the
                   parallel loop in one pass over the tiles, so the data the rows share (keys,
                   values) is loaded once per step for all of them (1: one row per pass).
+    keys:         an Online loop whose tile max is a dot product (attention's scores) steps a
+                  vector's width of keys at a time: the scores as one vector (one FMA per key
+                  and vector of the dot, lanes summed by a shuffle tree), their exps as one
+                  vector, the value rows accumulated in registers; `rows` applies where this
+                  does not (False: one key per step).
     """
     parallel: int = 0
     vector_width: int = 8
@@ -482,6 +487,7 @@ class KernelSchedule(Struct):
     tile: tuple[int, ...] = ()
     fast_math: bool = True
     rows: int = 8
+    keys: bool = True
 
 
 @struct

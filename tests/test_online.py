@@ -303,3 +303,41 @@ def test_lane_sums_reduce_each_vector(n):
         addrs, _, engine = jit.load(str(module), ["f"], use_cache=False)
         ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(addrs["f"])(x.ctypes.data, out.ctypes.data)
         np.testing.assert_allclose(out[:n], x.sum(1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("keys", [16, 37, 64])
+@pytest.mark.parametrize("rows", [1, 8])
+def test_online_key_blocks_match_the_interpreter(keys, rows):
+    """KernelSchedule.keys: the CPU backend steps an attention Online over whole blocks of a
+    vector's width of keys (scores as one vector, their exps as one vector, the value rows
+    into registers), then the keys left over one by one; with row blocks each row takes the
+    block in turn. Key counts that fill no block, one block and some, several blocks; vector
+    widths 16 and 8; a NaN query row, +inf and -inf keys; the same within rounding as one key
+    per step."""
+    from backends import get_backend
+    from ir.kernel import KernelSchedule, Schedule
+
+    def batched(q, k, v):
+        s = q @ k.transpose(-1, -2)
+        e = (s - s.max(-1, keepdim=True)).exp()
+        return (e @ v) / e.sum(-1, keepdim=True)
+
+    shapes = [(2, 9, 32), (2, keys, 32), (2, keys, 16)]
+    g = trace(batched, *[spec(s) for s in shapes])
+    rng = np.random.default_rng(keys * 10 + rows)
+    xs = [(rng.standard_normal(s) * 3).astype(np.float32) for s in shapes]
+    be = get_backend("cpu")
+    for w in (16, 8):
+        exe = be.build(g, Schedule(threads=1, default=KernelSchedule(vector_width=w, rows=rows)))
+        assert ".blk.head" in exe.source                        # the key-block path ran
+        one_key = be.build(g, Schedule(threads=1, default=KernelSchedule(vector_width=w, rows=rows, keys=False)))
+        assert ".blk.head" not in one_key.source
+        cases = [[x.copy() for x in xs] for _ in range(3)]
+        cases[1][0][1, 4, 0] = np.nan                                 # a NaN query row
+        cases[1][1][0, keys - 1, 2] = np.inf                          # +inf in the last key (a leftover one)
+        cases[2][1][1, 0, :] = -np.inf                                # a key scoring -inf or NaN
+        for case in cases:
+            want = evaluate(g, case)[0]
+            got = exe(*case)[0]
+            assert_close(got, want, "f32", scale=10)
+            assert_close(got, one_key(*case)[0], "f32", scale=10)

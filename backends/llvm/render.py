@@ -389,7 +389,10 @@ class KernelRenderer:
                     b.store(zero, slot)
         exp2 = mathfns.define_exp2(self.module)
         maximum = self._intrinsic("llvm.maximum.f32", F32, 2)
-        with for_range(b, _i64(0), _i64(let.var.extent), let.var.name) as i:
+        start = _i64(0)
+        if self._key_block_plan(let) is not None:
+            start = self._online_key_blocks(let, rows, flags)     # the whole blocks; the rest below
+        with for_range(b, start, _i64(let.var.extent), let.var.name) as i:
             self.vars[let.var] = i
             steps = [{} for _ in rows]          # each row's values in this step
             olds, news, changed = [], [], None
@@ -433,15 +436,111 @@ class KernelRenderer:
                 else:
                     row.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
 
-    def _block_dot(self, red: Value, rows: list["_Row"], row_axis: Var | None) -> list:
-        """A block of rows' values of `red` when it is a dot product over contiguous f32 rows,
-        one operand shared by the rows (attention's score q_u . k_j against one key): per vector
-        of the reduced axis the shared operand is loaded once and each row does one FMA, then
-        lane_sums replaces the per-row horizontal sums. [] when it does not apply."""
+    def _key_block_plan(self, let: Online):
+        """(dot operands of the tile max, {sum index: its lane load}) when the Online can step a
+        vector's width of keys at a time (KernelSchedule.keys): its tile max is a dot product
+        with an operand that reads the key (_dot_operands) and every lane sum reads its lane
+        factors directly as one contiguous load (gemv form without r); else None."""
+        if not self.ks.keys or let.var.extent < self._lane_width():
+            return None
+        operands = self._dot_operands(let.tile_max, let.var)
+        if operands is None:
+            return None
+        loads = {}
+        for k in range(len(let.sums)):
+            form = let.lane_sum(k)
+            if form:
+                outer, r, a, bs = form
+                ld = self._lane_vector_load(let, bs) if r is None else None
+                if ld is None:
+                    return None
+                loads[k] = ld
+        return operands, loads
+
+    def _online_key_blocks(self, let: Online, rows: list["_Row"], flags) -> ir.Value:
+        """The Online's steps over whole blocks of w keys (w the vector width; _key_block_plan),
+        for each row of `rows` in turn inside each block (the block's keys and values, 2 * w
+        rows of K and V, stay in L1 while the rows use them). Per row and block: the w scores
+        as one vector, the block max, one rescale when the max grew, the terms of the w keys in
+        a loop LLVM vectorizes (their exps as one vector), each lane sum's value rows
+        accumulated into vector registers (stored back to the lane arrays after the blocks, so
+        the one-key loop can finish the keys left over). Returns the first key not done."""
+        (operands, loads), b = self._key_block_plan(let), self.b
+        w, n = self._lane_width(), let.var.extent
+        full = n - n % w
+        vty = ir.VectorType(F32, w)
+        fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
+        exp2 = mathfns.define_exp2(self.module)
+        maximum = self._intrinsic("llvm.maximum.f32", F32, 2)
+        name = f"llvm.vector.reduce.fmax.v{w}f32"
+        block_max = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(F32, [vty]), name)
+        any_true = self.module.globals.get(f"llvm.vector.reduce.or.v{w}i1") or ir.Function(
+            self.module, ir.FunctionType(ir.IntType(1), [ir.VectorType(ir.IntType(1), w)]), f"llvm.vector.reduce.or.v{w}i1")
+        entry = ir.IRBuilder(self.entry)
+        scores = entry.alloca(F32, size=w)
+        factors = {k: entry.alloca(F32, size=w) for k in loads}       # a lane sum's lane-free factor per key
+        regs = [{k: [entry.alloca(vty) for _ in range(let.lane.extent // w)] for k in loads} for _ in rows]
+        for row_regs in regs:                                         # (mem2reg'd: registers or spills)
+            for k in loads:
+                for reg in row_regs[k]:
+                    b.store(ir.Constant(vty, [0.0] * w), reg)
+
+        def at(buf, u):
+            return b.gep(buf, [u], inbounds=True, source_etype=F32)
+
+        with for_range(b, _i64(0), _i64(full), let.var.name + ".blk", step=w) as kb:
+            for row, row_regs in zip(rows, regs):
+                keys = [_Row({**row.vars, let.var: b.add(kb, _i64(u))}, {}, row.refs, row.lane_refs) for u in range(w)]
+                s = self._dot_vector(operands, keys)
+                b.store(s, b.bitcast(scores, vty.as_pointer()), align=4)
+                # the block max ignoring NaN (a plain max tree), then NaN if any score is NaN
+                t = b.call(block_max, [s], fastmath=("nnan",))
+                t = b.select(b.call(any_true, [b.fcmp_unordered("uno", s, s)]), ir.Constant(F32, float("nan")), t)
+                m = b.load(row.m_slot, typ=F32)
+                m_new = b.call(maximum, [m, t])
+                with b.if_then(b.fcmp_unordered("!=", m, m_new)):
+                    alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
+                    splat = splat_vector(b, alpha, w)
+                    for k, slot in enumerate(row.slots):
+                        for reg in row_regs.get(k, [slot]):
+                            ty, x = (vty, splat) if k in row_regs else (F32, alpha)
+                            b.store(b.fmul(b.load(reg, typ=ty), x, flags=flags), reg)
+                b.store(m_new, row.m_slot)
+                with for_range(b, _i64(0), _i64(w), let.var.name + ".key") as u:
+                    with self._as_row(row, {let.tile_max: b.load(at(scores, u), typ=F32)}):
+                        self.vars[let.var] = b.add(kb, u)
+                        self.refs[let.name] = m_new
+                        for k, (slot, term) in enumerate(zip(row.slots, let.terms)):
+                            if k in loads:
+                                b.store(self._product(let.lane_sum(k)[0]), at(factors[k], u))
+                            else:
+                                b.store(b.fadd(b.load(slot, typ=F32), self.value(term), flags=flags), slot)
+                for k, ld in loads.items():
+                    for u in range(w):
+                        with self._as_row(row, {}):
+                            self.vars[let.var], self.vars[let.lane] = b.add(kb, _i64(u)), _i64(0)
+                            base = self.index(ld.index)
+                        p = splat_vector(b, b.load(at(factors[k], _i64(u)), typ=F32), w)
+                        for v, reg in enumerate(row_regs[k]):
+                            ptr = b.gep(self.ptrs[ld.buffer], [b.add(base, _i64(v * w))], inbounds=True, source_etype=F32)
+                            x = b.load(ptr, typ=vty, align=4)
+                            b.store(b.call(fma, [p, x, b.load(reg, typ=vty)]), reg)
+        for row, row_regs in zip(rows, regs):
+            for k in loads:
+                for v, reg in enumerate(row_regs[k]):
+                    ptr = b.bitcast(at(row.slots[k], _i64(v * w)), vty.as_pointer())
+                    b.store(b.load(reg, typ=vty), ptr, align=4)
+        return _i64(full)
+
+    def _dot_operands(self, red: Value, block_var: Var):
+        """(r, shared, own) when `red` is a dot product over contiguous f32 rows (sum over one
+        var r, a multiple of the vector width, of a product of loads with unit stride in r and
+        constants) that a block along `block_var` can share: `own` the loads that read
+        block_var (a row's query, a key's row of K), `shared` the rest; None otherwise."""
         w = self._lane_width()
-        if (len(rows) < 2 or len(rows) > w or not self.ks.fast_math or not isinstance(red, Reduce)
-                or red.op != Op.SUM or len(red.vars) != 1 or red.dtype != DType.f32 or red.vars[0].extent % w):
-            return []
+        if (not self.ks.fast_math or not isinstance(red, Reduce) or red.op != Op.SUM or len(red.vars) != 1
+                or red.dtype != DType.f32 or red.vars[0].extent % w):
+            return None
         r = red.vars[0]
         shared, own = [], []
         stack = [red.body]
@@ -453,12 +552,17 @@ class KernelRenderer:
                 shared.append(f)
             elif (isinstance(f, Load) and f.dtype == DType.f32 and not f.valid and f.index.coeff(r) == 1
                   and not any(r in atom_vars(a) for a, _ in f.index.terms if not isinstance(a, Var))):
-                (own if row_axis in value_vars(f) else shared).append(f)
+                (own if block_var in value_vars(f) else shared).append(f)
             else:
-                return []
-        if not own:
-            return []
-        b = self.b
+                return None
+        return (r, shared, own) if own else None
+
+    def _dot_vector(self, operands, rows: list["_Row"]) -> ir.Value:
+        """A vector whose lane u is the dot product `operands` (_dot_operands) for rows[u]: per
+        vector of the reduced axis the shared operand is loaded once and each row does one FMA,
+        then lane_sums replaces the per-row horizontal sums."""
+        r, shared, own = operands
+        b, w = self.b, self._lane_width()
         vty = ir.VectorType(F32, w)
         fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
         entry = ir.IRBuilder(self.entry)
@@ -486,8 +590,16 @@ class KernelRenderer:
                     qv = vector(own)
                 old = b.load(acc, typ=vty)
                 b.store(b.fadd(old, qv, flags=FAST) if kv is None else b.call(fma, [qv, kv, old]), acc)
-        sums = lane_sums(b, [b.load(acc, typ=vty) for acc in accs], w)
-        return [b.extract_element(sums, ir.Constant(ir.IntType(32), u)) for u in range(len(rows))]
+        return lane_sums(b, [b.load(acc, typ=vty) for acc in accs], w)
+
+    def _block_dot(self, red: Value, rows: list["_Row"], row_axis: Var | None) -> list:
+        """A block of rows' values of `red` when it is a dot product with one operand shared by
+        the rows (attention's score q_u . k_j against one key; _dot_vector); [] otherwise."""
+        operands = self._dot_operands(red, row_axis) if 2 <= len(rows) <= self._lane_width() else None
+        if operands is None:
+            return []
+        sums = self._dot_vector(operands, rows)
+        return [self.b.extract_element(sums, ir.Constant(ir.IntType(32), u)) for u in range(len(rows))]
 
     def _product(self, values) -> ir.Value:
         out = ir.Constant(F32, 1.0)
