@@ -307,29 +307,35 @@ def test_lane_sums_reduce_each_vector(n):
 
 @pytest.mark.parametrize("keys", [16, 37, 64])
 @pytest.mark.parametrize("rows", [1, 8])
-def test_online_key_blocks_match_the_interpreter(keys, rows):
+def test_online_key_blocks_match_the_interpreter(monkeypatch, keys, rows):
     """KernelSchedule.keys: the CPU backend steps an attention Online over whole blocks of a
     vector's width of keys (scores as one vector, their exps as one vector, the value rows
     into registers), then the keys left over one by one; with row blocks each row takes the
     block in turn. Key counts that fill no block, one block and some, several blocks; vector
     widths 16 and 8; a NaN query row, +inf and -inf keys; the same within rounding as one key
-    per step."""
+    per step. The scores come from the K panel (packed once per batch and chunk, so chunks
+    that start inside a batch and rows of the next batch both repack), a constant factor on
+    the scores applied after the panel products."""
     from backends import get_backend
+    from backends.llvm import runtime
     from ir.kernel import KernelSchedule, Schedule
 
     def batched(q, k, v):
-        s = q @ k.transpose(-1, -2)
+        s = (q * 0.25) @ k.transpose(-1, -2)
         e = (s - s.max(-1, keepdim=True)).exp()
         return (e @ v) / e.sum(-1, keepdim=True)
 
-    shapes = [(2, 9, 32), (2, keys, 32), (2, keys, 16)]
+    shapes = [(3, 9, 32), (3, keys, 32), (3, keys, 16)]
     g = trace(batched, *[spec(s) for s in shapes])
     rng = np.random.default_rng(keys * 10 + rows)
     xs = [(rng.standard_normal(s) * 3).astype(np.float32) for s in shapes]
     be = get_backend("cpu")
+    monkeypatch.setattr(runtime, "MIN_CHUNK_WORK", 1)      # two threads, many chunks with unaligned starts
     for w in (16, 8):
-        exe = be.build(g, Schedule(threads=1, default=KernelSchedule(vector_width=w, rows=rows)))
+        exe = be.build(g, Schedule(threads=2, default=KernelSchedule(vector_width=w, rows=rows)))
+        assert len(exe.launches[-1].chunks) > 2
         assert ".blk.head" in exe.source                        # the key-block path ran
+        assert "pack.key.head" in exe.source                    # ... with the scores from the K panel
         one_key = be.build(g, Schedule(threads=1, default=KernelSchedule(vector_width=w, rows=rows, keys=False)))
         assert ".blk.head" not in one_key.source
         cases = [[x.copy() for x in xs] for _ in range(3)]

@@ -88,6 +88,9 @@ def for_range(b: ir.IRBuilder, start, stop, name: str = "i", step: int = 1):
 
 
 MAX_ROW_CACHE = 16384       # floats of stack per row cache
+PANEL_FLOATS = 1 << 22      # largest K panel (floats of per-thread scratch) for an Online's key blocks
+PANEL_GROUP = 8             # rows whose score vectors share each panel load
+PANEL_PARTS = 2             # partial sums per score vector (independent FMA chains)
 
 
 def _expensive(e) -> bool:
@@ -133,15 +136,21 @@ class KernelRenderer:
     # --- the function ---------------------------------------------------------------------
     def render(self) -> None:
         k = self.k
-        fnty = ir.FunctionType(ir.VoidType(), [PTR] * len(self.buffers) + [I64, I64])
+        self.panel = self._plan_panel()
+        self.scratch_floats = self.panel[1][3] * self.panel[1][1].extent if self.panel else 0
+        fnty = ir.FunctionType(ir.VoidType(), [PTR] * (len(self.buffers) + bool(self.scratch_floats)) + [I64, I64])
         fn = ir.Function(self.module, fnty, k.name)
         fn.attributes.add("nounwind")
-        for a in fn.args[:len(self.buffers)]:
+        for a in fn.args[:-2]:
             a.add_attribute("noalias")
         self.fn = fn
         self.ptrs = dict(zip(self.buffers, fn.args))
         start, end = fn.args[-2], fn.args[-1]
         self.entry = fn.append_basic_block("entry")
+        if self.panel:
+            self.scratch = fn.args[len(self.buffers)]
+            self.panel_base = ir.IRBuilder(self.entry).alloca(I64)
+            ir.IRBuilder(self.entry).store(_i64(-1), self.panel_base)
         body = fn.append_basic_block("body")
         b = self.b = ir.IRBuilder(body)
         self.scopes.append({})
@@ -461,10 +470,12 @@ class KernelRenderer:
         """The Online's steps over whole blocks of w keys (w the vector width; _key_block_plan),
         for each row of `rows` in turn inside each block (the block's keys and values, 2 * w
         rows of K and V, stay in L1 while the rows use them). Per row and block: the w scores
-        as one vector, the block max, one rescale when the max grew, the terms of the w keys in
-        a loop LLVM vectorizes (their exps as one vector), each lane sum's value rows
-        accumulated into vector registers (stored back to the lane arrays after the blocks, so
-        the one-key loop can finish the keys left over). Returns the first key not done."""
+        as one vector (from the K panel for groups of PANEL_GROUP rows when the kernel has one,
+        _panel_scores; else _dot_vector), the block max, one rescale when the max grew, the
+        terms of the w keys in a loop LLVM vectorizes (their exps as one vector), each lane
+        sum's value rows accumulated into vector registers (stored back to the lane arrays after
+        the blocks, so the one-key loop can finish the keys left over). Returns the first key
+        not done."""
         (operands, loads), b = self._key_block_plan(let), self.b
         w, n = self._lane_width(), let.var.extent
         full = n - n % w
@@ -484,53 +495,147 @@ class KernelRenderer:
             for k in loads:
                 for reg in row_regs[k]:
                     b.store(ir.Constant(vty, [0.0] * w), reg)
+        panel = self.panel[1] if self.panel is not None and self.panel[0] == let else None
+        if panel is not None:
+            self._pack_panel(let, rows[0], panel)
 
         def at(buf, u):
             return b.gep(buf, [u], inbounds=True, source_etype=F32)
 
+        def step(row, row_regs, s, kb):
+            b.store(s, b.bitcast(scores, vty.as_pointer()), align=4)
+            # the block max ignoring NaN (a plain max tree), then NaN if any score is NaN
+            t = b.call(block_max, [s], fastmath=("nnan",))
+            t = b.select(b.call(any_true, [b.fcmp_unordered("uno", s, s)]), ir.Constant(F32, float("nan")), t)
+            m = b.load(row.m_slot, typ=F32)
+            m_new = b.call(maximum, [m, t])
+            with b.if_then(b.fcmp_unordered("!=", m, m_new)):
+                alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
+                splat = splat_vector(b, alpha, w)
+                for k, slot in enumerate(row.slots):
+                    for reg in row_regs.get(k, [slot]):
+                        ty, x = (vty, splat) if k in row_regs else (F32, alpha)
+                        b.store(b.fmul(b.load(reg, typ=ty), x, flags=flags), reg)
+            b.store(m_new, row.m_slot)
+            with for_range(b, _i64(0), _i64(w), let.var.name + ".key") as u:
+                with self._as_row(row, {let.tile_max: b.load(at(scores, u), typ=F32)}):
+                    self.vars[let.var] = b.add(kb, u)
+                    self.refs[let.name] = m_new
+                    for k, (slot, term) in enumerate(zip(row.slots, let.terms)):
+                        if k in loads:
+                            b.store(self._product(let.lane_sum(k)[0]), at(factors[k], u))
+                        else:
+                            b.store(b.fadd(b.load(slot, typ=F32), self.value(term), flags=flags), slot)
+            for k, ld in loads.items():
+                for u in range(w):
+                    with self._as_row(row, {}):
+                        self.vars[let.var], self.vars[let.lane] = b.add(kb, _i64(u)), _i64(0)
+                        base = self.index(ld.index)
+                    p = splat_vector(b, b.load(at(factors[k], _i64(u)), typ=F32), w)
+                    for v, reg in enumerate(row_regs[k]):
+                        ptr = b.gep(self.ptrs[ld.buffer], [b.add(base, _i64(v * w))], inbounds=True, source_etype=F32)
+                        x = b.load(ptr, typ=vty, align=4)
+                        b.store(b.call(fma, [p, x, b.load(reg, typ=vty)]), reg)
+
         with for_range(b, _i64(0), _i64(full), let.var.name + ".blk", step=w) as kb:
-            for row, row_regs in zip(rows, regs):
-                keys = [_Row({**row.vars, let.var: b.add(kb, _i64(u))}, {}, row.refs, row.lane_refs) for u in range(w)]
-                s = self._dot_vector(operands, keys)
-                b.store(s, b.bitcast(scores, vty.as_pointer()), align=4)
-                # the block max ignoring NaN (a plain max tree), then NaN if any score is NaN
-                t = b.call(block_max, [s], fastmath=("nnan",))
-                t = b.select(b.call(any_true, [b.fcmp_unordered("uno", s, s)]), ir.Constant(F32, float("nan")), t)
-                m = b.load(row.m_slot, typ=F32)
-                m_new = b.call(maximum, [m, t])
-                with b.if_then(b.fcmp_unordered("!=", m, m_new)):
-                    alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
-                    splat = splat_vector(b, alpha, w)
-                    for k, slot in enumerate(row.slots):
-                        for reg in row_regs.get(k, [slot]):
-                            ty, x = (vty, splat) if k in row_regs else (F32, alpha)
-                            b.store(b.fmul(b.load(reg, typ=ty), x, flags=flags), reg)
-                b.store(m_new, row.m_slot)
-                with for_range(b, _i64(0), _i64(w), let.var.name + ".key") as u:
-                    with self._as_row(row, {let.tile_max: b.load(at(scores, u), typ=F32)}):
-                        self.vars[let.var] = b.add(kb, u)
-                        self.refs[let.name] = m_new
-                        for k, (slot, term) in enumerate(zip(row.slots, let.terms)):
-                            if k in loads:
-                                b.store(self._product(let.lane_sum(k)[0]), at(factors[k], u))
-                            else:
-                                b.store(b.fadd(b.load(slot, typ=F32), self.value(term), flags=flags), slot)
-                for k, ld in loads.items():
-                    for u in range(w):
-                        with self._as_row(row, {}):
-                            self.vars[let.var], self.vars[let.lane] = b.add(kb, _i64(u)), _i64(0)
-                            base = self.index(ld.index)
-                        p = splat_vector(b, b.load(at(factors[k], _i64(u)), typ=F32), w)
-                        for v, reg in enumerate(row_regs[k]):
-                            ptr = b.gep(self.ptrs[ld.buffer], [b.add(base, _i64(v * w))], inbounds=True, source_etype=F32)
-                            x = b.load(ptr, typ=vty, align=4)
-                            b.store(b.call(fma, [p, x, b.load(reg, typ=vty)]), reg)
+            if panel is not None:
+                for g in range(0, len(rows), PANEL_GROUP):
+                    group = rows[g:g + PANEL_GROUP]
+                    for row, row_regs, s in zip(group, regs[g:], self._panel_scores(let, panel, group, kb)):
+                        step(row, row_regs, s, kb)
+            else:
+                for row, row_regs in zip(rows, regs):
+                    keys = [_Row({**row.vars, let.var: b.add(kb, _i64(u))}, {}, row.refs, row.lane_refs)
+                            for u in range(w)]
+                    step(row, row_regs, self._dot_vector(operands, keys), kb)
         for row, row_regs in zip(rows, regs):
             for k in loads:
                 for v, reg in enumerate(row_regs[k]):
                     ptr = b.bitcast(at(row.slots[k], _i64(v * w)), vty.as_pointer())
                     b.store(b.load(reg, typ=vty), ptr, align=4)
         return _i64(full)
+
+    def _plan_panel(self):
+        """(the Online, (K load, dot var r, shared factors, whole keys)) when the kernel has an
+        Online that steps key blocks (_key_block_plan) whose score operand that reads the key
+        is one load (K), the same for every row of the last parallel axis (a batch's keys), and
+        whose whole key blocks fit PANEL_FLOATS: its key blocks then read the scores from a K
+        panel (per block of w keys a d-major w-wide tile, _pack_panel) in per-thread scratch,
+        so a score vector is one broadcast q_d times one panel vector per d, no lane sums.
+        None otherwise."""
+        P = parallel_depth(self.k, self.ks)
+        row_axis = self.k.axes[P - 1] if self.k.axes else None
+        for let in self.k.lets:
+            plan = self._key_block_plan(let) if isinstance(let, Online) else None
+            if plan is None:
+                continue
+            r, shared, own = plan[0]
+            w, n = self._lane_width(), let.var.extent
+            full = n - n % w
+            if len(own) != 1 or row_axis in value_vars(own[0]) or full * r.extent > PANEL_FLOATS:
+                continue
+            if any(let.var in atom_vars(a) for a, _ in own[0].index.terms if not isinstance(a, Var)):
+                continue
+            return let, (own[0], r, shared, full)
+        return None
+
+    def _pack_panel(self, let: Online, row: "_Row", panel) -> None:
+        """Copy the whole key blocks of K into the panel (key kk, dim d at
+        (kk - kk % w) * D + d * w + kk % w) unless the panel already holds this batch's keys
+        (the index of K's first element is remembered in panel_base)."""
+        K, r, _, full = panel
+        b, w, D = self.b, self._lane_width(), r.extent
+        with self._as_row(row, {}):
+            self.vars[let.var], self.vars[r] = _i64(0), _i64(0)
+            first = self.index(K.index)
+        with b.if_then(b.icmp_signed("!=", first, b.load(self.panel_base, typ=I64))):
+            with for_range(b, _i64(0), _i64(full), "pack.key") as kk:
+                lane = b.srem(kk, _i64(w))
+                row_start = b.mul(b.sub(kk, lane), _i64(D))
+                with for_range(b, _i64(0), _i64(D), "pack.d") as d:
+                    with self._as_row(row, {}):
+                        self.vars[let.var], self.vars[r] = kk, d
+                        x = self._load(K)
+                    dst = b.add(row_start, b.add(b.mul(d, _i64(w)), lane))
+                    b.store(x, b.gep(self.scratch, [dst], inbounds=True, source_etype=F32))
+            b.store(first, self.panel_base)
+
+    def _panel_scores(self, let: Online, panel, group: list["_Row"], kb) -> list:
+        """The score vectors of keys kb .. kb + w - 1 for each row of `group`, from the K panel:
+        per d one panel vector shared by the group's rows, one FMA per row with its broadcast
+        query element (the shared factors that are loads); PANEL_PARTS partial sums per row
+        over alternating d keep the FMA chains short; constant factors multiply at the end."""
+        K, r, shared, _ = panel
+        b, w, D = self.b, self._lane_width(), r.extent
+        vty = ir.VectorType(F32, w)
+        fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
+        consts = [f for f in shared if isinstance(f, Const)]
+        qs = [f for f in shared if not isinstance(f, Const)]
+        entry = ir.IRBuilder(self.entry)
+        accs = [[entry.alloca(vty) for _ in range(PANEL_PARTS)] for _ in group]     # mem2reg'd
+        for parts in accs:
+            for acc in parts:
+                b.store(ir.Constant(vty, [0.0] * w), acc)
+        tile = b.mul(kb, _i64(D))
+        with for_range(b, _i64(0), _i64(D), r.name + ".panel", step=PANEL_PARTS) as d0:
+            for part in range(PANEL_PARTS):
+                d = b.add(d0, _i64(part))
+                ptr = b.gep(self.scratch, [b.add(tile, b.mul(d, _i64(w)))], inbounds=True, source_etype=F32)
+                kt = b.load(b.bitcast(ptr, vty.as_pointer()), typ=vty, align=4)
+                for row, parts in zip(group, accs):
+                    with self._as_row(row, {}):
+                        self.vars[r] = d
+                        q = self._product(qs)
+                    b.store(b.call(fma, [splat_vector(b, q, w), kt, b.load(parts[part], typ=vty)]), parts[part])
+        out = []
+        for parts in accs:
+            s = b.load(parts[0], typ=vty)
+            for acc in parts[1:]:
+                s = b.fadd(s, b.load(acc, typ=vty), flags=FAST)
+            for c in consts:
+                s = b.fmul(s, splat_vector(b, const(c.value, DType.f32), w), flags=FAST)
+            out.append(s)
+        return out
 
     def _dot_operands(self, red: Value, block_var: Var):
         """(r, shared, own) when `red` is a dot product over contiguous f32 rows (sum over one
@@ -970,7 +1075,7 @@ def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dic
             r = KernelRenderer(module, program, k, ks)
             r.render()
             extent = math.prod(v.extent for v in k.axes[:parallel_depth(k, ks)]) if k.axes else 1
-            info[k.name] = LaunchInfo(r.buffers, extent, 0, 2)
+            info[k.name] = LaunchInfo(r.buffers, extent, r.scratch_floats, 2)
         widths[k.name] = ks.vector_width
     text = str(module)
     # llvmlite has no API for string attributes: add the vector-width preference to each header
