@@ -259,3 +259,31 @@ def test_elementwise_reads_broadcast_rows_as_vectors(backend, rows, cols, dtype,
     exe = backend.build(g)
     args = random_inputs(g, 5)
     assert_close(exe(*args)[0], evaluate(g, args)[0], DType(dtype), g, exe.explain())
+
+
+@pytest.mark.parametrize("rows,cols,dtype,fn", [(4097, 7, "f32", "softmax"), (1000, 1000, "f32", "layernorm"),
+                                                (4099, 33, "f16", "softmax"), (17, 4097, "bf16", "rmsnorm"),
+                                                (70001, 128, "f32", "sum")])
+@pytest.mark.parametrize("row_blocks", [0, 1, 7])
+def test_row_kernels_loop_over_rows_with_a_grid_stride(backend, rows, cols, dtype, fn, row_blocks):
+    """Row kernels launch at most Schedule.row_blocks blocks (by default about two waves of
+    threads) and each block loops over its rows: row counts that leave a partial last round
+    (one block, seven blocks, the default cap), warps that share a block (short rows) and
+    blocks that are one row (long rows, shared-memory combine in the loop); NaN rows stay
+    NaN and only there; two runs give the same bits."""
+    from backends.cuda.render import Schedule
+    from compiler.trace import spec, trace
+    funcs = {"softmax": lambda x: x.softmax(-1), "sum": lambda x: x.sum(-1),
+             "layernorm": lambda x: x.layer_norm((x.shape[-1],)),
+             "rmsnorm": lambda x: x * ((x * x).mean(-1, keepdim=True) + 1e-6).rsqrt()}
+    g = trace(funcs[fn], spec((rows, cols), dtype))
+    exe = backend.build(g, Schedule(row_blocks=row_blocks))
+    launches = [l for l in exe.launches if l.kind == "row"]
+    assert launches, exe.explain()
+    if row_blocks:
+        assert all(l.grid[0] <= row_blocks and "grid-stride" in l.detail for l in launches), exe.explain()
+    args = random_inputs(g, 11)
+    args[0][rows // 2, cols // 3] = np.nan
+    out = exe(*args)[0]
+    assert_close(out, evaluate(g, args)[0], DType(dtype), g, exe.explain())
+    assert exe(*args)[0].tobytes() == out.tobytes()

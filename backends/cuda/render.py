@@ -22,6 +22,10 @@ from backends.cuda.templates import attention as attn_t
 from backends.cuda.templates import gemm_simt, gemm_tc, gemm_wgmma
 from backends.cuda.templates.prelude import PRELUDE
 
+# Row kernels launch at most about two waves of threads (an H200 holds 132 x 2048 resident):
+# tens of thousands of short-lived blocks (a long row split into tiles of 128) spend their time
+# being scheduled; fewer blocks that loop over rows keep the loads streaming.
+ROW_RESIDENT_THREADS = 1 << 19
 RAW = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
 INT_MAX = 2**31 - 1
 
@@ -33,6 +37,8 @@ class Schedule:
     simt: gemm_simt.SimtConfig | None = None
     attn: attn_t.AttnConfig | None = None
     row_threads: int | None = None      # threads per row for row kernels
+    row_blocks: int = 0                 # most blocks a row kernel launches, each looping over its rows
+                                        # with a grid stride (0: ROW_RESIDENT_THREADS / block threads)
     ew_block: int = 256                 # threads per block for elementwise / generic kernels
     use_tensor_cores: bool = True
     wg: gemm_wgmma.WGConfig | None = None   # Hopper wgmma GEMM tile (when the device and operands allow)
@@ -278,11 +284,19 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
     rpb = 1 if tpr > 32 else 4
     block = tpr * rpb
     nwarps = tpr // 32
+    blocks = (rows + rpb - 1) // rpb
+    grid_stride = blocks > (sched.row_blocks or max(1, ROW_RESIDENT_THREADS // block))
+    if grid_stride:     # (a block's rows share its threads: the loop is uniform where it syncs)
+        blocks = sched.row_blocks or max(1, ROW_RESIDENT_THREADS // block)
     lines = [f'extern "C" __global__ void __launch_bounds__({block}) {name}({params}) {{',
-             f"  const int t = threadIdx.x % {tpr};",
-             f"  const long long row = (long long)blockIdx.x * {rpb} + threadIdx.x / {tpr};"]
-    if rpb > 1:
-        lines.append(f"  if (row >= {rows}LL) return;")
+             f"  const int t = threadIdx.x % {tpr};"]
+    first_row = f"(long long)blockIdx.x * {rpb} + threadIdx.x / {tpr}"
+    if grid_stride:
+        lines.append(f"  for (long long row = {first_row}; row < {rows}LL; row += (long long)gridDim.x * {rpb}) {{")
+    else:
+        lines.append(f"  const long long row = {first_row};")
+        if rpb > 1:
+            lines.append(f"  if (row >= {rows}LL) return;")
     if tpr > 32:
         lines.append("  __shared__ float red_f[32];")
         lines.append("  __shared__ int red_i[32];")
@@ -383,10 +397,12 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
         val = em.value(o, pr_idx)
         em.emit(f"if (t == 0) out[row] = {store_value(val, o.dtype)};")
     lines += em.lines
+    if grid_stride:
+        lines.append("  }")
     lines.append("}")
-    grid = ((rows + rpb - 1) // rpb, 1, 1)
-    return "\n".join(lines), Launch(name, "row", grid, (block, 1, 1), 0, o, step.inputs,
-                                    f"threads/row={tpr} vec={vec} items={items} cached={len(cached)}")
+    return "\n".join(lines), Launch(name, "row", (blocks, 1, 1), (block, 1, 1), 0, o, step.inputs,
+                                    f"threads/row={tpr} vec={vec} items={items} cached={len(cached)}"
+                                    + (" grid-stride" if grid_stride else ""))
 
 
 # --- matrix products ---------------------------------------------------------------------------
