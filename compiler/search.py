@@ -254,9 +254,12 @@ class _Runner:
 
     grace = 0.0
 
-    def verify_all(self, trials, backend_spec, deadline, on_done, everything=None):
+    def verify_all(self, trials, backend_spec, deadline, on_done, everything=None, hard_deadline=None):
         """Build and verify `trials` on all workers at once; call on_done(trial) after each.
-        After `deadline`, nothing new starts once any of `everything` (default: `trials`) passed."""
+        After `deadline`, nothing new starts once any of `everything` (default: `trials`) passed;
+        what is still running is abandoned a grace period after `hard_deadline` (default:
+        `deadline`), so a phase that ends early lets its builds finish."""
+        hard_deadline = deadline if hard_deadline is None else hard_deadline
         queue = deque(trials)
         everything = trials if everything is None else everything
         if self.local is not None:
@@ -285,7 +288,7 @@ class _Runner:
             now = time.perf_counter()
             # once the budget is spent and something passed, what is still running gets a short
             # grace period (killing a worker costs its restart), then is abandoned
-            stop = deadline + self.grace if any(x.status == "verified" for x in everything) else float("inf")
+            stop = hard_deadline + self.grace if any(x.status == "verified" for x in everything) else float("inf")
             wait = min(min(start + self.options.timeout for _, start in running.values()), stop) - now
             fds = {self.pool.workers[i].fileno(): i for i in running}
             ready, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
@@ -432,18 +435,29 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # no new verification starts after VERIFY_SHARE of the remaining budget: the rest is for timing
     runner.grace = GRACE_SHARE * rest
     verify_deadline = t_explore + VERIFY_SHARE * rest
-    # first the original program under every schedule, then a short probe to rank the schedules,
-    # so the rewritten programs are tried under the best schedules first
+    # breadth first: the original program and every rewritten program under its default
+    # schedule, in parallel (a rewritten program can be several times faster, a schedule
+    # rarely is; with ~1 s builds a small budget used to end inside the original's
+    # schedules); then the original under its other schedules and a short probe to rank
+    # them, so the rewritten programs' other schedules are tried best first
     first = [t for t in todo if t.graph == graph]
     later = [t for t in todo if t.graph != graph]
-    # the original program's schedules get at most half the verification time when there are
-    # rewritten programs to try as well
-    first_deadline = verify_deadline - (0.5 * VERIFY_SHARE * rest if later else 0.0)
-    runner.verify_all(first, backend_spec, first_deadline, on_done, trials)
+    position: dict[int, int] = {}
+    for t in later:
+        position[t.id] = sum(1 for u in later if u.candidate == t.candidate and u.id < t.id)
+    defaults = [t for t in later if position[t.id] == 0]
+    later = [t for t in later if position[t.id] > 0]
+    window = VERIFY_SHARE * rest
+    runner.verify_all(first[:1] + defaults, backend_spec, t_explore + 0.6 * window, on_done, trials,
+                      hard_deadline=verify_deadline)
+    # the original program's other schedules: up to 80 % of the verification time when
+    # rewritten programs' other schedules are waiting too
+    runner.verify_all(first[1:], backend_spec, t_explore + (0.8 * window if later else window), on_done, trials,
+                      hard_deadline=verify_deadline)
     later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
-    room = max(options.max_trials - len(first), 0)
+    room = max(options.max_trials - len(first) - len(defaults), 0)
     if len(later) > room:
-        notes.append(f"{len(first) + len(later)} trials; verifying at most {options.max_trials}")
+        notes.append(f"{len(first) + len(defaults) + len(later)} trials; verifying at most {options.max_trials}")
         for t in later[room:]:
             t.status, t.reason = "skipped", "beyond max_trials"
         later = later[:room]

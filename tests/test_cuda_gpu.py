@@ -287,3 +287,21 @@ def test_row_kernels_loop_over_rows_with_a_grid_stride(backend, rows, cols, dtyp
     out = exe(*args)[0]
     assert_close(out, evaluate(g, args)[0], DType(dtype), g, exe.explain())
     assert exe(*args)[0].tobytes() == out.tobytes()
+
+
+@pytest.mark.parametrize("dtype,m,k,n", [("f32", 3, 16, 5), ("f16", 32, 16, 32), ("bf16", 130, 16, 24)])
+def test_products_of_more_than_65535_batches_run(backend, dtype, m, k, n):
+    """A batched product past 65535 batches (more than gridDim.z holds) runs with the extra
+    batches on gridDim.y (SIMT and tensor-core kernels) and matches numpy's product in float64
+    (the interpreter would materialize batch x m x k x n), the last batch included."""
+    from compiler.trace import spec, trace
+    batch = 65537 if dtype != "f32" else 70001
+    g = trace(lambda a, b: a @ b, spec((batch, m, k), dtype), spec((batch, k, n), dtype))
+    exe = backend.build(g)
+    assert all(max(l.grid[1:]) <= 65535 for l in exe.launches), exe.explain()
+    assert any(l.grid[1] > (m + 127) // 128 for l in exe.launches), exe.explain()    # batches on y
+    args = random_inputs(g, 13)
+    out = exe(*args)[0]
+    want = np.matmul(args[0].astype(np.float64), args[1].astype(np.float64))
+    assert_close(out, want, DType(dtype), g, exe.explain())
+    assert_close(out[-1], want[-1], DType(dtype), g, "last batch")

@@ -6,7 +6,7 @@ import pytest
 
 import compiler
 from compiler import nn
-from compiler.trace import spec
+from compiler.trace import spec, trace
 from backends.cuda import CUDABackend, render
 from backends.cuda.cases import CASES, graph_of
 from backends.cuda.plan import plan
@@ -197,3 +197,26 @@ def test_every_egraph_candidate_renders(name):
     for c in explore(g, max_candidates=12).candidates:
         src, launches = render_graph(c.graph)
         assert launches and "__global__" in src, c.description
+
+
+@pytest.mark.parametrize("dtype,tiles", [("f32", (3, 16, 5)), ("f16", (64, 64, 64)), ("f16", (200, 64, 136))])
+def test_products_of_more_than_65535_batches_fit_the_grid(dtype, tiles):
+    """gridDim.y and gridDim.z hold at most 65535 blocks: a batched product past that (the
+    rules' attention forms give P @ V as 131072 products of 64 x 32) puts the extra batches
+    on y, every block finds its batch and row tile, and blocks past the last batch leave."""
+    from backends.cuda.render import Schedule
+    from backends.cuda.templates import MAX_GRID_YZ, batched_grid
+    m, k, n = tiles
+    batch = 70001 if m * n < 4096 else 65537
+    g = trace(lambda a, b: a @ b, spec((batch, m, k), dtype), spec((batch, k, n), dtype))
+    src, launches = render(g, Schedule(arch="sm_90"))
+    gemms = [l for l in launches if l.kind.startswith("gemm")]
+    assert gemms
+    for l in gemms:
+        assert max(l.grid[1:]) <= MAX_GRID_YZ and l.grid[1] * l.grid[2] >= batch, (l.kind, l.grid)
+        assert "blockIdx.z *" in src and "return;" in src
+    assert batched_grid(1, 1, 131072) == ((1, 3, 43691), 3)
+    assert batched_grid(4, 7, 100) == ((4, 7, 100), 1)
+    if find_nvcc() is not None:
+        res = compile_source(src, "sm_90", kind="ptx")
+        assert res.error is None, res.log[-3000:]

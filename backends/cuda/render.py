@@ -768,7 +768,7 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
     cfg = sched.simt or (gemm_simt.SimtConfig(128, 128, 8, 8, 8) if m * n * nb >= 132 * 128 * 128
                          else gemm_simt.SimtConfig(64, 64, 8, 4, 4))
     conv = {DType.f16: "__float2half_rn", DType.bf16: "__float2bfloat16_rn"}.get(o.dtype, "")
-    src = gemm_simt.render(name, m, n, k, cfg, params, call, "\n".join(loaders), epi, conv, a_k, b_n)
+    src = gemm_simt.render(name, m, n, k, cfg, params, call, "\n".join(loaders), epi, conv, a_k, b_n, nb)
     return src, Launch(name, "gemm_simt", gemm_simt.grid(m, n, nb, cfg), (cfg.threads, 1, 1), 0, o, step.inputs,
                        f"M={m} N={n} K={k} batch={nb} tile={cfg.bm}x{cfg.bn} ({why})")
 

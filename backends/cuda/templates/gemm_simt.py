@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.cuda.templates import batched_grid, block_coords
+
 
 @dataclass(frozen=True)
 class SimtConfig:
@@ -26,8 +28,9 @@ SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(64, 64, 8, 4, 4), Simt
 
 
 def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call_args: str,
-           loaders: str, epilogue: str, out_conv: str, a_kcontig: bool, b_ncontig: bool) -> str:
+           loaders: str, epilogue: str, out_conv: str, a_kcontig: bool, b_ncontig: bool, batch: int = 1) -> str:
     NT, BM, BN, BK, TM, TN = cfg.threads, cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
+    bz, my, past_end = block_coords(-(-m // BM), batch, grid_split(m, n, batch, cfg))
     tx_n = BN // TN
     a_per = BM * BK // NT
     b_per = BK * BN // NT
@@ -45,8 +48,9 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   __shared__ float Bs[{BK}][{BN + 4}];
   const int tid = threadIdx.x;
   const int tx = tid % {tx_n}, ty = tid / {tx_n};
-  const long long bz = blockIdx.z;
-  const int m0 = blockIdx.y * {BM}, n0 = blockIdx.x * {BN};
+  const long long bz = {bz};
+  {past_end}
+  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};
   float acc[{TM}][{TN}];
   #pragma unroll
   for (int i = 0; i < {TM}; ++i)
@@ -111,4 +115,8 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
 
 
 def grid(m: int, n: int, batch: int, cfg: SimtConfig) -> tuple[int, int, int]:
-    return ((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, batch)
+    return batched_grid((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, batch)[0]
+
+
+def grid_split(m: int, n: int, batch: int, cfg: SimtConfig) -> int:
+    return batched_grid((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, batch)[1]

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from backends.cuda.templates import batched_grid, block_coords
+
 # one schedule of the tensor-core GEMM: block tile, warps, pipeline depth
 @dataclass(frozen=True)
 class TCConfig:
@@ -109,6 +111,9 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
     of cp.async (B is then staged k-contiguous, as for "nk")."""
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     mma = "mma_f16" if dtype == "f16" else "mma_bf16"
+    m_tiles = -(-shape.m // cfg.bm)
+    bz, my, past_end = block_coords(m_tiles, shape.batch_count,
+                                    batched_grid(-(-shape.n // cfg.bn), m_tiles, shape.batch_count)[1])
     pack2 = "__floats2half2_rn" if out_type == "__half" else "__floats2bfloat162_rn"
     pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
     PAD = 8
@@ -205,11 +210,12 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}) {name}({params}) {{
   {T}* sB = sA + {cfg.stages * a_stage};
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp / {cfg.warps_n}, wn = warp % {cfg.warps_n};
-  const long long bz = blockIdx.z;
+  const long long bz = {bz};
+  {past_end}
   const {T}* Ab = reinterpret_cast<const {T}*>({a_name}) + ({a_off});
   const {T}* Bb = reinterpret_cast<const {T}*>({b_name}) + ({b_off});
   const long long c_base = {c_off};
-  const int m0 = blockIdx.y * {cfg.bm}, n0 = blockIdx.x * {cfg.bn};
+  const int m0 = {my} * {cfg.bm}, n0 = blockIdx.x * {cfg.bn};
   float acc[{mi}][{ni}][4];
   #pragma unroll
   for (int i = 0; i < {mi}; ++i)
@@ -279,4 +285,4 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}) {name}({params}) {{
 
 
 def grid(shape: GemmShape, cfg: TCConfig) -> tuple[int, int, int]:
-    return ((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)
+    return batched_grid((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.cuda.templates import batched_grid, block_coords
 from backends.cuda.templates.gemm_tc import GemmShape, batch_offsets
 
 NEEDS_ARCH_SPECIFIC = "// saturn: needs arch-specific target (a)"
@@ -87,6 +88,9 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     ty = "f16" if dtype == "f16" else "bf16"
     BM, BN, S, NT = cfg.bm, cfg.bn, cfg.stages, cfg.threads
+    m_tiles = -(-shape.m // BM)
+    bz, my, past_end = block_coords(m_tiles, shape.batch_count,
+                                    batched_grid(-(-shape.n // BN), m_tiles, shape.batch_count)[1])
     A_ST, B_ST = BM * 128, BN * 128
     a_chunks, b_chunks = BM * 8 // NT, BN * 8 // NT
     a_off, b_off, c_off = batch_offsets(shape)
@@ -151,11 +155,12 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const int tid = threadIdx.x, wg = tid >> 7, lane = tid & 31, wq = (tid >> 5) & 3;
-  const long long bz = blockIdx.z;
+  const long long bz = {bz};
+  {past_end}
   const {T}* Ab = reinterpret_cast<const {T}*>({a_name}) + ({a_off});
   const {T}* Bb = reinterpret_cast<const {T}*>({b_name}) + ({b_off});
   const long long c_base = {c_off};
-  const int m0 = blockIdx.y * {BM}, n0 = blockIdx.x * {BN};
+  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};
   float acc[{BN // 2}];
   #pragma unroll
   for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;
@@ -258,7 +263,7 @@ def smem_epilogue_ok(shape: GemmShape, out_itemsize: int) -> bool:
 
 
 def grid(shape: GemmShape, cfg: WGConfig) -> tuple[int, int, int]:
-    return ((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)
+    return batched_grid((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)[0]
 
 
 def render_transpose(name: str, ctype: str, n: int, k: int, b_off: int, b_sk: int, kp: int) -> str:
