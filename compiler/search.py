@@ -448,11 +448,14 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     defaults = [t for t in later if position[t.id] == 0]
     later = [t for t in later if position[t.id] > 0]
     window = VERIFY_SHARE * rest
-    runner.verify_all(first[:1] + defaults, backend_spec, t_explore + 0.6 * window, on_done, trials,
+    # (the original's second schedule joins the first round: a backend lists there the
+    # alternative that most often decides small programs, e.g. one CPU thread, whose pool
+    # handoffs cost more than a small kernel)
+    runner.verify_all(first[:2] + defaults, backend_spec, t_explore + 0.6 * window, on_done, trials,
                       hard_deadline=verify_deadline)
     # the original program's other schedules: up to 80 % of the verification time when
     # rewritten programs' other schedules are waiting too
-    runner.verify_all(first[1:], backend_spec, t_explore + (0.8 * window if later else window), on_done, trials,
+    runner.verify_all(first[2:], backend_spec, t_explore + (0.8 * window if later else window), on_done, trials,
                       hard_deadline=verify_deadline)
     later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
     room = max(options.max_trials - len(first) - len(defaults), 0)
