@@ -286,7 +286,7 @@ def test_lane_sums_reduce_each_vector(n):
     from llvmlite import ir as llir
 
     from backends.llvm import jit
-    from backends.llvm.render import F32, PTR, lane_sums
+    from backends.llvm.common import F32, PTR, lane_sums
     for width in (16, 8):
         if n > width:
             continue

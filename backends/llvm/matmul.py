@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from llvmlite import ir
 
-from backends.llvm.render import F32, I64, PTR, STORAGE, KernelRenderer, _i64, for_range, splat_vector
+from backends.llvm.common import F32, I64, PTR, STORAGE, _i64, for_range, splat_vector
+from backends.llvm.render import KernelRenderer
 from ir.dtypes import DType
 from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Let, Reduce, Ref, Value, Var, atom_vars,
                        value_vars, walk)
