@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from compiler.lower import lower
@@ -347,3 +347,35 @@ def test_online_key_blocks_match_the_interpreter(monkeypatch, keys, rows):
             got = exe(*case)[0]
             assert_close(got, want, "f32", scale=10)
             assert_close(got, one_key(*case)[0], "f32", scale=10)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=st.sampled_from([1, 3]), rows=st.sampled_from([1, 5, 17]), keys=st.sampled_from([16, 23, 48, 70]),
+       d=st.sampled_from([16, 32, 20]), dv=st.sampled_from([16, 48, 7]), scale=st.sampled_from([0.1, 1.0, 40.0]),
+       row_block=st.sampled_from([1, 2, 8]), width=st.sampled_from([8, 16]), threads=st.sampled_from([1, 2]))
+def test_attention_key_blocks_property(monkeypatch, batch, rows, keys, d, dv, scale, row_block, width, threads):
+    """Attention as the rules' one-level form on the CPU over random shapes and schedules: key
+    blocks with the K panel (head dims that are multiples of the vector width), key blocks by
+    lane sums or one key at a time (others), value dims in registers or not, row blocks and
+    thread chunks; always the interpreter's result. (monkeypatch only lowers the work a
+    thread chunk needs, the same for every example.)"""
+    from backends import get_backend
+    from backends.llvm import runtime
+    from ir.kernel import KernelSchedule, Schedule
+
+    def batched(q, k, v):
+        s = (q * 0.5) @ k.transpose(-1, -2)
+        e = (s - s.max(-1, keepdim=True)).exp()
+        return (e @ v) / e.sum(-1, keepdim=True)
+
+    shapes = [(batch, rows, d), (batch, keys, d), (batch, keys, dv)]
+    g = trace(batched, *[spec(s) for s in shapes])
+    rng = np.random.default_rng(batch * 7 + rows * 11 + keys + d + dv)
+    xs = [(rng.standard_normal(s) * scale).astype(np.float32) for s in shapes]
+    monkeypatch.setattr(runtime, "MIN_CHUNK_WORK", 1)
+    exe = get_backend("cpu").build(g, Schedule(threads=threads, default=KernelSchedule(vector_width=width,
+                                                                                         rows=row_block)))
+    # (with one query row per batch the rows are the batches, whose keys differ: no panel)
+    if rows > 1 and d % width == 0 and dv % width == 0 and keys >= width:
+        assert "pack.key.head" in exe.source
+    assert_close(exe(*xs)[0], evaluate(g, xs)[0], "f32", scale=10)
