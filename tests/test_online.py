@@ -351,14 +351,16 @@ def test_online_key_blocks_match_the_interpreter(monkeypatch, keys, rows):
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batch=st.sampled_from([1, 3]), rows=st.sampled_from([1, 5, 17]), keys=st.sampled_from([16, 23, 48, 70]),
-       d=st.sampled_from([16, 32, 20]), dv=st.sampled_from([16, 48, 7]), scale=st.sampled_from([0.1, 1.0, 40.0]),
+       d=st.sampled_from([16, 32, 20]), dv=st.sampled_from([16, 48, 7]), scale=st.sampled_from([0.1, 1.0, 6.0]),
        row_block=st.sampled_from([1, 2, 8]), width=st.sampled_from([8, 16]), threads=st.sampled_from([1, 2]))
 def test_attention_key_blocks_property(monkeypatch, batch, rows, keys, d, dv, scale, row_block, width, threads):
     """Attention as the rules' one-level form on the CPU over random shapes and schedules: key
     blocks with the K panel (head dims that are multiples of the vector width), key blocks by
     lane sums or one key at a time (others), value dims in registers or not, row blocks and
-    thread chunks; always the interpreter's result. (monkeypatch only lowers the work a
-    thread chunk needs, the same for every example.)"""
+    thread chunks; always the interpreter's result. Scores stay below ~600 in magnitude: f32
+    scores of 10^4 carry ~10^-3 of absolute rounding into every exp, whichever program computes
+    them (at scale 40 the interpreter itself is 6e-5 off the float64 result). (monkeypatch only
+    lowers the work a thread chunk needs, the same for every example.)"""
     from backends import get_backend
     from backends.llvm import runtime
     from ir.kernel import KernelSchedule, Schedule

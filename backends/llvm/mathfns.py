@@ -8,8 +8,11 @@ from llvmlite import ir
 
 F32, I32 = ir.FloatType(), ir.IntType(32)
 
-# 2**f = exp(f ln2) on |f| <= 0.5: Taylor terms (ln2)^k / k!, k = 0..7 (truncation < 1e-8)
-EXP2_COEFFS = [math.log(2) ** k / math.factorial(k) for k in range(8)]
+# 2**f on |f| <= 0.5: degree 6, fitted in relative error at Chebyshev nodes (max relative error
+# 1.9e-9, below f32 rounding; the degree-7 Taylor series it replaces was within 1e-8 and one
+# multiply-add longer)
+EXP2_COEFFS = [1.0000000005920207, 0.6931472056005101, 0.24022646608714063, 0.055503289975174924,
+               0.009618519534348455, 0.001339986036319861, 0.00015337576833985325]
 # ln(m) = 2 atanh(s), s = (m-1)/(m+1), |s| <= 0.172: 2 * s^(2k+1) / (2k+1), k = 0..5
 LOG_COEFFS = [2.0 / (2 * k + 1) for k in range(6)]
 
@@ -43,7 +46,8 @@ def define_exp2(module: ir.Module) -> ir.Function:
     fn, b = _fn(module, "saturn.exp2")
     x = fn.args[0]
     rint = _intrinsic(module, "llvm.rint.f32")
-    # clamp to [-200, 200]: beyond it the result is 0 or inf anyway (NaN handled at the end)
+    # clamp to [-200, 200]: beyond it the result is 0 or inf anyway. Ordered compares keep a
+    # NaN: it passes the clamp, the polynomial and the scaling as NaN, so no separate check
     xc = b.select(b.fcmp_ordered("<", x, ir.Constant(F32, -200.0)), ir.Constant(F32, -200.0), x)
     xc = b.select(b.fcmp_ordered(">", xc, ir.Constant(F32, 200.0)), ir.Constant(F32, 200.0), xc)
     n = b.call(rint, [xc])
@@ -55,9 +59,7 @@ def define_exp2(module: ir.Module) -> ir.Function:
     n2 = b.sub(ni, n1)
     s1 = b.bitcast(b.shl(b.add(n1, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
     s2 = b.bitcast(b.shl(b.add(n2, ir.Constant(I32, 127)), ir.Constant(I32, 23)), F32)
-    r = b.fmul(b.fmul(p, s1), s2)
-    r = b.select(b.fcmp_unordered("uno", x, x), x, r)
-    b.ret(r)
+    b.ret(b.fmul(b.fmul(p, s1), s2))
     return fn
 
 
