@@ -288,3 +288,28 @@ def test_parallel_cap_is_honoured_and_results_identical():
         outs.append(exe(x)[0])
     assert outs[0].tobytes() == outs[1].tobytes() == outs[2].tobytes()
     np.testing.assert_allclose(outs[0], evaluate(g, [x])[0], rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("width", [16, 8, 1])
+def test_exp2_is_within_one_ulp(width):
+    """The CPU exp2 (backends/llvm/mathfns.py, vectorized or scalar) against float64 rounded
+    to f32: at most 1 ulp wherever the result is a normal float, denormal results within one
+    denormal step, and NaN, inf, -inf, overflow and underflow exactly as numpy."""
+    from backends import get_backend
+    from compiler.trace import spec, trace
+    from ir.kernel import KernelSchedule, Schedule
+    x = np.concatenate([np.linspace(-160, 130, 1_000_003, dtype=np.float32),
+                        np.random.default_rng(0).standard_normal(100_000).astype(np.float32) * 10,
+                        np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 127.99, 128.0, -126.0, -149.0, -150.0,
+                                  1e30, -1e30, 1e-30], np.float32)])
+    exe = get_backend("cpu").build(trace(lambda x: x.exp2(), spec(x.shape)),
+                                   Schedule(threads=1, default=KernelSchedule(vector_width=width)))
+    got = exe(x)[0].astype(np.float64)
+    with np.errstate(over="ignore"):
+        want = np.exp2(x.astype(np.float64)).astype(np.float32).astype(np.float64)
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+    normal = np.isfinite(want) & (want >= np.finfo(np.float32).tiny)
+    ulps = np.abs(got[normal] - want[normal]) / np.spacing(want[normal].astype(np.float32)).astype(np.float64)
+    assert ulps.max() <= 1.0, ulps.max()
+    tiny = np.isfinite(want) & (want < np.finfo(np.float32).tiny)
+    assert np.max(np.abs(got[tiny] - want[tiny])) <= np.finfo(np.float32).smallest_subnormal
