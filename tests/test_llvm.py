@@ -155,6 +155,7 @@ def test_deterministic_and_thread_independent():
     from ir.kernel import Schedule
     multi = BACKEND.build(g, Schedule(threads=2))
     single = BACKEND.build(g, Schedule(threads=1))
+    assert any(len(l.chunks) > 1 for l in multi.launches)        # the product is split across threads
     a, b, c = multi(*args)[0], multi(*args)[0], single(*args)[0]
     assert a.tobytes() == b.tobytes() == c.tobytes()
 

@@ -380,4 +380,7 @@ def test_attention_key_blocks_property(monkeypatch, batch, rows, keys, d, dv, sc
     # (with one query row per batch the rows are the batches, whose keys differ: no panel)
     if rows > 1 and d % width == 0 and dv % width == 0 and keys >= width:
         assert "pack.key.head" in exe.source
-    assert_close(exe(*xs)[0], evaluate(g, xs)[0], "f32", scale=10)
+    # outputs are weighted means of value rows: compared relative to the values' magnitude, as
+    # a mean that cancels to near zero keeps the rounding of the values it averages
+    v_max = float(np.max(np.abs(xs[2])))
+    assert_close(exe(*xs)[0] / v_max, evaluate(g, xs)[0] / v_max, "f32", scale=10)
