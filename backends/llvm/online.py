@@ -17,7 +17,9 @@ from ir.dtypes import DType
 from ir.kernel import Compute, Const, Load, Online, Reduce, Value, Var, atom_vars, value_vars
 from ir.ops import Op
 
-PANEL_FLOATS = 1 << 22      # largest K panel (floats of per-thread scratch) for an Online's key blocks
+# largest K panel, floats of scratch per chunk of the parallel loop (4 MB: 16384 keys of 64);
+# longer key ranges take the lane-sum scores instead
+PANEL_FLOATS = 1 << 20
 PANEL_GROUP = 8             # rows whose score vectors share each panel load
 PANEL_PARTS = 2             # partial sums per score vector (independent FMA chains)
 
@@ -35,6 +37,8 @@ class _Row:
 
 
 class OnlineRenderer:
+    panel = None        # (the Online, its K panel plan) when the kernel has one: set by render()
+
     def _online(self, let: Online, rows: list["_Row"] | None = None, row_axis: Var | None = None) -> None:
         """One pass over the tiles carrying (m, sums): m' = max(m, tile max); when the max grew
         (or is NaN) each sum is first rescaled by exp2(scale * (m - m')), then gets the tile's
