@@ -475,11 +475,11 @@ class KernelSchedule(Struct):
     rows:         an Online loop (flash attention) runs this many consecutive rows of the
                   parallel loop in one pass over the tiles, so the data the rows share (keys,
                   values) is loaded once per step for all of them (1: one row per pass).
-    keys:         an Online loop whose tile max is a dot product (attention's scores) steps a
-                  vector's width of keys at a time: the scores as one vector (one FMA per key
-                  and vector of the dot, lanes summed by a shuffle tree), their exps as one
-                  vector, the value rows accumulated in registers; `rows` applies where this
-                  does not (False: one key per step).
+    keys:         an Online loop whose tile max is a dot product (attention's scores) steps
+                  blocks of keys (two vectors' width on the CPU): the scores as vectors (from a
+                  packed K panel, or one FMA per key and vector of the dot with the lanes summed
+                  by a shuffle tree), their exps as vectors, the value rows accumulated in
+                  registers (False: one key per step).
     """
     parallel: int = 0
     vector_width: int = 8
