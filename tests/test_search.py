@@ -21,12 +21,13 @@ from ir.interpreter import evaluate
 
 
 _POISONED = []  # set in a worker process once a "poison" kernel ran there
+BUILDS = []     # (program hash, schedule) of each build in this process, in order
 
 
 class FakeExecutable:
     def __init__(self, graph, schedule):
         self.graph, self.schedule = graph, schedule
-        self.source = f"fake kernel for schedule {schedule}"
+        self.source = f"fake kernel for program {graph.structural_hash()} under schedule {schedule}"
         self.calls = 0
 
     def __call__(self, *args):
@@ -83,6 +84,7 @@ class FakeBackend:
         return list(self.plan)
 
     def build(self, graph, schedule=None):
+        BUILDS.append((graph.structural_hash(), schedule))
         if schedule == "build_error":
             raise RuntimeError("planted compile error")
         return FakeExecutable(graph, schedule)
@@ -296,3 +298,29 @@ def test_failed_search_ends_the_progress_line():
                candidates=[Cand(g, 1.0, "original program")], options=SearchOptions(budget=1.0, timeout=3.0),
                progress=Progress("softmax", delay=0.0, stream=stream))
     assert stream.getvalue() and stream.getvalue().endswith("\n")
+
+
+def softmax_rewritten(x):
+    e = (x - x.max(-1, keepdim=True)).exp()
+    return e * (1.0 / e.sum(-1, keepdim=True))
+
+
+def test_every_rewritten_program_is_verified_before_the_originals_other_schedules():
+    """Breadth first: the original program under its first two schedules and every rewritten
+    program under its default are verified before the original's other schedules (a
+    rewritten program can be several times faster, a schedule rarely is; when the original
+    came first under all its schedules, a 10 s CUDA search of attention spent its budget on
+    them and never tried the flash form). Checked on the order of builds, in-process."""
+    plan = ("ok", "second", "third", "fourth")
+    original = saturn.trace(softmax, SPEC)
+    rewritten = saturn.trace(softmax_rewritten, SPEC)
+    assert rewritten.structural_hash() != original.structural_hash()
+    BUILDS.clear()
+    _compile(plan, candidates=[Cand(original, 1.0, "original program"), Cand(rewritten, 0.5, "rewritten")],
+             isolate=False)
+    names = {original.structural_hash(): "original", rewritten.structural_hash(): "rewritten"}
+    order = []
+    for h, schedule in BUILDS:              # (odd-shape variants are built too: not counted)
+        if h in names and (names[h], schedule) not in order:
+            order.append((names[h], schedule))
+    assert order[:4] == [("original", "ok"), ("original", "second"), ("rewritten", "ok"), ("original", "third")], order
