@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from backends.llvm import mathfns
-from backends.llvm.common import (F32, FAST, I64, STORAGE, _i64, const, for_range, lane_sums, parallel_depth,
+from backends.llvm.common import (F32, FAST, I64, _i64, const, for_range, lane_sums, parallel_depth,
                                   splat_vector)
 from ir.dtypes import DType
 from ir.kernel import Compute, Const, Load, Online, Reduce, Value, Var, atom_vars, value_vars
@@ -23,6 +23,21 @@ PANEL_FLOATS = 1 << 20
 KEY_VECTORS = 2             # vectors of keys per key block
 PANEL_GROUP = 8             # rows whose score vectors share each panel load
 PANEL_PARTS = 2             # partial sums per score vector (independent FMA chains)
+
+
+@dataclass(frozen=True)
+class _Panel:
+    """The K panel of an Online's key blocks (_plan_panel): K's load, the dot product's variable
+    r, the factors shared by the keys (the query, constants) and how many keys it holds."""
+    online: Online
+    load: Load
+    r: Var
+    shared: tuple
+    keys: int
+
+    @property
+    def floats(self) -> int:
+        return self.keys * self.r.extent
 
 
 @dataclass
@@ -38,7 +53,7 @@ class _Row:
 
 
 class OnlineRenderer:
-    panel = None        # (the Online, its K panel plan) when the kernel has one: set by render()
+    panel: _Panel | None = None       # the kernel's K panel, when it has one: set by render()
 
     def _online(self, let: Online, rows: list["_Row"] | None = None, row_axis: Var | None = None) -> None:
         """One pass over the tiles carrying (m, sums): m' = max(m, tile max); when the max grew
@@ -68,9 +83,9 @@ class OnlineRenderer:
                     b.store(zero, slot)
         exp2 = mathfns.define_exp2(self.module)
         maximum = self._intrinsic("llvm.maximum.f32", F32, 2)
-        start = _i64(0)
-        if self._key_block_plan(let) is not None:
-            start = self._online_key_blocks(let, rows, flags)     # the whole blocks; the rest below
+        start, plan = _i64(0), self._key_block_plan(let)
+        if plan is not None:
+            start = self._online_key_blocks(let, plan, rows, flags)     # the whole blocks; the rest below
         with for_range(b, start, _i64(let.var.extent), let.var.name) as i:
             self.vars[let.var] = i
             steps = [{} for _ in rows]          # each row's values in this step
@@ -116,8 +131,8 @@ class OnlineRenderer:
                     row.refs[name] = self.round(b.load(slot, typ=F32), term.dtype)
 
     def _key_block_plan(self, let: Online):
-        """(dot operands of the tile max, {sum index: its lane load}) when the Online can step a
-        vector's width of keys at a time (KernelSchedule.keys): its tile max is a dot product
+        """(dot operands of the tile max, {sum index: its lane load}) when the Online can step
+        blocks of keys (KernelSchedule.keys, _online_key_blocks): its tile max is a dot product
         with an operand that reads the key (_dot_operands) and every lane sum reads its lane
         factors directly as one contiguous load (gemv form without r); else None."""
         if not self.ks.keys or let.var.extent < self._lane_width():
@@ -136,7 +151,7 @@ class OnlineRenderer:
                 loads[k] = ld
         return operands, loads
 
-    def _online_key_blocks(self, let: Online, rows: list["_Row"], flags) -> ir.Value:
+    def _online_key_blocks(self, let: Online, plan, rows: list["_Row"], flags) -> ir.Value:
         """The Online's steps over whole blocks of KEY_VECTORS * w keys (w the vector width;
         _key_block_plan), for each row of `rows` in turn inside each block (the block's rows of
         K and V stay in L1 while the rows use them). Per row and block: the scores as
@@ -147,7 +162,7 @@ class OnlineRenderer:
         arrays after the blocks, so the one-key loop can finish the keys left over). Two
         vectors of keys per block halve the per-block work (max, rescale test, state) per key:
         4x128x64 one thread 346 -> 303 us. Returns the first key not done."""
-        (operands, loads), b = self._key_block_plan(let), self.b
+        (operands, loads), b = plan, self.b
         w, n = self._lane_width(), let.var.extent
         kv = KEY_VECTORS if n >= KEY_VECTORS * w else 1
         kw = kv * w                                                   # keys per block
@@ -156,10 +171,8 @@ class OnlineRenderer:
         fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
         exp2 = mathfns.define_exp2(self.module)
         maximum = self._intrinsic("llvm.maximum.f32", F32, 2)
-        name = f"llvm.vector.reduce.fmax.v{w}f32"
-        block_max = self.module.globals.get(name) or ir.Function(self.module, ir.FunctionType(F32, [vty]), name)
-        any_true = self.module.globals.get(f"llvm.vector.reduce.or.v{w}i1") or ir.Function(
-            self.module, ir.FunctionType(ir.IntType(1), [ir.VectorType(ir.IntType(1), w)]), f"llvm.vector.reduce.or.v{w}i1")
+        block_max = self._intrinsic(f"llvm.vector.reduce.fmax.v{w}f32", F32, arg=vty)
+        any_true = self._intrinsic(f"llvm.vector.reduce.or.v{w}i1", ir.IntType(1), arg=ir.VectorType(ir.IntType(1), w))
         entry = ir.IRBuilder(self.entry)
         scores = entry.alloca(F32, size=kw)
         factors = {k: entry.alloca(F32, size=kw) for k in loads}      # a lane sum's lane-free factor per key
@@ -168,7 +181,7 @@ class OnlineRenderer:
             for k in loads:
                 for reg in row_regs[k]:
                     b.store(ir.Constant(vty, [0.0] * w), reg)
-        panel = self.panel[1] if self.panel is not None and self.panel[0] == let else None
+        panel = self.panel if self.panel is not None and self.panel.online == let else None
         if panel is not None:
             self._pack_panel(let, rows[0], panel)
 
@@ -217,12 +230,11 @@ class OnlineRenderer:
 
         with for_range(b, _i64(0), _i64(full), let.var.name + ".blk", step=kw) as kb:
             if panel is not None:
-                group_rows = PANEL_GROUP
-                for g in range(0, len(rows), group_rows):
-                    group = rows[g:g + group_rows]
+                for g in range(0, len(rows), PANEL_GROUP):
+                    group = rows[g:g + PANEL_GROUP]
                     per_row = [[] for _ in group]
                     for j in range(kv):
-                        for acc, s in zip(per_row, self._panel_scores(let, panel, group, b.add(kb, _i64(j * w)))):
+                        for acc, s in zip(per_row, self._panel_scores(panel, group, b.add(kb, _i64(j * w)))):
                             acc.append(s)
                     for row, row_regs, ss in zip(group, regs[g:], per_row):
                         step(row, row_regs, ss, kb)
@@ -241,9 +253,8 @@ class OnlineRenderer:
                     b.store(b.load(reg, typ=vty), ptr, align=4)
         return _i64(full)
 
-    def _plan_panel(self):
-        """(the Online, (K load, dot var r, shared factors, whole keys)) when the kernel has an
-        Online that steps key blocks (_key_block_plan) whose score operand that reads the key
+    def _plan_panel(self) -> _Panel | None:
+        """The K panel when the kernel has an Online that steps key blocks (_key_block_plan) whose score operand that reads the key
         is one load (K), the same for every row of the last parallel axis (a batch's keys), and
         whose whole key blocks fit PANEL_FLOATS: its key blocks then read the scores from a K
         panel (per block of w keys a d-major w-wide tile, _pack_panel) in per-thread scratch,
@@ -262,14 +273,14 @@ class OnlineRenderer:
                 continue
             if any(let.var in atom_vars(a) for a, _ in own[0].index.terms if not isinstance(a, Var)):
                 continue
-            return let, (own[0], r, shared, full)
+            return _Panel(let, own[0], r, tuple(shared), full)
         return None
 
-    def _pack_panel(self, let: Online, row: "_Row", panel) -> None:
+    def _pack_panel(self, let: Online, row: "_Row", panel: _Panel) -> None:
         """Copy the whole key blocks of K into the panel (key kk, dim d at
         (kk - kk % w) * D + d * w + kk % w) unless the panel already holds this batch's keys
         (the index of K's first element is remembered in panel_base)."""
-        K, r, _, full = panel
+        K, r, full = panel.load, panel.r, panel.keys
         b, w, D = self.b, self._lane_width(), r.extent
         with self._as_row(row, {}):
             self.vars[let.var], self.vars[r] = _i64(0), _i64(0)
@@ -286,12 +297,12 @@ class OnlineRenderer:
                     b.store(x, b.gep(self.scratch, [dst], inbounds=True, source_etype=F32))
             b.store(first, self.panel_base)
 
-    def _panel_scores(self, let: Online, panel, group: list["_Row"], kb) -> list:
+    def _panel_scores(self, panel: _Panel, group: list["_Row"], kb) -> list:
         """The score vectors of keys kb .. kb + w - 1 for each row of `group`, from the K panel:
         per d one panel vector shared by the group's rows, one FMA per row with its broadcast
         query element (the shared factors that are loads); PANEL_PARTS partial sums per row
         over alternating d keep the FMA chains short; constant factors multiply at the end."""
-        K, r, shared, _ = panel
+        r, shared = panel.r, panel.shared
         b, w, D = self.b, self._lane_width(), r.extent
         vty = ir.VectorType(F32, w)
         fma = self._intrinsic(f"llvm.fmuladd.v{w}f32", vty, 3)
@@ -453,13 +464,6 @@ class OnlineRenderer:
             t = b.fmul(ov, b.load(b.gep(tmp, [j], inbounds=True, source_etype=F32), typ=F32), flags=flags)
             b.store(b.fadd(b.load(p_acc, typ=F32), t, flags=flags), p_acc)
 
-    def _emit_stores(self) -> None:
-        for st in self.k.stores:
-            v = self.value(st.value)
-            dt = self.program.buffer(st.buffer).dtype
-            ptr = self.b.gep(self.ptrs[st.buffer], [self.index(st.index)], inbounds=True, source_etype=STORAGE[dt])
-            self.b.store(self.to_storage(v, dt), ptr)
-
     def _lane_term_vectors(self, let: Online, form, ld: Load, acc) -> None:
         """The lane sum with the lanes in vector registers: per r one broadcast of the lane-free
         factor and one FMA per vector of the contiguous lane load."""
@@ -510,5 +514,3 @@ class OnlineRenderer:
             b.store(self._product(a), b.gep(a_buf, [ri], inbounds=True, source_etype=F32))
             self.scopes.pop()
         return a_buf
-
-    # --- index expressions ----------------------------------------------------------------

@@ -44,7 +44,7 @@ class KernelRenderer(OnlineRenderer):
     def render(self) -> None:
         k = self.k
         self.panel = self._plan_panel()
-        self.scratch_floats = self.panel[1][3] * self.panel[1][1].extent if self.panel else 0
+        self.scratch_floats = self.panel.floats if self.panel else 0
         fnty = ir.FunctionType(ir.VoidType(), [PTR] * (len(self.buffers) + bool(self.scratch_floats)) + [I64, I64])
         fn = ir.Function(self.module, fnty, k.name)
         fn.attributes.add("nounwind")
@@ -277,6 +277,14 @@ class KernelRenderer(OnlineRenderer):
                 else:
                     self.refs[let.name] = self.value(let.value)
 
+    def _emit_stores(self) -> None:
+        for st in self.k.stores:
+            v = self.value(st.value)
+            dt = self.program.buffer(st.buffer).dtype
+            ptr = self.b.gep(self.ptrs[st.buffer], [self.index(st.index)], inbounds=True, source_etype=STORAGE[dt])
+            self.b.store(self.to_storage(v, dt), ptr)
+
+    # --- index expressions ----------------------------------------------------------------
     def index(self, e: Lin) -> ir.Value:
         b = self.b
         out = _i64(e.const)
@@ -377,10 +385,12 @@ class KernelRenderer(OnlineRenderer):
         loop(list(e.vars))
         return self.round(b.load(slot, typ=ty), e.dtype)
 
-    def _intrinsic(self, name: str, ty, nargs: int = 1) -> ir.Function:
+    def _intrinsic(self, name: str, ty, nargs: int = 1, arg=None) -> ir.Function:
+        """The declaration of an LLVM intrinsic returning `ty`, its `nargs` arguments of type
+        `arg` (default: `ty`)."""
         fn = self.module.globals.get(name)
         if fn is None:
-            fn = ir.Function(self.module, ir.FunctionType(ty, [ty] * nargs), name)
+            fn = ir.Function(self.module, ir.FunctionType(ty, [arg or ty] * nargs), name)
         return fn
 
     def _compute(self, e: Compute) -> ir.Value:
