@@ -143,8 +143,8 @@ def render_elementwise(name: str, step: Step, M: set[Node], sched: Schedule) -> 
             raw = RAW[vec * a.dtype.itemsize]
             st = C_STORAGE[a.dtype]
             at = "base" if x not in rows else " + ".join(
-                [f"{i} * {st}LL" if st != 1 else i for i, st, d in zip(unflatten("base", o.shape), a.strides, o.shape)
-                 if d != 1 and st != 0] or ["0"])
+                [f"{i} * {stride}LL" if stride != 1 else i for i, stride, d in zip(unflatten("base", o.shape), a.strides, o.shape)
+                 if d != 1 and stride != 0] or ["0"])
             lines.append(f"    const {raw} r{j} = *reinterpret_cast<const {raw}*>({names[a.buffer]} + {a.offset} + ({at}));")
             lines.append(f"    const {st}* e{j} = reinterpret_cast<const {st}*>(&r{j});")
         em = Emitter(names, indent="    ")
@@ -284,10 +284,10 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
     rpb = 1 if tpr > 32 else 4
     block = tpr * rpb
     nwarps = tpr // 32
+    most = sched.row_blocks or max(1, ROW_RESIDENT_THREADS // block)
     blocks = (rows + rpb - 1) // rpb
-    grid_stride = blocks > (sched.row_blocks or max(1, ROW_RESIDENT_THREADS // block))
-    if grid_stride:     # (a block's rows share its threads: the loop is uniform where it syncs)
-        blocks = sched.row_blocks or max(1, ROW_RESIDENT_THREADS // block)
+    grid_stride = blocks > most     # (a block's rows share its threads: the loop is uniform where it syncs)
+    blocks = min(blocks, most)
     lines = [f'extern "C" __global__ void __launch_bounds__({block}) {name}({params}) {{',
              f"  const int t = threadIdx.x % {tpr};"]
     first_row = f"(long long)blockIdx.x * {rpb} + threadIdx.x / {tpr}"

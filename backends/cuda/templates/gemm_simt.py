@@ -30,7 +30,7 @@ SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(64, 64, 8, 4, 4), Simt
 def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call_args: str,
            loaders: str, epilogue: str, out_conv: str, a_kcontig: bool, b_ncontig: bool, batch: int = 1) -> str:
     NT, BM, BN, BK, TM, TN = cfg.threads, cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
-    bz, my, past_end = block_coords(-(-m // BM), batch, grid_split(m, n, batch, cfg))
+    bz, my, past_end = block_coords(-(-m // BM), batch)
     tx_n = BN // TN
     a_per = BM * BK // NT
     b_per = BK * BN // NT
@@ -116,7 +116,3 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
 
 def grid(m: int, n: int, batch: int, cfg: SimtConfig) -> tuple[int, int, int]:
     return batched_grid((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, batch)[0]
-
-
-def grid_split(m: int, n: int, batch: int, cfg: SimtConfig) -> int:
-    return batched_grid((n + cfg.bn - 1) // cfg.bn, (m + cfg.bm - 1) // cfg.bm, batch)[1]

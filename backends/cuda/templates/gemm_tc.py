@@ -111,9 +111,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
     of cp.async (B is then staged k-contiguous, as for "nk")."""
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     mma = "mma_f16" if dtype == "f16" else "mma_bf16"
-    m_tiles = -(-shape.m // cfg.bm)
-    bz, my, past_end = block_coords(m_tiles, shape.batch_count,
-                                    batched_grid(-(-shape.n // cfg.bn), m_tiles, shape.batch_count)[1])
+    bz, my, past_end = block_coords(-(-shape.m // cfg.bm), shape.batch_count)
     pack2 = "__floats2half2_rn" if out_type == "__half" else "__floats2bfloat162_rn"
     pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
     PAD = 8

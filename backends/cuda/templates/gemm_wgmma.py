@@ -88,9 +88,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     ty = "f16" if dtype == "f16" else "bf16"
     BM, BN, S, NT = cfg.bm, cfg.bn, cfg.stages, cfg.threads
-    m_tiles = -(-shape.m // BM)
-    bz, my, past_end = block_coords(m_tiles, shape.batch_count,
-                                    batched_grid(-(-shape.n // BN), m_tiles, shape.batch_count)[1])
+    bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
     A_ST, B_ST = BM * 128, BN * 128
     a_chunks, b_chunks = BM * 8 // NT, BN * 8 // NT
     a_off, b_off, c_off = batch_offsets(shape)
