@@ -442,11 +442,11 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # them, so the rewritten programs' other schedules are tried best first
     first = [t for t in todo if t.graph == graph]
     later = [t for t in todo if t.graph != graph]
-    position: dict[int, int] = {}
+    firsts: dict[int, TrialRecord] = {}     # each rewritten program's first trial: its default schedule
     for t in later:
-        position[t.id] = sum(1 for u in later if u.candidate == t.candidate and u.id < t.id)
-    defaults = [t for t in later if position[t.id] == 0]
-    later = [t for t in later if position[t.id] > 0]
+        firsts.setdefault(t.candidate, t)
+    defaults = list(firsts.values())
+    later = [t for t in later if firsts[t.candidate] is not t]
     window = VERIFY_SHARE * rest
     # (the original's second schedule joins the first round: a backend lists there the
     # alternative that most often decides small programs, e.g. one CPU thread, whose pool
