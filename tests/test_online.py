@@ -209,10 +209,11 @@ def test_lane_accumulator_keeps_the_meaning(n, tiles, t, d, dv, dtype):
     assert_close(get_backend("cpu").build(g)(*xs)[0], want, dtype, scale=10)
 
 
-def deferred_attention(q, k, v):
-    """softmax(q k^T) v with the normalization moved after the product, the form the rules
-    reach in one step (no key tiles): (sum_j exp(s_j - m) v_j) / (sum_j exp(s_j - m))."""
-    s = q @ k.transpose(0, 1)                                           # (n, m)
+def deferred_attention(q, k, v, scale=None):
+    """softmax(q k^T) v (q scaled first when `scale` is given; any leading batch axes) with the
+    normalization moved after the product, the form the rules reach in one step (no key
+    tiles): (sum_j exp(s_j - m) v_j) / (sum_j exp(s_j - m))."""
+    s = (q if scale is None else q * scale) @ k.transpose(-1, -2)       # (..., n, m)
     e = (s - s.max(-1, keepdim=True)).exp()
     return (e @ v) / e.sum(-1, keepdim=True)
 
@@ -252,15 +253,10 @@ def test_online_row_blocks_match_one_row_at_a_time(monkeypatch, rows):
     from backends.llvm import runtime
     from ir.kernel import KernelSchedule, Schedule
 
-    def batched(q, k, v):
-        s = q @ k.transpose(-1, -2)
-        e = (s - s.max(-1, keepdim=True)).exp()
-        return (e @ v) / e.sum(-1, keepdim=True)
-
     monkeypatch.setattr(runtime, "MIN_CHUNK_WORK", 1)
     # head dims: 16 (the scores as one FMA per vector per row and lane_sums) and 9 (scalar dots)
     for d in (16, 9):
-        g = trace(batched, spec((3, 12, d)), spec((3, 10, d)), spec((3, 10, 16)))
+        g = trace(deferred_attention, spec((3, 12, d)), spec((3, 10, d)), spec((3, 10, 16)))
         rng = np.random.default_rng(rows)
         xs = [(rng.standard_normal(s) * 3).astype(np.float32) for s in [(3, 12, d), (3, 10, d), (3, 10, 16)]]
         want = evaluate(g, xs)[0]
@@ -321,9 +317,7 @@ def test_online_key_blocks_match_the_interpreter(monkeypatch, keys, rows):
     from ir.kernel import KernelSchedule, Schedule
 
     def batched(q, k, v):
-        s = (q * 0.25) @ k.transpose(-1, -2)
-        e = (s - s.max(-1, keepdim=True)).exp()
-        return (e @ v) / e.sum(-1, keepdim=True)
+        return deferred_attention(q, k, v, 0.25)
 
     shapes = [(3, 9, 32), (3, keys, 32), (3, keys, 16)]
     g = trace(batched, *[spec(s) for s in shapes])
@@ -366,9 +360,7 @@ def test_attention_key_blocks_property(monkeypatch, batch, rows, keys, d, dv, sc
     from ir.kernel import KernelSchedule, Schedule
 
     def batched(q, k, v):
-        s = (q * 0.5) @ k.transpose(-1, -2)
-        e = (s - s.max(-1, keepdim=True)).exp()
-        return (e @ v) / e.sum(-1, keepdim=True)
+        return deferred_attention(q, k, v, 0.5)
 
     shapes = [(batch, rows, d), (batch, keys, d), (batch, keys, dv)]
     g = trace(batched, *[spec(s) for s in shapes])
