@@ -2,8 +2,17 @@
 
 Host<->device copies happen only at the boundaries (inputs in, outputs out); intermediates stay
 on the device in buffers owned by the executable and reused on every call.
+
+Calls from several threads are safe and serialized: every public entry point (call, benchmark,
+profile, close) holds one process-wide lock, because the buffers, the runtime's buffer pool and
+the context stack are shared (and the kernels run on one stream anyway, so a lock costs little
+device time). The calling thread makes the device context current for the call, as a CUDA
+context is current only on the thread that pushed it.
 """
 from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -11,6 +20,20 @@ from ir.graph import Graph
 from ir.node import Node
 from backends.cuda.render import Launch
 from backends.cuda.runtime import CUDAFailure, Runtime
+
+
+_DEVICE_LOCK = threading.RLock()
+
+
+@contextmanager
+def _on_device(rt: Runtime):
+    """Hold the device for one call: the lock, and the context current on this thread."""
+    with _DEVICE_LOCK:
+        rt.context.push()
+        try:
+            yield
+        finally:
+            rt.context.pop()
 
 
 class CUDAExecutable:
@@ -70,10 +93,11 @@ class CUDAExecutable:
         return outs
 
     def __call__(self, *args) -> list[np.ndarray]:
-        self.upload(args)
-        self.launch_all()
-        self.rt.synchronize()
-        return self.download()
+        with _on_device(self.rt):
+            self.upload(args)
+            self.launch_all()
+            self.rt.synchronize()
+            return self.download()
 
     def benchmark(self, args, warmup: int = 10, repeat: int = 50) -> list[float]:
         """Seconds per run (CUDA events around each run) on device-resident inputs.
@@ -81,6 +105,10 @@ class CUDAExecutable:
         When all inputs together are smaller than 2x the L2 cache, several copies are kept on
         the device and the runs rotate through them, so repeated runs do not time the cache.
         """
+        with _on_device(self.rt):
+            return self._benchmark(args, warmup, repeat)
+
+    def _benchmark(self, args, warmup: int, repeat: int) -> list[float]:
         drv = self.rt.drv
         in_bytes = sum(n.numel * n.dtype.itemsize for n in self.graph.inputs)
         copies = 1 if in_bytes >= 2 * self.rt.info.l2_bytes or in_bytes == 0 else \
@@ -115,6 +143,10 @@ class CUDAExecutable:
 
     def profile(self, args, repeat: int = 20) -> list[tuple[str, float]]:
         """Median seconds per launch (CUDA events around each one) over `repeat` runs, in order."""
+        with _on_device(self.rt):
+            return self._profile(args, repeat)
+
+    def _profile(self, args, repeat: int) -> list[tuple[str, float]]:
         drv = self.rt.drv
         self.upload(args)
         self.launch_all()
@@ -131,9 +163,10 @@ class CUDAExecutable:
         return [(l.name, float(np.median(t))) for l, t in zip(self.launches, times)]
 
     def close(self) -> None:
-        for n, buf in self.buffers.items():
-            self.rt.release(buf, self._sizes[n])
-        self.buffers = {}
+        with _DEVICE_LOCK:
+            for n, buf in self.buffers.items():
+                self.rt.release(buf, self._sizes[n])
+            self.buffers = {}
 
     def explain(self) -> str:
         return "\n".join(f"{l.name}: {l.kind} grid={l.grid} block={l.block} smem={l.shared} {l.detail}"

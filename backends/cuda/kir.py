@@ -374,13 +374,20 @@ class KIRExecutable:
         return outs
 
     def __call__(self, *args):
-        self.upload(args)
-        self.launch_all()
-        self.rt.synchronize()
-        return self.download()
+        from backends.cuda.executable import _on_device   # one caller at a time (see there)
+        with _on_device(self.rt):
+            self.upload(args)
+            self.launch_all()
+            self.rt.synchronize()
+            return self.download()
 
     def benchmark(self, args, warmup: int = 10, repeat: int = 50) -> list[float]:
         """Seconds per run, CUDA events around each run, inputs already on the device (one copy)."""
+        from backends.cuda.executable import _on_device
+        with _on_device(self.rt):
+            return self._benchmark(args, warmup, repeat)
+
+    def _benchmark(self, args, warmup: int, repeat: int) -> list[float]:
         drv = self.rt.drv
         self.upload(args)
         for _ in range(warmup):
@@ -397,9 +404,11 @@ class KIRExecutable:
         return times
 
     def close(self) -> None:
-        for name, buf in self.buffers.items():
-            self.rt.release(buf, self._sizes[name])
-        self.buffers = {}
+        from backends.cuda.executable import _DEVICE_LOCK
+        with _DEVICE_LOCK:
+            for name, buf in self.buffers.items():
+                self.rt.release(buf, self._sizes[name])
+            self.buffers = {}
 
     def explain(self) -> str:
         return "\n".join(f"{l.name}: kernel-IR grid={l.grid} block={l.block} {l.detail}" for l in self.launches)

@@ -3,12 +3,18 @@
 Each kernel's parallel loop [0, n) is cut into contiguous chunks; chunks run on a thread pool
 (ctypes releases the GIL during the call). A chunk holds whole output rows, so every reduction
 runs in one thread in one fixed order: results never depend on the thread count.
+
+An executable may be called from many threads at once: nothing a call writes is shared. Outputs
+are fresh arrays per call; a kernel's scratch (the matmul's packed panels, the attention K
+panel) belongs to the thread running the chunk, and freed temporaries are kept for reuse by the
+calling thread only (both in threading.local storage, so a call never waits on another).
 """
 from __future__ import annotations
 
 import ctypes
 import math
 import os
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +23,7 @@ import numpy as np
 from ir.kernel import KernelProgram, Schedule
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
 # Below this many inner operations a kernel runs on one thread: handing chunks to the pool costs
 # 50-80 us on the 2-core development machine, where (x * 1.7 + 0.3).exp() on two threads took
 # 92 us against 29 us on one at 65536 elements and broke even at 262144 (106 us either way).
@@ -31,9 +38,12 @@ def cpu_count() -> int:
 
 
 def _pool(threads: int) -> ThreadPoolExecutor:
-    if threads not in _POOLS:
-        _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="saturn-cpu")
-    return _POOLS[threads]
+    pool = _POOLS.get(threads)
+    if pool is None:
+        with _POOLS_LOCK:   # two first calls at once must not make two pools
+            pool = _POOLS.setdefault(threads, ThreadPoolExecutor(max_workers=threads,
+                                                                 thread_name_prefix="saturn-cpu"))
+    return pool
 
 
 def _work(k) -> int:
@@ -60,18 +70,24 @@ class _Launch:
             count = min(self.n, threads * info.chunks_per_thread, max(threads, work // MIN_CHUNK_WORK))
             bounds = [self.n * i // count for i in range(count + 1)]
             self.chunks = [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
-        # one 64-byte-aligned scratch area per chunk (chunks may run at the same time)
-        self.scratch = []
-        if info.scratch:
-            for _ in self.chunks:
-                raw = np.empty(info.scratch + 16, np.float32)
-                off = (-raw.ctypes.data % 64) // 4
-                self.scratch.append(raw[off:off + info.scratch])
+        # floats of 64-byte-aligned scratch a chunk needs; each thread that runs chunks of this
+        # kernel (a pool worker, or a calling thread) has its own, made on its first chunk
+        self.scratch_floats = info.scratch
+        self._mine = threading.local()
 
-    def args(self, env, c: int) -> list:
+    def _scratch(self) -> int:
+        ptr = getattr(self._mine, "ptr", None)
+        if ptr is None:
+            raw = np.empty(self.scratch_floats + 16, np.float32)
+            off = (-raw.ctypes.data % 64) // 4
+            self._mine.array = raw[off:off + self.scratch_floats]
+            ptr = self._mine.ptr = self._mine.array.ctypes.data
+        return ptr
+
+    def args(self, env) -> list:
         ptrs = [env[n].ctypes.data for n in self.buffers]
-        if self.scratch:
-            ptrs.append(self.scratch[c].ctypes.data)
+        if self.scratch_floats:
+            ptrs.append(self._scratch())
         return ptrs
 
 
@@ -96,7 +112,7 @@ class LLVMExecutable:
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nptr), ctypes.c_int64, ctypes.c_int64)
             self.launches.append(_Launch(k, proto(addrs[k.name]), info, self.threads))
         self._plan_temps()
-        self._free: dict[tuple, list[np.ndarray]] = {}
+        self._mine = threading.local()   # .free: this calling thread's freed temps, by (dtype, size)
 
     def _plan_temps(self) -> None:
         """For each launch, which temps to allocate before it and which to free after it."""
@@ -117,11 +133,16 @@ class LLVMExecutable:
         self._outputs = [(b.name, max(b.size, 1), b.dtype.np) for b in p.buffers if b.kind == "output"]
         self._output_sizes = [math.prod(s) for s in p.output_shapes]
 
-    def _take(self, buf) -> np.ndarray:
-        key = (buf.dtype, buf.size)
-        free = self._free.get(key)
-        if free:
-            return free.pop()
+    def _free_lists(self) -> dict[tuple, list[np.ndarray]]:
+        free = getattr(self._mine, "free", None)
+        if free is None:
+            free = self._mine.free = {}
+        return free
+
+    def _take(self, free: dict, buf) -> np.ndarray:
+        arrays = free.get((buf.dtype, buf.size))
+        if arrays:
+            return arrays.pop()
         return np.empty(max(buf.size, 1), buf.dtype.np)
 
     def __call__(self, *args) -> list[np.ndarray]:
@@ -145,13 +166,14 @@ class LLVMExecutable:
         for name, size, dt in self._outputs:
             env[name] = np.empty(size, dt)
         pool = _pool(self.threads - 1) if self.threads > 1 else None
+        free = self._free_lists()
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
-                env[buf.name] = self._take(buf)
+                env[buf.name] = self._take(free, buf)
             t0 = time.perf_counter() if times is not None else 0.0
             if len(l.chunks) == 1 or pool is None:
-                for c, (a, b) in enumerate(l.chunks):
-                    l.fn(*l.args(env, c), a, b)
+                for a, b in l.chunks:
+                    l.fn(*l.args(env), a, b)
             else:
                 # the caller and threads-1 pool workers take chunks from one shared iterator
                 # (next() on it is atomic under the GIL; the kernel calls release the GIL)
@@ -160,7 +182,7 @@ class LLVMExecutable:
                 def work(l=l, todo=todo):
                     for c in todo:
                         a, b = l.chunks[c]
-                        l.fn(*l.args(env, c), a, b)
+                        l.fn(*l.args(env), a, b)
                 futures = [pool.submit(work) for _ in range(min(self.threads - 1, len(l.chunks) - 1))]
                 work()
                 for f in futures:
@@ -168,7 +190,7 @@ class LLVMExecutable:
             if times is not None:
                 times.setdefault(l.kernel.name, []).append(time.perf_counter() - t0)
             for buf in self.free_after[i]:
-                self._free.setdefault((buf.dtype, buf.size), []).append(env.pop(buf.name))
+                free.setdefault((buf.dtype, buf.size), []).append(env.pop(buf.name))
         outs, seen = [], set()
         for name, shape, n in zip(p.outputs, p.output_shapes, self._output_sizes):
             arr = env[name][:n].reshape(shape)
