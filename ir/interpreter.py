@@ -90,9 +90,20 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
         return elementwise(op, dt, n.srcs[0].dtype, vals)
 
 
+def int_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Integer `mod` as every target computes it, never trapping: C's truncated remainder, with
+    a % 0 = 0 and a % -1 = 0 (INT_MIN % -1 too, as in PyTorch; x86's idiv would fault on both)."""
+    trap = (b == 0) | (b == -1)
+    return np.where(trap, 0, np.fmod(a, np.where(trap, 1, b))).astype(a.dtype)
+
+
+def _mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return int_mod(a, b) if a.dtype.kind in "iu" else np.fmod(a, b)
+
+
 _MATH = {
     Op.EXP2: np.exp2, Op.LOG2: np.log2, Op.SIN: np.sin, Op.SQRT: np.sqrt,
-    Op.RECIP: lambda a: np.float32(1) / a, Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: np.fmod,
+    Op.RECIP: lambda a: np.float32(1) / a, Op.ADD: np.add, Op.MUL: np.multiply, Op.MOD: _mod,
 }
 
 

@@ -210,7 +210,7 @@ class Emitter:
     def math(op: Op, xs: list[str], dtype: DType) -> str:
         """The C expression of an arithmetic op on compute values, rounded to `dtype`."""
         if dtype == DType.i32:
-            e = {Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "({1} == 0 ? 0 : {0} % {1})"}[op]
+            e = {Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "(({1} == 0 || {1} == -1) ? 0 : {0} % {1})"}[op]
             return e.format(*xs)
         if dtype == DType.bool:
             e = {Op.ADD: "({0} || {1})", Op.MUL: "({0} && {1})"}[op]

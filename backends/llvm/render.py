@@ -432,10 +432,11 @@ class KernelRenderer(OnlineRenderer):
                 return b.add(xs[0], xs[1])
             if op == Op.MUL:
                 return b.mul(xs[0], xs[1])
-            if op == Op.MOD:   # C remainder; x % 0 is 0 (like numpy), never undefined behaviour
-                zero = b.icmp_signed("==", xs[1], ir.Constant(I32, 0))
-                safe = b.select(zero, ir.Constant(I32, 1), xs[1])
-                return b.select(zero, ir.Constant(I32, 0), b.srem(xs[0], safe))
+            if op == Op.MOD:   # C remainder, never trapping: x % 0 and x % -1 (INT_MIN too) are 0
+                # (docs/ir.md): srem by 0, or of INT_MIN by -1, faults; srem by 1 gives that 0
+                trap = b.or_(b.icmp_signed("==", xs[1], ir.Constant(I32, 0)),
+                             b.icmp_signed("==", xs[1], ir.Constant(I32, -1)))
+                return b.srem(xs[0], b.select(trap, ir.Constant(I32, 1), xs[1]))
         if ty == I1:
             if op == Op.ADD:
                 return b.or_(xs[0], xs[1])
