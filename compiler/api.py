@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 
-from backends import get_backend
+from backends import checked, get_backend
 from compiler import cache as cache_mod
 from compiler.errors import DTypeError, ShapeError
 from compiler.progress import Progress
@@ -170,6 +170,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
             state = "stored"
         except Exception as e:  # unwritable directory, or a schedule/program that does not pickle
             result.notes.append(f"could not write the cache entry: {type(e).__name__}: {e}")
+            checked.warn_write_failure("compile", directory or cache_mod.cache_dir(), e)
     timings = {"trace": t_trace - t0, "search": time.perf_counter() - t_trace}
     return CompiledFunction(fn, specs, graph, target, result.executable, result, chosen=result.chosen_graph,
                             cache=state, timings=timings)

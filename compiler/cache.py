@@ -3,11 +3,12 @@
 An entry is keyed by the program's structural hash, the input shapes and dtypes, the target,
 the device and the Saturn version. It stores the winning candidate program (a Graph) and its
 schedule, plus the search report for explain(). Files are written atomically (temp file +
-rename). On load an entry is checked before anything in it is used: magic, format version,
-the full key (a foreign entry is ignored), the payload size and SHA-256 (a truncated or
-corrupted entry is ignored), and the payload is unpickled by a restricted unpickler that can
-only build Saturn's IR types and backend schedule classes. A checksum detects accidents, not
-attacks: the cache directory is trusted like any other user-owned cache.
+rename) in the checked format of backends/checked.py. On load an entry is checked before
+anything in it is used: magic, the payload size and SHA-256 (a truncated or corrupted entry is
+ignored), format version, the full key (a foreign entry is ignored), and the payload is
+unpickled by a restricted unpickler that can only build Saturn's IR types and backend schedule
+classes. A checksum detects accidents, not attacks: the cache directory is trusted like any
+other user-owned cache.
 
 Location: $SATURN_CACHE_DIR, else $XDG_CACHE_HOME/saturn, else ~/.cache/saturn.
 """
@@ -20,10 +21,10 @@ import json
 import os
 import pickle
 import platform
-import tempfile
 import time
 from dataclasses import dataclass
 
+from backends import checked
 from backends.base import cache_root
 
 MAGIC = b"SATURN-CACHE\n"
@@ -147,52 +148,23 @@ def entry_path(key: dict, directory: str | None = None) -> str:
 def store(key: dict, entry: Entry, directory: str | None = None) -> str:
     """Write `entry` atomically; return its path."""
     path = entry_path(key, directory)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
     entry.created = entry.created or time.time()
     payload = pickle.dumps(entry, protocol=4)
-    header = {"format": FORMAT, "key": key, "size": len(payload), "sha256": hashlib.sha256(payload).hexdigest()}
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-", suffix=".entry")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + json.dumps(header, sort_keys=True).encode() + b"\n" + payload)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    checked.write_atomic(path, checked.pack(MAGIC, {"format": FORMAT, "key": key}, payload))
     return path
 
 
-class InvalidEntry(Exception):
-    pass
+InvalidEntry = checked.InvalidEntry
 
 
 def read_entry(path: str, key: dict) -> Entry:
     """The entry at `path` if it is intact and made for exactly `key`; else InvalidEntry."""
     with open(path, "rb") as f:
-        data = f.read()
-    if not data.startswith(MAGIC):
-        raise InvalidEntry("not a Saturn cache entry (bad magic)")
-    end = data.find(b"\n", len(MAGIC))
-    if end < 0:
-        raise InvalidEntry("truncated header")
-    try:
-        header = json.loads(data[len(MAGIC):end])
-    except ValueError:
-        raise InvalidEntry("unreadable header") from None
-    if not isinstance(header, dict) or header.get("format") != FORMAT:
-        raise InvalidEntry(f"format {header.get('format') if isinstance(header, dict) else '?'}, expected {FORMAT}")
+        header, payload = checked.unpack(f.read(), MAGIC)
+    if header.get("format") != FORMAT:
+        raise InvalidEntry(f"format {header.get('format')}, expected {FORMAT}")
     if header.get("key") != key:
         raise InvalidEntry("made for a different program, device or version")
-    payload = data[end + 1:]
-    if len(payload) != header.get("size"):
-        raise InvalidEntry(f"truncated: {len(payload)} of {header.get('size')} bytes")
-    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
-        raise InvalidEntry("checksum mismatch (corrupted)")
     try:
         entry = _loads(payload)
     except Exception as e:

@@ -2,6 +2,8 @@
 
 Needs no GPU and no pycuda, so the renderer's output can be checked anywhere nvcc exists.
 A compile failure is returned as data (`CompileResult.error`), never raised past the caller.
+A cached binary is checked before use (backends/checked.py: its key, size and SHA-256); a
+damaged or foreign one is compiled again and overwritten.
 """
 from __future__ import annotations
 
@@ -10,12 +12,13 @@ import os
 import shutil
 import subprocess
 import tempfile
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from backends import checked
 from backends.base import cache_root
 
+BINARY_MAGIC = b"SATURN-CUDA-BINARY\n"
 NVCC_FLAGS = ("-O3", "-std=c++17")
 
 
@@ -28,9 +31,7 @@ def find_nvcc() -> str | None:
 
 
 def cache_dir() -> Path:
-    path = cache_root() / "cuda"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    return cache_root() / "cuda"
 
 
 _VERSION: dict[str, str] = {}
@@ -62,12 +63,17 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
     if nvcc is None:
         return CompileResult(None, "", "nvcc not found (set SATURN_NVCC or put nvcc on PATH)")
     flags = NVCC_FLAGS + tuple(extra_flags)
-    key = hashlib.sha256("\0".join([source, arch, kind, " ".join(flags), nvcc_version(nvcc)]).encode()).hexdigest()[:40]
+    key = hashlib.sha256("\0".join([source, arch, kind, " ".join(flags), nvcc_version(nvcc), "v2"]).encode()).hexdigest()
     cdir = cache_dir()
-    path = cdir / f"{key}.{kind}"
-    logpath = cdir / f"{key}.log"
-    if path.exists():
-        return CompileResult(path.read_bytes(), logpath.read_text() if logpath.exists() else "", None, cached=True)
+    path = cdir / f"{key[:40]}.{kind}"
+    logpath = cdir / f"{key[:40]}.log"
+    cached = cached_binary(path, key)
+    if cached is not None:
+        try:
+            log = logpath.read_text()
+        except (OSError, UnicodeDecodeError):   # the log only feeds the resource report
+            log = ""
+        return CompileResult(cached, log, None, cached=True)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="saturn_nvcc_") as tmp:
         src = Path(tmp) / "kernels.cu"
@@ -83,12 +89,20 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
             return CompileResult(None, log, f"nvcc failed (exit {proc.returncode}): {_first_error(log)}",
                                  seconds=time.perf_counter() - t0)
         binary = out.read_bytes()
-    # write atomically so concurrent compiles of one source never see a half file
-    tmp_path = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp_path.write_bytes(binary)
-    os.replace(tmp_path, path)
-    logpath.write_text(log)
+    try:   # the log first: a binary in the cache implies its log (written atomically, both)
+        checked.write_atomic(logpath, log.encode())
+        checked.write(path, BINARY_MAGIC, key, binary)
+    except OSError as e:
+        checked.warn_write_failure("CUDA binary", cdir, e)
     return CompileResult(binary, log, None, seconds=time.perf_counter() - t0)
+
+
+def cached_binary(path: Path, key: str) -> bytes | None:
+    """The binary cached at `path` for `key`, or None if it is missing, damaged or foreign."""
+    try:
+        return checked.read(path, BINARY_MAGIC, key)
+    except (OSError, checked.InvalidEntry):
+        return None
 
 
 ARCH_SPECIFIC_MARKER = "// saturn: needs arch-specific target (a)"

@@ -1,37 +1,44 @@
 """LLVM IR text -> machine code in this process: verify, optimize at O3 for the host CPU, cache
-object files on disk by source hash, load them with MCJIT and hand back function addresses."""
+object files on disk by source hash, load them with MCJIT and hand back function addresses.
+
+A cached object is checked before it is loaded (backends/checked.py: its key, size and
+SHA-256); a damaged or foreign one is compiled again and overwritten."""
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from pathlib import Path
 
 import llvmlite
 import llvmlite.binding as llvm
 
+from backends import checked
 from backends.base import cache_root
 
-_lock = threading.Lock()
+OBJECT_MAGIC = b"SATURN-LLVM-OBJECT\n"
+
+_lock = threading.Lock()        # one compile-and-load at a time (LLVM's pass pipeline is not shared-safe)
+_init_lock = threading.Lock()
 _state: dict = {}
 
 
 def _init():
+    """The host target, set up once: filled in one step, so neither a second thread nor an
+    interrupt halfway through can leave a partial state behind."""
     if not _state:
-        llvm.initialize_native_target()
-        llvm.initialize_native_asmprinter()
-        target = llvm.Target.from_default_triple()
-        cpu = llvm.get_host_cpu_name()
-        features = llvm.get_host_cpu_features().flatten()
-        _state["cpu"], _state["features"] = cpu, features
-        _state["target"] = target
-        _state["tm"] = _new_target_machine()
-        _state["triple"] = llvm.get_process_triple()
+        with _init_lock:
+            if not _state:
+                llvm.initialize_native_target()
+                llvm.initialize_native_asmprinter()
+                s = {"target": llvm.Target.from_default_triple(), "cpu": llvm.get_host_cpu_name(),
+                     "features": llvm.get_host_cpu_features().flatten(), "triple": llvm.get_process_triple()}
+                s["tm"] = _new_target_machine(s)
+                _state.update(s)
     return _state
 
 
-def _new_target_machine():
-    s = _state
+def _new_target_machine(s=None):
+    s = s or _state
     return s["target"].create_target_machine(cpu=s["cpu"], features=s["features"], opt=3, codemodel="jitdefault")
 
 
@@ -53,10 +60,10 @@ def cache_dir() -> Path:
 def _key(ir_text: str, unroll: bool) -> str:
     s = _init()
     h = hashlib.sha256()
-    for part in (ir_text, s["cpu"], s["features"], llvmlite.__version__, f"unroll={unroll}", "v1"):
+    for part in (ir_text, s["cpu"], s["features"], llvmlite.__version__, f"unroll={unroll}", "v2"):
         h.update(part.encode())
         h.update(b"\0")
-    return h.hexdigest()[:40]
+    return h.hexdigest()
 
 
 def _optimized(ir_text: str, unroll: bool | None = None):
@@ -100,23 +107,20 @@ def load(ir_text: str, names: list[str], use_cache: bool = True, unroll: bool = 
     with _lock:
         s = _init()
         key = _key(ir_text, unroll)
-        path = cache_dir() / f"{key}.o"
+        path = cache_dir() / f"{key[:40]}.o"
         obj, hit = None, False
-        if use_cache and path.exists():
+        if use_cache:
             try:
-                obj, hit = path.read_bytes(), True
-            except OSError:
+                obj, hit = checked.read(path, OBJECT_MAGIC, key), True
+            except (OSError, checked.InvalidEntry):   # missing, unreadable, damaged or foreign
                 obj = None
         if obj is None:
             obj = _compile_object(ir_text, unroll)
             if use_cache:
                 try:
-                    path.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                    tmp.write_bytes(obj)
-                    os.replace(tmp, path)
-                except OSError:
-                    pass
+                    checked.write(path, OBJECT_MAGIC, key, obj)
+                except OSError as e:
+                    checked.warn_write_failure("CPU object", path.parent, e)
         empty = llvm.parse_assembly(f'target triple = "{s["triple"]}"\n')
         engine = llvm.create_mcjit_compiler(empty, _new_target_machine())  # the engine owns it
         engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
