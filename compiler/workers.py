@@ -7,6 +7,12 @@ Workers are plain subprocesses rather than multiprocessing children so that the 
 `__main__` module is never re-imported. A worker keeps the executables it built, so timing
 a verified candidate on the worker that built it costs no rebuild.
 
+Every request gets exactly one answer, read in order. A request whose answer was never read
+(its caller was interrupted, e.g. by Ctrl-C, between sending and reading) leaves the worker
+out of step: its next answer would be taken for another request's, so such a worker is
+killed and replaced instead of reused. Workers ignore SIGINT: Ctrl-C interrupts the compiling
+process, which decides which workers to keep.
+
 Requests: ("data", key, input_sets, expected_sets, out_dtypes) stores inputs once;
 ("verify", trial) builds and checks a candidate; ("verify_variant", trial) checks it at odd
 shapes; ("time", trial, warmup, repeat) times one.
@@ -208,6 +214,7 @@ def _first_line(e: BaseException) -> str:
 
 def worker_main() -> None:
     import faulthandler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # a terminal's Ctrl-C is the parent's to handle
     proto_out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # anything the backend prints goes to the log, never into the protocol
     faulthandler.enable()
@@ -257,10 +264,17 @@ class Worker:
                                      stdout=subprocess.PIPE, stderr=self.log, env=_child_env())
         self.data_keys: set[str] = set()
         self.unanswered = 0   # requests sent with `post` whose answers are still to be read
+        self.pending = 0      # requests sent (or being sent) whose answers are not read yet
         self.retiring = False  # it said it exits after its last answer
 
+    def out_of_step(self) -> bool:
+        """Whether an answer is owed to nobody (only meaningful between requests): a caller was
+        interrupted after sending a request, or in the middle of sending or reading one."""
+        return self.pending > self.unanswered
+
     def alive(self) -> bool:
-        return not self.retiring and self.proc.poll() is None
+        """Whether the worker can take a new request (call it between requests)."""
+        return not self.retiring and not self.out_of_step() and self.proc.poll() is None
 
     def post(self, request) -> None:
         """Send a request whose answer is read (and dropped) before the next `start`."""
@@ -273,6 +287,10 @@ class Worker:
             self.finish(60.0)
         if self.retiring:
             raise WorkerFailure("the worker retired after a candidate raised")
+        if self.out_of_step():
+            self.kill()
+            raise WorkerFailure("the worker was left out of step by an interrupted request")
+        self.pending += 1   # counted first: a send cut short also leaves the stream out of step
         try:
             _send(self.proc.stdin, request)
         except (BrokenPipeError, OSError):
@@ -289,6 +307,7 @@ class Worker:
             status, value, self.retiring = _recv(self.proc.stdout)
         except (EOFError, OSError, pickle.UnpicklingError):
             raise WorkerFailure(self._death_reason()) from None
+        self.pending -= 1
         if status == "error":
             raise WorkerFailure(f"error: {value}")
         return value
@@ -332,6 +351,8 @@ class Worker:
             self.proc.wait()
 
     def close(self) -> None:
+        if self.out_of_step():   # it may be busy with a request nobody waits for: no grace
+            self.kill()
         if self.proc.poll() is None:
             try:
                 _send(self.proc.stdin, ("exit",))

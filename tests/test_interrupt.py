@@ -1,0 +1,90 @@
+"""A compile interrupted by KeyboardInterrupt (Ctrl-C) leaves the process able to compile again.
+
+The interrupt is raised deterministically from the progress display: after the first trial is
+verified, while the other worker still has a request in flight (its answer must not be taken
+for the answer to the next search's first request)."""
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+import pytest
+
+import compiler as saturn
+from compiler import api
+from compiler.progress import Progress
+from ir.interpreter import evaluate
+
+pytest.importorskip("llvmlite")
+
+
+@pytest.fixture(autouse=True)
+def _cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path))
+
+
+def softmax(x):
+    return x.softmax(-1)
+
+
+def layernorm(x):
+    return x.layer_norm((x.shape[-1],))
+
+
+def _interrupting(phase: str, after: int):
+    class Interrupting(Progress):
+        def update(self, **counters):
+            super().update(**counters)
+            if self.phase_name == phase and self.tried >= after:
+                raise KeyboardInterrupt
+
+        def phase(self, name):
+            super().phase(name)
+            if name == phase and after == 0:
+                raise KeyboardInterrupt
+    return Interrupting
+
+
+def _check(f, shape, seed=0):
+    x = np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(f(x), evaluate(f.graph, [x])[0], rtol=2e-5, atol=1e-6)
+
+
+def _compiles_again():
+    # the interrupted program and another one: the workers take requests again
+    for fn in (softmax, layernorm):
+        f = saturn.compile(fn, saturn.spec((8, 300)), budget=1.0, quiet=True, cache=False, workers=2)
+        assert f.result.winner is not None
+        _check(f, (8, 300))
+
+
+@pytest.mark.parametrize("phase,after", [
+    ("verifying", 1),   # a worker still owes an answer (it used to be taken for the next search's)
+    pytest.param("timing", 0, marks=pytest.mark.slow),
+    pytest.param("saturating", 0, marks=pytest.mark.slow),
+])
+def test_compile_after_interrupt(monkeypatch, phase, after):
+    monkeypatch.setattr(api, "Progress", _interrupting(phase, after))
+    with pytest.raises(KeyboardInterrupt):
+        saturn.compile(softmax, saturn.spec((8, 300)), budget=2.0, quiet=True, cache=False, workers=2)
+    monkeypatch.undo()
+    _compiles_again()
+
+
+@pytest.mark.parametrize("delay", [0.5, pytest.param(0.05, marks=pytest.mark.slow),
+                                   pytest.param(1.0, marks=pytest.mark.slow),
+                                   pytest.param(1.5, marks=pytest.mark.slow)])
+def test_compile_after_sigint(delay):
+    """A real SIGINT at some point of a compile (where it lands varies; the next compile must
+    work wherever it does)."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, delay)
+        with pytest.raises(KeyboardInterrupt):
+            saturn.compile(softmax, saturn.spec((8, 300)), budget=3.0, quiet=True, cache=False, workers=2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    _compiles_again()
