@@ -1,0 +1,116 @@
+"""The torch.compile backend: a Dynamo graph -> ATen (AOTAutograd) -> Saturn regions + PyTorch.
+
+Inference only: a graph traced with grad mode on and inputs that require grad runs in PyTorch
+eager, with one warning; so does a graph with dynamic shapes (Saturn compiles static shapes).
+Otherwise AOTAutograd turns the graph into a functional ATen inference graph (parameters and
+buffers as inputs), `partition` splits it, and each region is compiled by `compiler.compile`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import time
+import warnings
+
+from compiler.errors import SaturnError
+from compiler.torch_backend.partition import fallback_summary, partition
+from compiler.torch_backend.region import compile_region
+from compiler.torch_backend.report import GraphRecord, new_record
+
+COMPILE_OPTIONS = {"target", "budget", "cache", "quiet", "seed"}   # compiler.compile's own keywords
+# Computing ATen nodes per region at most: lowering time grows faster than linearly with a
+# program's size (one GPT-2 block, ~90 primitive ops, lowers in ~9 s on 2 cores; two blocks time out).
+MAX_REGION_OPS = 24
+
+AUTOGRAD_WARNING = ("saturn: autograd is on (grad mode enabled and inputs that require grad), so this graph "
+                    "runs in PyTorch eager; call the compiled module under torch.no_grad() or "
+                    "torch.inference_mode() to run it with Saturn")
+
+
+class BackendOptionError(SaturnError, TypeError):
+    pass
+
+
+def check_options(options: dict | None) -> dict:
+    """torch.compile(..., options={...}) -> keyword arguments for compiler.compile."""
+    from compiler.search import SearchOptions
+    allowed = COMPILE_OPTIONS | {f.name for f in dataclasses.fields(SearchOptions)}
+    opts = dict(options or {})
+    bad = sorted(set(opts) - allowed - {"max_region_ops"})
+    if bad:
+        raise BackendOptionError(f"unknown option(s) {', '.join(map(repr, bad))}; "
+                                 f"choose from {', '.join(sorted(allowed))}", "torch.compile(backend='saturn')")
+    opts.setdefault("target", "cpu")
+    return opts
+
+
+def decompositions() -> dict:
+    """ATen ops rewritten into ones Saturn translates before partitioning (others stay whole:
+    softmax, layer_norm, gelu and attention are translated as they are)."""
+    import torch
+    from torch._decomp import get_decompositions
+    aten = torch.ops.aten
+    return get_decompositions([
+        aten._native_batch_norm_legit_no_training, aten.native_group_norm, aten.leaky_relu, aten.elu,
+        aten.hardswish, aten.hardsigmoid, aten.softplus, aten.mish, aten.glu, aten.addcmul, aten.addcdiv,
+        aten.lerp, aten.linalg_vector_norm, aten.std, aten.threshold, aten.celu, aten.selu, aten.square,
+    ])
+
+
+def _frame():
+    """(description, code object, owning module) of the frame Dynamo is compiling, best effort."""
+    import torch
+    try:
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        tx = InstructionTranslator.current_tx()
+        code, local = tx.f_code, tx.f_locals
+        owner = local.get("self", local.get(code.co_varnames[0]) if code.co_argcount else None)
+        if owner is None and code.co_flags & inspect.CO_VARARGS:   # a decorator's wrapper(*args, ...)
+            varargs = local.get(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
+            owner = varargs[0] if isinstance(varargs, tuple) and varargs else None
+    except Exception:  # noqa: BLE001 - private Dynamo API: only the report loses its label
+        return "?", None, None
+    if not isinstance(owner, torch.nn.Module):
+        owner = None
+    return (f"{code.co_name} of {type(owner).__name__}" if owner is not None else code.co_name), code, owner
+
+
+def _timed(rec: GraphRecord, fn):
+    def run(*args):
+        t0 = time.perf_counter()
+        out = fn(*args)
+        rec.calls += 1
+        rec.run_s += time.perf_counter() - t0
+        return out
+    return run
+
+
+def build(aten_gm, rec: GraphRecord, options: dict):
+    """The ATen graph with each supported region replaced by its Saturn program."""
+    rec.aten_nodes = sum(1 for n in aten_gm.graph.nodes if n.op == "call_function")
+    options = dict(options)
+    fused, reasons, names = partition(aten_gm, max_ops=options.pop("max_region_ops", MAX_REGION_OPS))
+    rec.fallbacks = fallback_summary(reasons)
+    for i, name in enumerate(names):
+        module, info = compile_region(f"region{rec.index}_{i + 1}", getattr(fused, name), options)
+        rec.regions.append(info)
+        setattr(fused, name, module)
+    return fused
+
+
+def compile_graph(gm, example_inputs, options: dict | None = None):
+    """Dynamo's backend entry: returns the callable that runs `gm`."""
+    import torch
+    opts = check_options(options)
+    rec = new_record(*_frame())
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
+        warnings.warn(AUTOGRAD_WARNING, stacklevel=2)
+        rec.whole_graph = "autograd is on (grad mode and inputs that require grad): Saturn compiles inference only"
+        return _timed(rec, gm.forward)
+    if any(not isinstance(t, torch.Tensor) for t in example_inputs):
+        rec.whole_graph = "dynamic shapes (symbolic sizes among the inputs): Saturn compiles static shapes"
+        return _timed(rec, gm.forward)
+    from torch._functorch.aot_autograd import aot_module_simplified
+    compiled = aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _inputs: build(g, rec, opts),
+                                     decompositions=decompositions())
+    return _timed(rec, compiled)
