@@ -28,7 +28,6 @@ from compiler.progress import Progress
 from compiler.timing import format_seconds, median
 from compiler.workers import Trial, WorkerFailure, _WorkerState, handle, shared_pool, store_arrays
 from ir.graph import Graph
-from ir.interpreter import evaluate
 
 
 _ONE_SEARCH_AT_A_TIME = threading.Lock()
@@ -415,10 +414,10 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     out_dtypes = [o.dtype for o in graph.outputs]
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-        runner.add_data(odd_key, odd_inputs, [evaluate(variant.graph, s) for s in odd_inputs], out_dtypes)
+        runner.add_data(odd_key, odd_inputs, [verify.reference(variant.graph, s) for s in odd_inputs], out_dtypes)
     input_sets = verify.verification_inputs(graph, options.seed)
     if verify.reference_work(graph) <= options.reference_limit:
-        expected = [evaluate(graph, s) for s in input_sets]
+        expected = [verify.reference(graph, s) for s in input_sets]
     else:
         expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
     runner.add_data(main_key, input_sets, expected, out_dtypes)

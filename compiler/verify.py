@@ -1,10 +1,16 @@
-"""Check a candidate against the reference interpreter before it may be timed.
+"""Check a candidate against a float64 evaluation of the program before it may be timed.
 
 A candidate (a program plus a backend schedule) is built and run on fresh, seeded random
-inputs; its outputs must match the interpreter's within a per-dtype tolerance, contain no NaN
-where the reference has none, and be bit-identical when run twice. Generated native code can
-crash or hang, so untrusted candidates run in worker processes (`compiler.workers`); this
-module holds the checks themselves and the handlers those workers execute.
+inputs from several families (`ir.numerics`: normal, large logits, a mean-1e4 offset,
+cancelling signs, values near a half type's max, and specials: +-inf, NaN, +-0, subnormals,
+rows that start with -inf). Each output element must lie within its propagated error bound
+of the float64 reference (`ir.bounds`): the bound scales with the condition of the original
+program, so correct kernels pass on outputs that are zero up to rounding, integer casts
+must match where the cast is not on a rounding edge, and a numerically unstable rewrite
+fails on the inputs that expose it. NaN must meet NaN, inf the same inf; results must be
+bit-identical when run twice. Generated native code can crash or hang, so untrusted
+candidates run in worker processes (`compiler.workers`); this module holds the checks
+themselves and the handlers those workers execute.
 """
 from __future__ import annotations
 
@@ -13,42 +19,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ir import bounds, numerics
 from ir.dtypes import DType
 from ir.graph import Graph
 
-# Allowed error, relative to the largest magnitude in the reference output.
-TOLERANCE = {DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 3e-2}
-
-# Input distributions (seed offset, scale, shift): a standard normal; a shifted one that exposes
-# cancellation (E[x^2] - E[x]^2); and, for f32, a wide one whose attention-style logits reach
-# hundreds, which exposes rewrites that drop softmax's max shift (exp(a - m) -> exp(a) * exp(-m)
-# overflows there). Half-precision programs get milder sets: their reference itself overflows early.
-INPUT_SETS = ((0, 1.0, 0.0), (1, 3.0, 2.0), (2, 8.0, 0.0))
-HALF_INPUT_SETS = ((0, 1.0, 0.0), (1, 2.0, 0.5))
+# Allowed error relative to the largest magnitude, for references without a bound (the
+# original program under the default schedule, for programs too big for the interpreter).
+TOLERANCE = numerics.OUTPUT_TOLERANCE
 
 
 def random_inputs(graph: Graph, seed: int, scale: float = 1.0, shift: float = 0.0) -> list[np.ndarray]:
     """Seeded random arguments for `graph`: scaled normals for floats, never all zeros."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for node in graph.inputs:
-        dt = node.dtype
-        if dt.is_float:
-            a = rng.standard_normal(node.shape, dtype=np.float32) * np.float32(scale) + np.float32(shift)
-        elif dt == DType.i32:
-            # nonzero (inputs may be divisors), both signs
-            a = rng.integers(1, 9, size=node.shape) * rng.choice([-1, 1], size=node.shape)
-        else:
-            a = rng.random(node.shape) < 0.5
-        out.append(np.ascontiguousarray(np.asarray(a).astype(dt.np)))
-    return out
+    return numerics.random_inputs(graph.inputs, seed, numerics.Family("scaled", scale, shift))
 
 
 def verification_inputs(graph: Graph, seed: int) -> list[list[np.ndarray]]:
-    """The input sets every candidate of `graph` is checked on."""
-    halves = any(n.dtype in (DType.f16, DType.bf16) for n in graph.inputs)
-    sets = HALF_INPUT_SETS if halves else INPUT_SETS
-    return [random_inputs(graph, seed * 1000 + k, scale, shift) for k, scale, shift in sets]
+    """The input sets every candidate of `graph` is checked on, one per family."""
+    families = numerics.verification_families(n.dtype for n in graph.inputs)
+    return [numerics.random_inputs(graph.inputs, seed * 1000 + k, f) for k, f in enumerate(families)]
+
+
+def reference(graph: Graph, args) -> list[np.ndarray]:
+    """The expected outputs of `graph` on `args`: per output, its float64 value and error
+    bound packed as one array (`ir.bounds.pack`), which `compare` recognizes."""
+    return [bounds.pack(b) for b in bounds.evaluate_bounded(graph, args)]
 
 
 def relative_error(expected: np.ndarray, got: np.ndarray) -> tuple[float, float, float]:
@@ -67,8 +61,14 @@ def relative_error(expected: np.ndarray, got: np.ndarray) -> tuple[float, float,
 
 
 def compare(expected: np.ndarray, got, dtype: DType) -> str | None:
-    """None when `got` matches `expected` for an output of `dtype`, else the reason it does not."""
+    """None when `got` matches `expected` for an output of `dtype`, else the reason it does not.
+    `expected` is a packed float64 reference with bounds (`reference`), or plain values of
+    the output's dtype compared relative to their largest magnitude."""
     got = np.asarray(got)
+    if bounds.is_packed(expected, got.shape):
+        if got.dtype != dtype.np:
+            return f"wrong dtype {got.dtype}, expected {dtype.np}"
+        return bounds.describe(expected[0], expected[1], got, dtype)
     if got.shape != expected.shape:
         return f"wrong shape {got.shape}, expected {expected.shape}"
     if got.dtype != expected.dtype:
@@ -161,8 +161,16 @@ def _is_float(a: np.ndarray) -> bool:
 
 
 def max_relative_error(expected: list[np.ndarray], got: list) -> float:
-    return max((relative_error(e, np.asarray(g))[0] for e, g in zip(expected, got)
-                if _is_float(np.asarray(g)) or _is_float(e)), default=0.0)
+    """The largest error relative to the largest reference magnitude, over float outputs."""
+    out = 0.0
+    for e, g in zip(expected, got):
+        g = np.asarray(g)
+        if bounds.is_packed(e, g.shape):
+            if _is_float(g):
+                out = max(out, relative_error(e[0], g.astype(np.float64))[0])
+        elif _is_float(g) or _is_float(e):
+            out = max(out, relative_error(e, g)[0])
+    return out
 
 
 def check_executable(exe, input_sets, expected_sets, out_dtypes) -> CheckResult:

@@ -214,7 +214,13 @@ class Rule:
     guard: tuple = ()
     family: str = "user"
     doc: str = ""
-    tolerance: float = field(default=1e-4, compare=False)
+    # extra error allowed relative to the largest reference magnitude (the check's error
+    # bound already counts every rounding of the left side; no built-in rule needs this)
+    tolerance: float = field(default=0.0, compare=False)
+    # exact over the reals but numerically unstable (it can turn a well-conditioned program
+    # into one that cancels catastrophically): checked for exactness only, and kept out of
+    # the default search (rewrites.registry)
+    unstable: bool = field(default=False, compare=False)
 
     def __str__(self) -> str:
         g = f"  if {', '.join(show_guard(c) for c in self.guard)}" if self.guard else ""

@@ -21,14 +21,17 @@ class UnsoundRule(ValueError):
     """A rule whose two sides disagree on some input (the message shows the counterexample)."""
 
 
-def family_rules(family: str) -> list[Rule]:
+def family_rules(family: str, include_unstable: bool = False) -> list[Rule]:
+    """The rules of `family` the search uses; with `include_unstable`, also those marked
+    numerically unstable (exact over the reals, kept out of the default search)."""
     if family == "user":
-        return list(_user_rules)
-    try:
-        mod = importlib.import_module(FAMILY_MODULES[family])
-    except ModuleNotFoundError:
-        return []
-    return list(mod.RULES)
+        rules = list(_user_rules)
+    else:
+        try:
+            rules = list(importlib.import_module(FAMILY_MODULES[family]).RULES)
+        except ModuleNotFoundError:
+            return []
+    return rules if include_unstable else [r for r in rules if not r.unstable]
 
 
 def families() -> list[str]:
@@ -36,7 +39,8 @@ def families() -> list[str]:
 
 
 def all_rules() -> list[Rule]:
-    return [r for f in families() for r in family_rules(f)]
+    """Every rule, unstable ones included (all are checked)."""
+    return [r for f in families() for r in family_rules(f, include_unstable=True)]
 
 
 def register(rule: Rule, *, check: bool = True, trials: int = 20) -> Rule:

@@ -94,10 +94,13 @@ def test_single_pass_statistics(name, fn, specs):
     g = saturn.trace(fn, *[saturn.spec(s) for s in specs])
     exp = explore(g, limits=Limits(seconds=20))
     one_pass = [c for c in exp.candidates if single_pass_statistics(c.graph, big=4096)]
-    assert one_pass, str(exp)
     if name == "layernorm":
         assert not single_pass_statistics(g, big=4096)   # mean first, then sum((x - mean)^2)
-        assert exp.candidates[0] in one_pass
+        # its one-pass form, E[x^2] - E[x]^2, needs the distributing rules marked unstable
+        # (rewrites/algebra.py): the default search does not produce it
+        assert not one_pass, str(exp)
+    else:
+        assert one_pass, str(exp)
     for c in exp.candidates:
         _same(g, c.graph, rtol=2e-4)
 

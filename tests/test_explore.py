@@ -47,8 +47,8 @@ def test_api_shape():
 
 def test_node_limit_is_respected():
     g = saturn.trace(lambda x: x.layer_norm((512,)), saturn.spec((2, 512)))
-    exp = explore(g, limits=Limits(node_limit=300))
-    assert all(p.enodes <= 300 for p in exp.phases)
+    exp = explore(g, limits=Limits(node_limit=150))
+    assert all(p.enodes <= 150 for p in exp.phases)
     assert exp.phases[-1].stopped == "node limit"
     _check_equal(g, exp.candidates)
 

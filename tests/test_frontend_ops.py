@@ -440,4 +440,4 @@ def test_matches_numpy(case, data):
     assert out.shape == expected.shape
     out_dtype = DType.bool if out.dtype == np.bool_ else DType.i32 if out.dtype == np.int32 else dtype
     assert_close(out, expected.astype(out.dtype) if out_dtype in (DType.bool, DType.i32) else expected,
-                 out_dtype, case.scale, err_msg=f"{case.name} {d.params}\n{d.graph}")
+                 out_dtype, case.scale, err_msg=f"{case.name} {d.params}\n{d.graph}", graph=d.graph, args=d.arrays)

@@ -55,8 +55,9 @@ class FakeExecutable:
             return [o] + outs[1:]
         if s == "slow":         # correct, but long enough for the progress line to appear
             time.sleep(0.3)
-        if s == "flaky":        # within tolerance, but different every run
-            return [o + np.float32(1e-7 * self.calls) for o in outs]
+        if s == "flaky":        # within one ulp (inside any error bound), but different every run
+            rng = np.random.default_rng(self.calls)
+            return [np.where(rng.random(o.shape) < 0.5, np.nextafter(o, np.float32(np.inf)), o) for o in outs]
         return outs
 
     def benchmark(self, args, warmup, repeat):

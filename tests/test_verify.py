@@ -5,6 +5,7 @@ import ml_dtypes
 import numpy as np
 
 import compiler as saturn
+from ir import numerics
 from compiler import verify
 from ir.dtypes import DType
 
@@ -70,11 +71,18 @@ def test_verification_inputs_are_seeded_nonzero_and_varied():
     c = verify.verification_inputs(g, 4)
     assert all(x.tobytes() == y.tobytes() for s, t in zip(a, b) for x, y in zip(s, t))
     assert a[0][0].tobytes() != c[0][0].tobytes()
-    assert len(a) == 3  # f32: normal, shifted, wide
-    for floats, ints in a:
-        assert floats.dtype == np.float32 and np.count_nonzero(floats) == floats.size
-        assert ints.dtype == np.int32 and np.all(ints != 0)
-    assert abs(float(a[1][0].mean()) - 2.0) < 0.3 and float(a[2][0].std()) > 6
+    families = [f.name for f in numerics.verification_families([DType.f32, DType.i32])]
+    assert families == ["normal", "logits", "offset", "cancel", "special"] and len(a) == 5
+    for (floats, ints), family in zip(a, families):
+        assert floats.dtype == np.float32 and ints.dtype == np.int32 and np.all(ints != 0)
+        if family != "special":
+            assert np.count_nonzero(floats) == floats.size
+    assert float(a[1][0].std()) > 6                                     # logits
+    assert abs(float(a[2][0].mean()) - 1e4) < 1 and abs(float(a[2][0].std()) - 1) < 0.1   # offset
+    assert abs(float(np.abs(a[3][0]).mean()) - 1e4) < 1 and abs(float(a[3][0].mean())) < 2e3   # cancel
+    special = a[4][0]
+    assert np.isneginf(special[0, 0]) and np.isnan(special).any() and np.isposinf(special).any()
+    assert (special == 0).any() and ((special != 0) & (np.abs(special) < 1e-38)).any()
 
 
 def test_odd_variant_retraces_shape_generic_functions_only():

@@ -52,6 +52,13 @@ class _Row:
     slots: list = None
 
 
+def _leaves_minus_inf(b: ir.IRBuilder, m, m_new):
+    """True when the running max grows from -inf: every key so far was -inf, so its terms,
+    computed against a max of -inf, are -inf - (-inf) = NaN where the program means 0 (exp of
+    -inf minus the row max). The sums restart from 0 instead of rescaling those NaNs."""
+    return b.and_(b.fcmp_ordered("==", m, ir.Constant(F32, float("-inf"))), b.fcmp_unordered("!=", m, m_new))
+
+
 class OnlineRenderer:
     panel: _Panel | None = None       # the kernel's K panel, when it has one: set by render()
 
@@ -106,13 +113,14 @@ class OnlineRenderer:
                     alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
                     if len(rows) > 1:           # (a row whose max did not grow keeps its sums)
                         alpha = b.select(b.fcmp_ordered("==", m, m_new), ir.Constant(F32, 1.0), alpha)
+                    fresh = _leaves_minus_inf(b, m, m_new)
                     for k, slot in enumerate(row.slots):
                         if let.lane_sum(k):
                             with for_range(b, _i64(0), _i64(lanes), "lane.rescale") as j:
                                 p = b.gep(slot, [j], inbounds=True, source_etype=F32)
-                                b.store(b.fmul(b.load(p, typ=F32), alpha, flags=flags), p)
+                                b.store(b.select(fresh, zero, b.fmul(b.load(p, typ=F32), alpha, flags=flags)), p)
                         else:
-                            b.store(b.fmul(b.load(slot, typ=F32), alpha, flags=flags), slot)
+                            b.store(b.select(fresh, zero, b.fmul(b.load(slot, typ=F32), alpha, flags=flags)), slot)
             for row, step, m_new in zip(rows, steps, news):
                 b.store(m_new, row.m_slot)
                 with self._as_row(row, step):
@@ -203,10 +211,12 @@ class OnlineRenderer:
             with b.if_then(b.fcmp_unordered("!=", m, m_new)):
                 alpha = b.call(exp2, [b.fmul(ir.Constant(F32, let.scale), b.fsub(m, m_new))])
                 splat = splat_vector(b, alpha, w)
+                fresh = _leaves_minus_inf(b, m, m_new)
                 for k, slot in enumerate(row.slots):
                     for reg in row_regs.get(k, [slot]):
                         ty, x = (vty, splat) if k in row_regs else (F32, alpha)
-                        b.store(b.fmul(b.load(reg, typ=ty), x, flags=flags), reg)
+                        nothing = ir.Constant(ty, None)          # zeroinitializer
+                        b.store(b.select(fresh, nothing, b.fmul(b.load(reg, typ=ty), x, flags=flags)), reg)
             b.store(m_new, row.m_slot)
             with for_range(b, _i64(0), _i64(kw), let.var.name + ".key") as u:
                 with self._as_row(row, {let.tile_max: b.load(at(scores, u), typ=F32)}):

@@ -1,0 +1,383 @@
+"""A float64 evaluation of a program with a propagated error bound on every element.
+
+`evaluate_bounded` runs the program like `ir.interpreter` but in float64 (integers and bools
+in their own type, with the interpreter's exact meaning) and carries, per element, a bound on
+how far a correct implementation in the program's own types may be from that value: every
+float op adds BOUND_SAFETY roundings of its result (its dtype's unit roundoff), errors of the
+operands propagate through each op's derivative (first order, exact intervals for sqrt,
+recip, log2 and exp2), and a sum of n terms adds 2 sqrt(n) roundings of the terms' total
+magnitude (`ir.numerics`). So the bound measures the condition of the computation: an output
+that is zero up to rounding of large terms has a bound of those terms' size, not zero, and an
+unstable rewrite (E[x^2] - E[x]^2 at mean 1e4) exceeds the bound of the stable original.
+
+A bound of inf marks an element whose value a correct implementation cannot pin down (the
+operands of a comparison, cast or overflow are within their bounds of the threshold); anything
+is accepted there. A float result past the type's largest finite value is +-inf, as in the
+program's types; exact specials (inf, NaN) must be matched.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.dtypes import DType
+from ir.graph import Graph, toposort
+from ir.interpreter import apply_view, elementwise, typed_fill
+from ir.node import Node
+from ir.numerics import BOUND_SAFETY, MAX_FINITE, SMALLEST_NORMAL, UNIT_ROUNDOFF
+from ir.ops import Op
+
+K = BOUND_SAFETY
+F64 = np.float64
+LN2 = float(np.log(2.0))
+
+
+@dataclass
+class Bounded:
+    """A node's float64 value (integers, bools: their own type) and per-element error bound."""
+    value: np.ndarray
+    bound: np.ndarray
+
+
+def evaluate_bounded(graph: Graph, args) -> list[Bounded]:
+    """Evaluate `graph` on `args` (one array per input) in float64 with error bounds."""
+    env = {}
+    for node, a in zip(graph.inputs, args):
+        env[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(node.shape)
+    return evaluate_nodes_bounded(graph.outputs, env)
+
+
+def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray]) -> list[Bounded]:
+    """Evaluate arbitrary nodes given values for their INPUT leaves (rule checks)."""
+    vals: dict[Node, Bounded] = {}
+    finals = set(outputs)
+    for n, a in env.items():
+        a = np.asarray(a, dtype=n.dtype.np).reshape(n.shape)
+        vals[n] = Bounded(a.astype(F64) if n.dtype.is_float else a, EXACT)
+    for n in toposort(outputs):
+        if n not in vals:
+            if n.op == Op.INPUT:
+                raise KeyError(f"no value given for input {n.arg}")
+            with np.errstate(all="ignore"):
+                srcs = [vals[s] for s in n.srcs]
+                if n.op not in (Op.SUM, Op.CONTIGUOUS) and not (n.op == Op.VIEW and _unmasked(n)):
+                    srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
+                vals[n] = _step(n, srcs, n in finals)
+    with np.errstate(all="ignore"):
+        outs = [_materialize(vals[o], o) for o in outputs]
+    return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64)) for b, o in zip(outs, outputs)]
+
+
+def _unmasked(n: Node) -> bool:
+    return all(v.mask is None for v in n.arg.views)
+
+
+# An exact value's bound: the scalar 0.0 (broadcasts in every formula, costs nothing in views)
+EXACT = 0.0
+
+
+def _exact(e) -> bool:
+    return isinstance(e, float) and not isinstance(e, Rel) and e == 0.0
+
+
+def _relative(e):
+    """c when the bound `e` is c * |value| (EXACT: 0), else None."""
+    if isinstance(e, Rel):
+        return float(e)
+    return 0.0 if _exact(e) else None
+
+
+class Rel(float):
+    """A bound of exactly this many times |value| per element (a product or sum of exact
+    operands): a sum over it needs only the sum of |value|, not a bound array as large as a
+    matmul's broadcast product. Other ops materialize it (`_materialize`)."""
+
+
+def _materialize(b: Bounded, n: Node) -> Bounded:
+    if not isinstance(b.bound, Rel):
+        return b
+    mag = np.abs(b.value)
+    tiny = SMALLEST_NORMAL.get(n.dtype, 0.0)
+    return Bounded(b.value, np.where(mag < tiny, tiny, float(b.bound) * mag))
+
+
+# --- one op ----------------------------------------------------------------------------------
+
+def _scaled(mag, err):
+    """mag * err, with 0 where err is exactly 0 (an exact operand times an infinite one)."""
+    if _exact(err):
+        return EXACT
+    return np.where(err == 0, 0.0, mag * err)
+
+
+def _view(st, x, fill):
+    if _exact(x) or isinstance(x, Rel):
+        return x
+    for v in st.views:
+        x = apply_view(v, np.ascontiguousarray(x).reshape(-1), fill)
+    # a read-only strided view (no copy: a matmul's broadcast operands stay views)
+    x = x.view()
+    x.flags.writeable = False
+    return x
+
+
+def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
+    op, dt = n.op, n.dtype
+    if op == Op.CONST:
+        v = np.full(n.shape, n.arg, dtype=dt.np)
+        return Bounded(v.astype(F64) if dt.is_float else v, EXACT)
+    if op == Op.VIEW:
+        s = srcs[0]
+        fill = n.arg.fill if dt.is_float else typed_fill(n.arg.fill, dt.np)
+        return Bounded(_view(n.arg, s.value, fill), _view(n.arg, s.bound, 0.0))
+    if op == Op.CONTIGUOUS:
+        return Bounded(srcs[0].value.copy(), srcs[0].bound)
+    if op in (Op.SUM, Op.MAX):
+        return _reduce(n, srcs[0], final)
+    if op == Op.CAST:
+        return _cast(n, srcs[0], final)
+    if op == Op.CMPLT:
+        a, b = srcs
+        if _exact(a.bound) and _exact(b.bound):
+            return Bounded(np.asarray(a.value < b.value), EXACT)
+        diff = np.abs(a.value.astype(F64) - b.value.astype(F64))
+        width = a.bound + b.bound
+        unsure = (width > 0) & ~(diff > width)      # NaN differences (NaN < x) are certain
+        return Bounded(np.asarray(a.value < b.value), unsure.astype(F64))
+    if op == Op.WHERE:
+        c, a, b = srcs
+        cond = c.value.astype(bool)
+        if _exact(c.bound) and _exact(a.bound) and _exact(b.bound):
+            return Bounded(np.where(cond, a.value, b.value), EXACT)
+        either = np.maximum(a.bound, b.bound) + np.abs(a.value.astype(F64) - b.value.astype(F64))
+        e = np.where(c.bound > 0, either, np.where(cond, a.bound, b.bound))
+        e = np.where(np.isnan(e), np.inf, e)
+        return Bounded(np.where(cond, a.value, b.value), e)
+    if not dt.is_float:
+        return _integer(n, srcs)
+    return _float(n, srcs, final)
+
+
+def _finish(n: Node, v: np.ndarray, e: np.ndarray, unsure, final: bool, overflow64=False) -> Bounded:
+    """Add the result's own rounding, map overflow to +-inf as the program's type does, and
+    mark elements whose value is not pinned down (`unsure`, NaN bounds, near overflow). An
+    output that overflows must be inf; an intermediate that overflows may become finite in
+    a rewritten program (log2(exp2(x)) -> x), so what depends on it is left unchecked."""
+    dt = n.dtype
+    u, top, tiny = UNIT_ROUNDOFF[dt], MAX_FINITE[dt] * (1 + UNIT_ROUNDOFF[dt]), SMALLEST_NORMAL[dt]
+    mag = np.abs(v)
+    e = e + (K * u) * mag
+    e = np.where(mag < tiny, np.maximum(e, tiny), e)   # results that are subnormal (or flushed to 0)
+    if not np.isfinite(e).all() or np.any(unsure) or float(np.nanmax(mag + e, initial=0.0)) >= top:
+        fin = np.isfinite(v)
+        # past the type's range; `overflow64`: even float64 overflowed, from finite operands
+        over = (fin & (mag - e >= top)) | overflow64
+        near = fin & ~over & (mag + e >= top)
+        v = np.where(over, np.copysign(np.inf, v), v)
+        # a NaN result is certain unless its op marked it unsure (a NaN bound there is the
+        # formula meeting NaN operands, not doubt)
+        bad = unsure | (~(e < np.inf) & ~np.isnan(v)) | near | (over if not final else False)
+        e = np.where(np.isfinite(v), e, 0.0)       # specials are exact unless marked unsure
+        e = np.where(bad, np.inf, e)
+    return Bounded(v, e)
+
+
+def _float(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
+    op = n.op
+    xs = [s.value.astype(F64) for s in srcs]
+    es = [s.bound for s in srcs]
+    unsure = False
+    for e in es:
+        if not _exact(e):
+            unsure = unsure | np.isinf(e)
+    a, ea = xs[0], es[0]
+    u = UNIT_ROUNDOFF[n.dtype]
+    if op == Op.ADD:
+        v, e = a + xs[1], ea + es[1]
+    elif op == Op.MUL and _relative(ea) is not None and _relative(es[1]) is not None:
+        ca, cb = _relative(ea), _relative(es[1])
+        v = a * xs[1]
+        c = ca + cb + ca * cb + K * u
+        top = MAX_FINITE[n.dtype] / (1 + c)
+        if float(np.nanmax(np.abs(v), initial=0.0)) < top and not np.isnan(v).any():
+            return Bounded(v, Rel(c))                   # the common case: no overflow, no NaN
+        e = (ca + cb + ca * cb) * np.abs(v)
+    elif op == Op.MUL:
+        b, eb = xs[1], es[1]
+        v = a * b
+        e = _scaled(np.abs(a), eb) + _scaled(np.abs(b), ea) + _scaled(ea, eb)
+        # inf times a finite factor whose sign is certain is a certain inf; inf times a zero
+        # that may not be zero is not a certain NaN
+        sure = (np.isinf(a) & (eb < np.abs(b))) | (np.isinf(b) & (ea < np.abs(a)))
+        e = np.where(~np.isfinite(v) & sure, 0.0, e)
+        unsure = unsure | (np.isnan(v) & ((np.isinf(a) & (eb > 0)) | (np.isinf(b) & (ea > 0))))
+    elif op == Op.MOD:
+        b, eb = xs[1], es[1]
+        v = np.fmod(a, b)
+        q = np.abs(np.trunc(a / b))
+        drift = ea + _scaled(q, eb)
+        wraps = (np.abs(v) <= drift) | (np.abs(b) - np.abs(v) <= drift)
+        e = np.where((ea == 0) & (eb == 0), 0.0, np.where(wraps, np.abs(b) + eb + ea, drift))
+        unsure = unsure | ((eb > 0) & (eb >= np.abs(b)))              # a divisor that may be 0
+    elif op == Op.EXP2:
+        # the argument is (almost always) computed: its own rounding, amplified by exp2's
+        # condition |a| ln 2, is part of the bound (exp2(x) * exp2(y) -> exp2(x + y) is fine)
+        v = np.exp2(a)
+        e = _scaled(v, np.expm1((ea + u * np.where(np.isfinite(a), np.abs(a), 0.0)) * LN2)) + K * u * np.abs(v)
+    elif op == Op.LOG2:
+        v = np.log2(a)
+        rel = ea / np.abs(a)
+        e = np.where(ea == 0, 0.0, np.where(rel < 1, -np.log2(1 - rel), np.inf)) + K * u * np.fmax(np.abs(v), 1.0)
+        unsure = unsure | ((a < 0) & (a + ea >= 0) & (ea > 0))   # NaN, or the log of a tiny value
+    elif op == Op.SIN:
+        v = np.sin(a)
+        e = np.minimum(ea, 2.0) + K * u * (1 + np.abs(a))  # range reduction loses |a| ulps
+    elif op == Op.SQRT:
+        v = np.sqrt(a)
+        lo = np.sqrt(np.maximum(a - ea, 0.0))
+        e = np.where(ea == 0, 0.0, np.maximum(v - lo, np.sqrt(np.maximum(a, 0.0) + ea) - v))
+        unsure = unsure | ((a < 0) & (a + ea >= 0) & (ea > 0))   # NaN, or the root of a tiny value
+    elif op == Op.RECIP:
+        v = 1.0 / a
+        m = np.abs(a)
+        e = np.where(ea == 0, 0.0, np.where(ea < m, ea / (m * (m - ea)), np.inf))
+    else:
+        raise NotImplementedError(f"no error bound for {op}")
+    overflow64 = False
+    if op in (Op.ADD, Op.MUL, Op.EXP2):
+        overflow64 = np.isinf(v) & np.logical_and.reduce([np.isfinite(x) for x in xs])
+    return _finish(n, v, e, unsure, final, overflow64)
+
+
+def _integer(n: Node, srcs: list[Bounded]) -> Bounded:
+    """i32/bool results of add, mul, mod: the interpreter's values, bounds from uncertain operands."""
+    v = elementwise(n.op, n.dtype, n.srcs[0].dtype, [s.value for s in srcs])
+    ea, eb = srcs[0].bound, srcs[1].bound
+    a, b = (np.abs(s.value.astype(F64)) for s in srcs)
+    if n.op == Op.ADD:
+        e = ea + eb
+    elif n.op == Op.MUL:
+        e = _scaled(a, eb) + _scaled(b, ea) + _scaled(ea, eb)
+    else:
+        e = np.where((ea == 0) & (eb == 0), 0.0, b + eb)
+    return Bounded(v, e)
+
+
+def _cast(n: Node, s: Bounded, final: bool) -> Bounded:
+    dt, src = n.dtype, n.srcs[0].dtype
+    if dt == DType.bool:
+        x = s.value.astype(F64)
+        unsure = (s.bound > 0) & (s.bound >= np.abs(x))
+        return Bounded(s.value != 0, unsure.astype(F64))
+    if dt == DType.i32:
+        if not src.is_float:
+            return Bounded(s.value.astype(np.int32), s.bound)
+        x = s.value
+        lo, hi = np.trunc(x - s.bound), np.trunc(x + s.bound)
+        e = np.maximum(np.abs(hi - np.trunc(x)), np.abs(np.trunc(x) - lo))
+        inside = np.abs(x) + s.bound < 2.0 ** 31          # NaN and out of range: implementation-defined
+        v = np.trunc(np.where(inside, x, 0.0)).astype(np.int32)
+        return Bounded(v, np.where(inside & np.isfinite(e), e, np.inf))
+    # to a float type: the value rounds to it (overflow included), as the program's does
+    x = s.value.astype(F64)
+    out = _finish(n, x, np.zeros(n.shape) + s.bound, np.isinf(s.bound), final)
+    v = np.where(np.isfinite(out.value), out.value.astype(dt.np).astype(F64), out.value)
+    return Bounded(v, out.bound)
+
+
+def _reduce(n: Node, s: Bounded, final: bool) -> Bounded:
+    axes, dt = n.arg, n.dtype
+    count = int(np.prod([n.srcs[0].shape[a] for a in axes])) if axes else 1
+    if n.op == Op.MAX:
+        if s.value.size == 0:
+            fill = -np.inf if dt.is_float else typed_fill(-np.inf, dt.np)
+            return Bounded(np.full(n.shape, fill, F64 if dt.is_float else dt.np), EXACT)
+        e = s.bound if _exact(s.bound) else s.bound.max(axis=axes, keepdims=True)
+        return Bounded(s.value.max(axis=axes, keepdims=True), e)
+    if not dt.is_float:
+        v = s.value.sum(axis=axes, keepdims=True, dtype=s.value.dtype)
+        return Bounded(v, s.bound if _exact(s.bound) else s.bound.sum(axis=axes, keepdims=True))
+    x = s.value
+    v = x.sum(axis=axes, keepdims=True)
+    ax = np.abs(x)
+    mag = ax.sum(axis=axes, keepdims=True)
+    if not np.isfinite(mag).all():
+        mag = np.where(np.isfinite(ax), ax, 0.0).sum(axis=axes, keepdims=True)
+    terms = min(count - 1, 2.0 * np.sqrt(count)) if count > 1 else 0.0
+    # a half-typed sum may run in blocks whose partial sums are stored in the half type
+    # (a split reduction): its accumulation is bounded in that type's rounding
+    u = UNIT_ROUNDOFF[dt]
+    e = (K * u * terms) * mag
+    if isinstance(s.bound, Rel):
+        e = e + float(s.bound) * mag                    # sum of c |x_i| over the axis
+    elif not _exact(s.bound):
+        e = e + s.bound.sum(axis=axes, keepdims=True)
+    # partial sums of an f32 accumulation may overflow where the total does not
+    unsure = np.isinf(e) | (mag >= MAX_FINITE[DType.f32])
+    overflow64 = np.isinf(v) & np.isfinite(x).all(axis=axes, keepdims=True)
+    return _finish(n, v, e, unsure, final, overflow64)
+
+
+# --- transport and comparison ----------------------------------------------------------------
+
+def pack(b: Bounded) -> np.ndarray:
+    """value and bound stacked as one float64 array of shape (2, *shape), for sending to workers."""
+    return np.stack([b.value.astype(F64), b.bound])
+
+
+def is_packed(expected: np.ndarray, got_shape) -> bool:
+    return expected.dtype == F64 and expected.shape == (2, *got_shape)
+
+
+def allowed(value: np.ndarray, bound: np.ndarray, dtype: DType) -> np.ndarray:
+    """The largest |got - value| accepted per element (inf: anything)."""
+    if not dtype.is_float:
+        return bound
+    mag = np.where(np.isfinite(value), np.abs(value), 0.0)
+    return bound + UNIT_ROUNDOFF[dtype] * mag + SMALLEST_NORMAL[dtype]
+
+
+def mismatches(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DType):
+    """(mask of elements that differ beyond their bound, |got - value| / allowed per element)."""
+    g = np.asarray(got).astype(F64)
+    tol = allowed(value, bound, dtype)
+    with np.errstate(all="ignore"):
+        if dtype == DType.bool:
+            bad = (g != value) & (bound == 0)
+            return bad, bad.astype(F64)
+        diff = np.abs(g - value)
+        ratio = np.where(tol > 0, diff / tol, np.where(diff > 0, np.inf, 0.0))
+        free = ~(tol < np.inf)
+        if not dtype.is_float:
+            bad = (diff > tol) & ~free
+        else:
+            nan, inf = np.isnan(value), np.isinf(value)
+            bad = np.where(nan, ~np.isnan(g), np.where(inf, g != value, ~np.isfinite(g) | (diff > tol)))
+            bad = bad & ~free
+        ratio = np.where(free | np.isnan(ratio), 0.0, ratio)
+        ratio = np.where(bad & ~np.isfinite(ratio), np.inf, ratio)
+    return bad, ratio
+
+
+def describe(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DType) -> str | None:
+    """None when every element of `got` is within its bound, else what differs and where."""
+    bad, ratio = mismatches(value, bound, got, dtype)
+    count = int(np.count_nonzero(bad))
+    if not count:
+        return None
+    g = np.asarray(got).astype(F64)
+    kinds = []
+    if dtype.is_float:
+        for what, mask in (("NaN where the reference has none", np.isnan(g) & ~np.isnan(value)),
+                           ("finite values where the reference has NaN", ~np.isnan(g) & np.isnan(value)),
+                           ("infinities differ from the reference", (np.isinf(g) | np.isinf(value)) & ~np.isnan(g) & ~np.isnan(value))):
+            k = int(np.count_nonzero(bad & mask))
+            if k:
+                kinds.append(f"{k} {what}")
+    worst = np.unravel_index(int(np.argmax(np.where(bad, ratio, -1.0))), bad.shape) if bad.ndim else ()
+    tol = allowed(value, bound, dtype)[worst]
+    where = f" at {tuple(int(i) for i in worst)}" if worst else ""
+    kind = f" ({'; '.join(kinds)})" if kinds else ""
+    return (f"{count} of {bad.size} elements outside their error bound{kind}; worst{where}: got {g[worst]:.6g}, "
+            f"float64 reference {value[worst]:.6g} +- {tol:.3g}")

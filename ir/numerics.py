@@ -1,0 +1,148 @@
+"""Numerics in one place: per-dtype rounding units and tolerances, and the random input
+families that verification, rule checks, tests and benchmarks draw from.
+
+Two kinds of comparison use these tables:
+- against a float64 evaluation with a propagated error bound (`ir.bounds`): an element may
+  differ by BOUND_SAFETY times its bound plus one rounding of its output type;
+- against plain arrays (a reference that is itself a compiled program, or a test's numpy
+  formula): `OUTPUT_TOLERANCE` relative to the largest magnitude, or `ELEMENT_TOLERANCE`
+  (rtol, atol) per element.
+
+Input families are named so failures can say which one exposed them. Besides the standard
+normal they include the distributions that expose numerically unsound programs: a large
+offset (mean 1e4, std 1: E[x^2] - E[x]^2 cancels), wide dynamic range, values near the
+type's largest finite value, cancellation-prone sums (large values of both signs), and
+special values (+-inf, NaN, +-0, subnormals, rows that start with -inf).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+from ir.dtypes import DType
+
+# unit roundoff (half an ulp of 1) of each float type; halves compute in f32 (ir.interpreter)
+UNIT_ROUNDOFF = {DType.f32: 2.0 ** -24, DType.f16: 2.0 ** -11, DType.bf16: 2.0 ** -8}
+# largest finite value and smallest normal of each float type
+MAX_FINITE = {d: float(ml_dtypes.finfo(d.np).max) for d in UNIT_ROUNDOFF}
+SMALLEST_NORMAL = {d: float(ml_dtypes.finfo(d.np).smallest_normal) for d in UNIT_ROUNDOFF}
+SMALLEST_SUBNORMAL = {d: float(ml_dtypes.finfo(d.np).smallest_subnormal) for d in UNIT_ROUNDOFF}
+
+# An element passes when |got - reference| <= BOUND_SAFETY * bound + one rounding of its type.
+# The bound (ir.bounds) models a summation of n terms as 4 sqrt(n) roundings of the terms'
+# magnitude, a probabilistic model: a worst-case (n - 1) bound would pass E[x^2] - E[x]^2 on
+# mean-1e4 inputs; the safety factor covers transcendental implementations (a few ulp) and
+# orderings whose rounding errors do not cancel.
+BOUND_SAFETY = 4.0
+
+# Allowed error relative to the largest magnitude in a reference output, where the reference
+# is plain values without a bound (a compiled program standing in for the interpreter).
+OUTPUT_TOLERANCE = {DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 3e-2}
+
+# (rtol, atol) per element for one rounded op, in the style of JAX's test utilities; composite
+# ops widen both by a scale (tests/tolerances.py).
+ELEMENT_TOLERANCE = {
+    DType.f32: (1e-5, 1e-6),
+    DType.f16: (2e-3, 1e-3),
+    DType.bf16: (1.6e-2, 1e-2),
+    DType.i32: (0.0, 0.0),
+    DType.bool: (0.0, 0.0),
+}
+
+
+def rounding(dtype: DType) -> float:
+    """The unit roundoff of `dtype` (0 for integers and bool)."""
+    return UNIT_ROUNDOFF.get(dtype, 0.0)
+
+
+# --- input families --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Family:
+    """A distribution of random inputs. `scale`/`shift` apply to the standard normal family."""
+    name: str
+    scale: float = 1.0
+    shift: float = 0.0
+
+    def __str__(self) -> str:
+        return self.name
+
+
+NORMAL = Family("normal")
+SHIFTED = Family("shifted", 3.0, 2.0)           # mild offset: mean 2, std 3
+LOGITS = Family("logits", 8.0)                  # attention logits reach hundreds: exp overflow
+OFFSET = Family("offset", 1.0, 1e4)             # mean 1e4, std 1: catastrophic cancellation
+DYNAMIC = Family("dynamic")                     # magnitudes 1e-6 .. 1e6, both signs
+NEAR_MAX = Family("near_max")                   # |x| in [1/8, 1/2] of the type's max
+CANCEL = Family("cancel")                       # +-1e4 + N(0, 1): sums of both signs cancel
+SPECIAL = Family("special")                     # normal, sprinkled with inf/NaN/0/subnormals
+FAMILIES = {f.name: f for f in (NORMAL, SHIFTED, LOGITS, OFFSET, DYNAMIC, NEAR_MAX, CANCEL, SPECIAL)}
+
+
+def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family = NORMAL,
+                 mild: bool = False) -> np.ndarray:
+    """One seeded random array of `dtype` from `family` (integers: nonzero, both signs; bool: fair).
+    `mild` special arrays get zeros and subnormals only (parameters broadcast into every row)."""
+    shape = tuple(shape)
+    if dtype == DType.bool:
+        return rng.random(shape) < 0.5
+    if dtype == DType.i32:
+        # nonzero (inputs may be divisors), both signs
+        return (rng.integers(1, 9, size=shape) * rng.choice([-1, 1], size=shape)).astype(np.int32)
+    if family.name == "dynamic":
+        a = 10.0 ** rng.uniform(-6, 6, shape) * rng.choice([-1.0, 1.0], shape)
+    elif family.name == "near_max":
+        a = MAX_FINITE[dtype] * rng.uniform(0.125, 0.5, shape) * rng.choice([-1.0, 1.0], shape)
+    elif family.name == "cancel":
+        a = 1e4 * rng.choice([-1.0, 1.0], shape) + rng.standard_normal(shape)
+    else:
+        a = rng.standard_normal(shape, dtype=np.float32) * np.float32(family.scale) + np.float32(family.shift)
+    if family.name == "special":
+        a = _sprinkle(rng, a.astype(np.float64), dtype, mild)
+    with np.errstate(over="ignore"):
+        return np.array(np.asarray(a).astype(dtype.np), order="C")    # (0-d stays 0-d)
+
+
+def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool) -> np.ndarray:
+    """Rows (along the last axis) by kind, so that one NaN does not hide the rest: every 4th
+    row starts with a run of -inf (a running max starting at -inf must not compute
+    -inf - (-inf)); the next gets zeros, signed zeros and subnormals; the next one inf or NaN
+    each; the fourth stays as drawn."""
+    if a.size == 0:
+        return a
+    rows = a.reshape(-1, a.shape[-1] if a.ndim else 1).copy()
+    width = rows.shape[1]
+    tiny = SMALLEST_SUBNORMAL[dtype]
+    small = np.array([0.0, -0.0, tiny, -3 * tiny, 7 * tiny])
+    for r in range(rows.shape[0]):
+        kind = 1 if mild else r % 4
+        if kind == 0:
+            rows[r, :int(rng.integers(1, width + 1))] = -np.inf
+        elif kind == 1:
+            at = rng.random(width) < 0.25
+            rows[r, at] = small[rng.integers(0, len(small), int(at.sum()))]
+        elif kind == 2:
+            rows[r, int(rng.integers(0, width))] = (np.inf, -np.inf, np.nan)[r // 4 % 3]
+    return rows.reshape(a.shape)
+
+
+def random_inputs(specs, seed: int, family: Family = NORMAL) -> list[np.ndarray]:
+    """Seeded random arguments for inputs given as (shape, dtype) pairs or nodes/specs with
+    `.shape` and `.dtype`. Inputs of lower rank than the highest (weights, biases) get only
+    the mild specials, so an inf in a weight does not reach every row."""
+    rng = np.random.default_rng(seed)
+    pairs = [(tuple(s.shape), s.dtype) if hasattr(s, "shape") else (tuple(s[0]), s[1]) for s in specs]
+    top = max((len(shape) for shape, _ in pairs), default=0)
+    return [random_array(rng, shape, dtype, family, mild=len(shape) < top) for shape, dtype in pairs]
+
+
+def verification_families(dtypes) -> tuple[Family, ...]:
+    """The families a candidate over inputs of `dtypes` is verified on: the normal set, large
+    logits (f32: a dropped max shift overflows), the large offset, cancellation (f32), values
+    near the type's max (halves) and specials."""
+    halves = any(d in (DType.f16, DType.bf16) for d in dtypes)
+    if halves:
+        return (NORMAL, OFFSET, NEAR_MAX, SPECIAL)
+    return (NORMAL, LOGITS, OFFSET, CANCEL, SPECIAL)
