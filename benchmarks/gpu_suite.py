@@ -91,8 +91,12 @@ def make_inputs(torch, case, seed):
     g = torch.Generator(device="cuda").manual_seed(seed)
     tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
     ts = []
+    from benchmarks.workloads import structured_values
     for inp in case.inputs:
-        t = torch.randn(inp.shape, device="cuda", generator=g, dtype=torch.float32) * inp.scale + inp.shift
+        if inp.fill != "normal":       # a causal mask, RoPE tables
+            t = torch.from_numpy(structured_values(inp)).cuda()
+        else:
+            t = torch.randn(inp.shape, device="cuda", generator=g, dtype=torch.float32) * inp.scale + inp.shift
         ts.append(t.to(tdt[inp.dtype]))
     return ts
 

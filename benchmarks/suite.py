@@ -37,9 +37,10 @@ class Settings:
 def make_inputs(case: Case, seed: int) -> list[np.ndarray]:
     """Random inputs (never zeros): normal * scale + shift, rounded to each input's dtype."""
     from ir.dtypes import as_dtype
+    from benchmarks.workloads import structured_values
     rng = np.random.default_rng(seed)
-    return [(rng.standard_normal(i.shape, dtype=np.float32) * np.float32(i.scale) + np.float32(i.shift))
-            .astype(as_dtype(i.dtype).np) for i in case.inputs]
+    return [(rng.standard_normal(i.shape, dtype=np.float32) * np.float32(i.scale) + np.float32(i.shift)
+             if i.fill == "normal" else structured_values(i)).astype(as_dtype(i.dtype).np) for i in case.inputs]
 
 
 def rel_error(out: np.ndarray, ref: np.ndarray) -> float:

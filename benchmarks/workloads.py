@@ -20,12 +20,15 @@ from ir.dtypes import as_dtype
 
 @dataclass(frozen=True)
 class Input:
-    """One input array: shape, dtype, name, and the scale of its random values (normal * scale + shift)."""
+    """One input array: shape, dtype, name, and the scale of its random values (normal * scale + shift).
+    `fill` other than "normal" gives structured values instead: "causal_mask" (0 on and below the
+    diagonal, -inf above), "rope_cos" / "rope_sin" (rotary tables, positions x head dim)."""
     shape: tuple[int, ...]
     dtype: str
     name: str
     scale: float = 1.0
     shift: float = 0.0
+    fill: str = "normal"
 
     @property
     def nbytes(self) -> int:
@@ -66,6 +69,20 @@ class Workload:
     def case(self, family: str, suite: str) -> Case | None:
         params = self.sizes.get(family, {}).get(suite)
         return None if params is None else self.build(suite, **params)
+
+
+def structured_values(inp: Input):
+    """The float64 values of an Input whose fill is not "normal" (numpy array)."""
+    import numpy as np
+    if inp.fill == "causal_mask":
+        s = inp.shape[-1]
+        return np.triu(np.full((s, s), -np.inf), 1)
+    if inp.fill in ("rope_cos", "rope_sin"):
+        s, hd = inp.shape
+        ang = np.outer(np.arange(s), 10000.0 ** (-np.arange(0, hd, 2) / hd))
+        ang = np.concatenate([ang, ang], -1)
+        return np.cos(ang) if inp.fill == "rope_cos" else np.sin(ang)
+    raise ValueError(f"unknown input fill {inp.fill!r}")
 
 
 def _dims(shape) -> str:
@@ -205,6 +222,93 @@ def block(variant: str, b: int, s: int, d: int, heads: int, hidden: int, dtype="
                 inputs, saturn_block, torch_block, (b, s, d), dtype, flops)
 
 
+# --- decoders (compiler.nn.llama_decoder / gpt2_decoder), plain PyTorch ops (no SDPA) -------------
+def _decoder_inputs(specs) -> tuple[Input, ...]:
+    """Inputs at a trained model's scale: unit activations, weights ~ 1/sqrt(fan-in), norm
+    weights near 1, small biases, a causal mask and real RoPE tables."""
+    out = []
+    for sp in specs:
+        shape, dt, name = tuple(sp.shape), sp.dtype.value, sp.name
+        if name == "mask":
+            out.append(Input(shape, dt, name, fill="causal_mask"))
+        elif name in ("cos", "sin"):
+            out.append(Input(shape, dt, name, fill=f"rope_{name}"))
+        elif name.endswith("norm") or name.endswith("_w"):
+            out.append(Input(shape, dt, name, 0.1, 1.0))
+        elif len(shape) == 3 and name != "x":
+            out.append(Input(shape, dt, name, 1.0 / math.sqrt(shape[1])))
+        else:
+            out.append(Input(shape, dt, name, 1.0 if name == "x" else 0.1))
+    return tuple(out)
+
+
+def _torch_grouped_attention(q, k, v, mask):
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    return _torch().softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]) + mask, -1) @ v
+
+
+def _torch_rms(x, w, eps):
+    return x * _torch().rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def _torch_rope(x, cos, sin):
+    h = x.shape[-1] // 2
+    return x * cos + _torch().cat([-x[..., h:], x[..., :h]], -1) * sin
+
+
+def _torch_llama(x, mask, cos, sin, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down, heads, kv_heads,
+                 eps=1e-5):
+    F = _F()
+    b, s, d = x.shape
+    hd = d // heads
+    for layer in range(attn_norm.shape[0]):
+        h = _torch_rms(x, attn_norm[layer], eps)
+        q = _torch_rope((h @ wq[layer]).reshape(b, s, heads, hd).transpose(1, 2), cos, sin)
+        k = _torch_rope((h @ wk[layer]).reshape(b, s, kv_heads, hd).transpose(1, 2), cos, sin)
+        v = (h @ wv[layer]).reshape(b, s, kv_heads, hd).transpose(1, 2)
+        a = _torch_grouped_attention(q, k, v, mask).transpose(1, 2).reshape(b, s, d)
+        x = x + a @ wo[layer]
+        h = _torch_rms(x, mlp_norm[layer], eps)
+        x = x + (F.silu(h @ w_gate[layer]) * (h @ w_up[layer])) @ w_down[layer]
+    return x
+
+
+def _torch_gpt2(x, mask, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_fc, b_fc, w_proj, b_proj, heads,
+                eps=1e-5):
+    F = _F()
+    b, s, d = x.shape
+    hd = d // heads
+    for layer in range(ln1_w.shape[0]):
+        h = F.layer_norm(x, (d,), ln1_w[layer], ln1_b[layer], eps)
+        qkv = (h @ w_qkv[layer] + b_qkv[layer]).reshape(b, s, 3, heads, hd).permute(2, 0, 3, 1, 4)
+        a = _torch_grouped_attention(qkv[0], qkv[1], qkv[2], mask).transpose(1, 2).reshape(b, s, d)
+        x = x + a @ w_o[layer] + b_o[layer]
+        h = F.layer_norm(x, (d,), ln2_w[layer], ln2_b[layer], eps)
+        x = x + F.gelu(h @ w_fc[layer] + b_fc[layer], approximate="tanh") @ w_proj[layer] + b_proj[layer]
+    return x
+
+
+def decoder(variant: str, layers: int, b: int, s: int, d: int, heads: int, kv_heads: int, ffn: int,
+            dtype="f32") -> Case:
+    inputs = _decoder_inputs(nn.llama_decoder_specs(layers, b, s, d, heads, kv_heads, ffn, dtype))
+    hd = d // heads
+    per_layer = 2 * b * s * d * (d + 2 * kv_heads * hd) + 2 * b * s * d * d + 6 * b * s * d * ffn + 4 * b * s * s * d
+    return Case("decoder", variant, f"llama decoder {dtype} L{layers} b{b} s{s} d{d} h{heads}/{kv_heads} ff{ffn}",
+                inputs, lambda *xs: nn.llama_decoder(*xs, heads=heads, kv_heads=kv_heads),
+                lambda *xs: _torch_llama(*xs, heads=heads, kv_heads=kv_heads),
+                (b, s, d), dtype, layers * per_layer)
+
+
+def gpt2(variant: str, layers: int, b: int, s: int, d: int, heads: int, ffn: int, dtype="f32") -> Case:
+    inputs = _decoder_inputs(nn.gpt2_decoder_specs(layers, b, s, d, ffn, dtype))
+    per_layer = 2 * b * s * d * 3 * d + 2 * b * s * d * d + 4 * b * s * d * ffn + 4 * b * s * s * d
+    return Case("gpt2", variant, f"gpt2 decoder {dtype} L{layers} b{b} s{s} d{d} h{heads} ff{ffn}",
+                inputs, lambda *xs: nn.gpt2_decoder(*xs, heads=heads),
+                lambda *xs: _torch_gpt2(*xs, heads=heads),
+                (b, s, d), dtype, layers * per_layer)
+
+
 # --- the suite ----------------------------------------------------------------------------------
 # Sizes: "cpu" for this 2-core machine (and the reference target), "cuda" for an H200.
 # full/odd run together by default; quick is the --quick suite; tiny is for smoke tests.
@@ -260,6 +364,25 @@ WORKLOADS: list[Workload] = [
                  "odd": dict(b=1, s=1000, d=1024, heads=16, hidden=4097, dtype="f16"),
                  "quick": dict(b=1, s=512, d=512, heads=8, hidden=2048, dtype="f16"),
                  "tiny": dict(b=1, s=8, d=16, heads=2, hidden=32, dtype="f16")}}),
+    Workload("decoder", "Llama-style decoder (RMSNorm, GQA attention with RoPE and a causal mask, SiLU-gated MLP)",
+             decoder, {
+        "cpu": {"full": dict(layers=2, b=1, s=256, d=512, heads=8, kv_heads=2, ffn=1376),
+                "odd": dict(layers=2, b=1, s=250, d=384, heads=6, kv_heads=2, ffn=1000),
+                "quick": dict(layers=1, b=1, s=64, d=128, heads=4, kv_heads=2, ffn=344),
+                "tiny": dict(layers=1, b=1, s=8, d=16, heads=2, kv_heads=1, ffn=40)},
+        "cuda": {"full": dict(layers=2, b=1, s=1024, d=2048, heads=16, kv_heads=4, ffn=5632, dtype="f16"),
+                 "odd": dict(layers=2, b=1, s=1000, d=1536, heads=12, kv_heads=4, ffn=4100, dtype="f16"),
+                 "quick": dict(layers=1, b=1, s=512, d=1024, heads=8, kv_heads=2, ffn=2816, dtype="f16"),
+                 "tiny": dict(layers=1, b=1, s=8, d=16, heads=2, kv_heads=1, ffn=40, dtype="f16")}}),
+    Workload("gpt2", "GPT-2-style decoder (LayerNorm, fused qkv with bias, causal mask, tanh-GELU MLP)", gpt2, {
+        "cpu": {"full": dict(layers=2, b=1, s=256, d=512, heads=8, ffn=2048),
+                "odd": dict(layers=2, b=1, s=250, d=384, heads=6, ffn=1537),
+                "quick": dict(layers=1, b=1, s=64, d=128, heads=4, ffn=512),
+                "tiny": dict(layers=1, b=1, s=8, d=16, heads=2, ffn=32)},
+        "cuda": {"full": dict(layers=2, b=1, s=1024, d=1024, heads=16, ffn=4096, dtype="f16"),
+                 "odd": dict(layers=2, b=1, s=1000, d=1152, heads=18, ffn=4100, dtype="f16"),
+                 "quick": dict(layers=1, b=1, s=512, d=768, heads=12, ffn=3072, dtype="f16"),
+                 "tiny": dict(layers=1, b=1, s=8, d=16, heads=2, ffn=32, dtype="f16")}}),
 ]
 
 SUITES = {"full": ("full", "odd"), "quick": ("quick",), "tiny": ("tiny",)}

@@ -220,3 +220,57 @@ def test_products_of_more_than_65535_batches_fit_the_grid(dtype, tiles):
     if find_nvcc() is not None:
         res = compile_source(src, "sm_90", kind="ptx")
         assert res.error is None, res.log[-3000:]
+
+
+def test_decoders_plan_flash_with_mask_and_fused_epilogues():
+    """The Llama decoder's attention (additive causal mask, GQA: 4 query heads per key/value
+    head) is one flash kernel; RoPE's halves are not materialized; no product writes its f32
+    sum (the half cast, the residual add and the SiLU-gate multiply are epilogues)."""
+    from compiler import nn
+    from backends.cuda.plan import plan
+    from ir.dtypes import DType
+    specs = nn.llama_decoder_specs(2, 1, 128, 512, 8, 2, 1024, "f16")
+    g = compiler.trace(lambda *xs: nn.llama_decoder(*xs, heads=8, kv_heads=2), *specs)
+    steps = plan(g)
+    per_layer = ["row", "gemm", "elementwise", "gemm", "elementwise", "gemm", "attention", "gemm", "row",
+                 "gemm", "gemm", "gemm"]
+    assert [s.kind for s in steps] == per_layer * 2
+    att = [s for s in steps if s.kind == "attention"]
+    assert all(s.attention.mask is not None and s.attention.mask.srcs[0].op.name == "INPUT" for s in att)
+    assert all(s.output.dtype == DType.f16 for s in steps if s.kind == "gemm")
+    src, launches = render(g)
+    assert sum("+mask kv-heads shared x4" in l.detail for l in launches) == 2
+    gspecs = nn.gpt2_decoder_specs(1, 1, 64, 256, 512, "f16")
+    g2 = compiler.trace(lambda *xs: nn.gpt2_decoder(*xs, heads=4), *gspecs)
+    assert [s.kind for s in plan(g2)] == ["row", "gemm", "attention", "gemm", "row", "gemm", "gemm"]
+
+
+def test_tile_prior_ranks_by_waves():
+    """The prior gives a 1024x512 product smaller tiles than 128x256 (32 such tiles idle most
+    of the GPU) and every schedule it names renders."""
+    from backends.cuda.render import Schedule
+    from backends.cuda.tiles import rank_tiles
+    ranked = rank_tiles(1024, 512, 2048, 1, True, True, False)
+    assert ranked[0].config.bm * ranked[0].config.bn <= 128 * 128
+    assert [c.estimate_s for c in ranked] == sorted(c.estimate_s for c in ranked)
+    g = compiler.trace(lambda a, b: a @ b, spec((1024, 2048), "f16"), spec((2048, 512), "f16"))
+    for r in range(3):
+        src, launches = render(g, Schedule(gemm="prior", tile_rank=r, arch="sm_90a"))
+        assert launches[-1].kind.startswith("gemm")
+
+
+def test_views_of_layouts_past_2_31_index_in_64_bits():
+    """A view composed through a broadcast layout of 2^32 elements (as a rewritten decoder's
+    split products read their operands) forms its offsets in 64 bits: in 32 bits they wrapped
+    negative (illegal addresses on the H200; wrong values here)."""
+    import numpy as np
+    from backends.cuda import hostsim
+    if hostsim.available() is not None:
+        pytest.skip(hostsim.available())
+
+    def f(x):
+        return x.reshape(1, 65536).expand(65536, 65536).reshape(65536 * 65536)[2**31 - 4:2**31 + 4] + 1.0
+    g = compiler.trace(f, spec((65536,), "f32"))
+    x = np.arange(65536, dtype=np.float32)
+    want = x[(np.arange(2**31 - 4, 2**31 + 4)) % 65536] + 1
+    np.testing.assert_array_equal(hostsim.run_templates(g, [x])[0], want)

@@ -95,8 +95,16 @@ def unflatten(flat: str, shape: tuple[int, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-def flat_offset(idx: tuple[str, ...], strides: tuple[int, ...], offset: int = 0) -> str:
-    terms = [f"{i} * {st}" if st != 1 else i for i, st in zip(idx, strides) if st != 0 and i != "0"]
+INT_MAX = 2**31 - 1
+
+
+def flat_offset(idx: tuple[str, ...], strides: tuple[int, ...], offset: int = 0, extent: int = 0) -> str:
+    """sum(idx * strides) + offset. `extent`: the size of the layout indexed; from 2^31 the sum
+    is formed in 64 bits (index expressions are 32-bit where the kernel's own range fits:
+    a view of a broadcast product's 2^32-element layout overflowed into wild addresses)."""
+    wide = extent > INT_MAX
+    terms = [(f"(long long){i} * {st}" if wide else f"{i} * {st}") if st != 1 else (f"(long long){i}" if wide else i)
+             for i, st in zip(idx, strides) if st != 0 and i != "0"]
     if offset:
         terms.append(str(offset))
     return "(" + " + ".join(terms) + ")" if terms else "0"
@@ -118,6 +126,11 @@ def mask_test(idx: tuple[str, ...], v: View) -> list[str]:
     return tests
 
 
+def _reach(v: View) -> int:
+    """One past the largest offset a view reaches (its source's size, at most)."""
+    return v.offset + sum((n - 1) * abs(st) for n, st in zip(v.shape, v.strides)) + 1
+
+
 def apply_tracker(st: ShapeTracker, idx: tuple[str, ...]) -> tuple[str, list[str]]:
     """(flat offset into the source's contiguous layout, validity tests) for output index idx."""
     tests: list[str] = []
@@ -126,7 +139,8 @@ def apply_tracker(st: ShapeTracker, idx: tuple[str, ...]) -> tuple[str, list[str
     for k in range(len(st.views) - 1, -1, -1):
         v = st.views[k]
         tests += mask_test(cur, v)
-        off = flat_offset(cur, v.strides, v.offset)
+        extent = math.prod(st.views[k - 1].shape) if k > 0 else _reach(v)
+        off = flat_offset(cur, v.strides, v.offset, extent)
         if k > 0:
             cur = unflatten(off, st.views[k - 1].shape)
     return off, tests
@@ -182,7 +196,7 @@ class Emitter:
         if n in self.hooks:
             return self.hooks[n](idx)
         if n in self.buffers:
-            off = flat_offset(idx, contiguous_strides(n.shape))
+            off = flat_offset(idx, contiguous_strides(n.shape), 0, n.numel)
             return self.tmp(ct, load_expr(self.buffers[n], off, n.dtype))
         op = n.op
         if op == Op.CONST:

@@ -153,8 +153,10 @@ class FlashMatch:
     qk: GemmMatch          # Q @ K^T (its SUM is the unsplit score row)
     v: Node                # V as read by the accumulator: (.., q, B, t, d), views/up-casts of a buffer
     tiles: int             # B
-    scale_log2: float      # exp2(scale_log2 * (Q K^T) - m) is the kernel's P
+    scale_log2: float      # exp2(scale_log2 * (Q K^T) + mask_log2 * mask - m) is the kernel's P
     internal: frozenset    # nodes computed inside the kernel (never materialized)
+    mask: Node | None = None   # an additive score term read from memory (S's shape), or None
+    mask_log2: float = 0.0
 
 
 def _tile_sum(n: Node, axis: int) -> Node | None:
@@ -242,7 +244,7 @@ def _match_combines(acc: Node, l: Node):
         return None
     r1 = qk.reduce
     nd = len(r1.shape)
-    if qk.k_axis != nd - 2 or qk.m_axes != (nd - 3,) or qk.n_axes != (nd - 1,) or nd < 3:
+    if qk.k_axis != nd - 2 or not _query_axes(qk.m_axes, nd) or qk.n_axes != (nd - 1,) or nd < 3:
         return None
     # the split: (.., q, 1, skv) -> (.., q, B, t) with B * t = skv; acc over (.., q, B, t, d)
     if a != nd - 2 or x.shape != r1.shape[:nd - 2] + (x.shape[a], x.shape[a + 1]) \
@@ -252,12 +254,19 @@ def _match_combines(acc: Node, l: Node):
     return qk, v, x.shape[a], scale * c, {v}
 
 
+def _query_axes(m_axes: tuple[int, ...], nd: int) -> bool:
+    """A product's m axes are attention's query rows: the axis before the reduced one, plus
+    leading (batch) axes along which the other operand is broadcast: the query heads sharing
+    one key/value head (GQA), which the flash kernel treats as batch axes with K/V stride 0."""
+    return bool(m_axes) and m_axes[-1] == nd - 3 and all(a < nd - 3 for a in m_axes[:-1])
+
+
 def match_naive_attention(pv: GemmMatch) -> FlashMatch | None:
     """softmax(c * (Q @ K^T)) @ V in the frontend's primitive form, axes batch..., m, k, n: the
     planner's fallback where the online rules cannot apply (see plan.py), so not a rule."""
     r2 = pv.reduce
     nd = len(r2.shape)
-    if nd < 3 or pv.k_axis != nd - 2 or pv.m_axes != (nd - 3,) or pv.n_axes != (nd - 1,):
+    if nd < 3 or pv.k_axis != nd - 2 or not _query_axes(pv.m_axes, nd) or pv.n_axes != (nd - 1,):
         return None
     pview = pv.a
     if pview.op != Op.VIEW or len(pview.arg.views) != 1:
@@ -298,9 +307,12 @@ def match_naive_attention(pv: GemmMatch) -> FlashMatch | None:
     smax = nm[0].srcs[0]
     if smax.op != Op.MAX or smax.srcs[0] is not s or smax.arg != (len(s.shape) - 1,):
         return None
-    # S = reshape(QK) * scale   (or reshape(QK)), casts between float types allowed anywhere
+    # S = reshape(QK) * scale (or reshape(QK)), plus an additive mask or not; casts between
+    # float types allowed anywhere
     scale = 1.0
     inner = peel_casts(s)
+    inner, mask = _split_mask(inner)
+    inner = peel_casts(inner)
     sc = _mul_const(inner)
     if sc is not None:
         inner, scale = peel_casts(sc[0]), sc[1]
@@ -310,7 +322,7 @@ def match_naive_attention(pv: GemmMatch) -> FlashMatch | None:
     if qk is None:
         return None
     r1 = qk.reduce
-    if len(r1.shape) != nd or qk.k_axis != nd - 2 or qk.m_axes != (nd - 3,) or qk.n_axes != (nd - 1,):
+    if len(r1.shape) != nd or qk.k_axis != nd - 2 or not _query_axes(qk.m_axes, nd) or qk.n_axes != (nd - 1,):
         return None
     if r1.shape[:nd - 2] != r2.shape[:nd - 2]:
         return None
@@ -320,9 +332,24 @@ def match_naive_attention(pv: GemmMatch) -> FlashMatch | None:
     internal, stack = {pv.mul, r2}, [pview]
     while stack:
         n = stack.pop()
-        if n in internal:
+        if n in internal or n is mask:
             continue
         internal.add(n)
         if n is not r1:
             stack.extend(x for x in n.srcs if x.op != Op.CONST)
-    return FlashMatch(qk, pv.b, 1, scale * c, frozenset(internal))
+    return FlashMatch(qk, pv.b, 1, scale * c, frozenset(internal), mask, c if mask is not None else 0.0)
+
+
+def _split_mask(x: Node) -> tuple[Node, Node | None]:
+    """x = ADD(scores, mask), scores = (a constant times) a reshape of a product -> (scores,
+    mask); else (x, None). The mask is any value of the scores' shape (the planner puts its
+    base in memory; the kernel reads it through its view)."""
+    if x.op != Op.ADD:
+        return x, None
+    for sc, m in (x.srcs, x.srcs[::-1]):
+        inner = peel_casts(sc)
+        mc = _mul_const(inner)
+        inner = peel_casts(mc[0]) if mc is not None else inner
+        if is_pure_reshape(inner) and match_gemm(inner.srcs[0]) is not None:
+            return sc, m
+    return x, None

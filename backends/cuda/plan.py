@@ -18,7 +18,7 @@ materialized value becomes one step, by the first template that fits:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ir.graph import Graph
 from ir.node import Node
@@ -123,11 +123,26 @@ def _row_shape(root: Node, nodes: list[Node], materialized: set[Node]) -> tuple 
     return S
 
 
+def mask_access(fm: FlashMatch):
+    """The additive mask as a strided read over the scores' axes (.., q, key), or None (no
+    mask, or one the kernel cannot read: a float buffer through views and up-casts only)."""
+    from backends.cuda.resolve import resolve
+    if fm.mask is None:
+        return None
+    base = base_of(fm.mask)
+    a = resolve(fm.mask, lambda n, base=base: n is base)
+    if a is None or not a.dtype.is_float:
+        return None
+    return a
+
+
 def flash_access(fm: FlashMatch):
     """(q, k, v) strided half-precision reads for the flash kernel, or None if it cannot take
     them. q, k index (.., q, d, key) like Q @ K^T's operands; v is returned as (.., q, key, d):
     its (B, t) tile axes merged back into one key axis."""
     from backends.cuda.resolve import Access, resolve
+    if fm.mask is not None and mask_access(fm) is None:
+        return None
     acc = []
     for side in (fm.qk.a, fm.qk.b, fm.v):
         base = base_of(side)
@@ -194,6 +209,74 @@ def _chain(start: Node, end: Node) -> set[Node]:
     return out | {start}
 
 
+def _pads_only(n: Node, src: Node) -> bool:
+    """A view that only pads (and slices, permutes, reshapes) its source: no element is read
+    twice, so computing the source inside the reading kernel costs nothing extra (the halves
+    of RoPE's rotate_half, padded into place by cat)."""
+    for v in n.arg.views:
+        region = v.shape if v.mask is None else tuple(hi - lo for lo, hi in v.mask)
+        if any(st == 0 and sz > 1 for st, sz in zip(v.strides, region)):
+            return False
+        if v.mask is not None and any(lo < 0 or hi > sz for (lo, hi), sz in zip(v.mask, v.shape)):
+            return False
+        if _prod(region) > src.numel:
+            return False
+    return True
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def _epilogue_end(r: Node, consumers, outputs, M: set[Node]) -> Node:
+    """The last node of r's single-consumer chain of a reshape, float casts and same-shape
+    elementwise ops (other operands: any kernel-computable values) that a product's epilogue
+    can compute; r itself when its consumer is not such a chain."""
+    n = r
+    while n not in outputs and len(consumers[n]) == 1:
+        c = consumers[n][0]
+        if n is r:
+            if not (c.op == Op.VIEW and is_pure_reshape(c)):
+                break
+        elif c.op == Op.VIEW or c.op not in ELEMENTWISE or c.shape != n.shape or is_lossless_cast(c):
+            break                # (an up-cast would store the value in twice the bytes)
+        n = c
+        if n in M:
+            break
+    while n is not r and n.op == Op.VIEW:   # a reshape alone is not worth a buffer of its own
+        n = n.srcs[0]
+    return n
+
+
+def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs) -> dict[Node, Node]:
+    """Epilogue output -> the product it absorbs, for elementwise kernels (no reductions, one
+    shape) reading a product through a pure reshape that no other kernel reads."""
+    trees = {o: tree(o, M) for o in M if o not in gemms and o not in attns}
+    in_trees: dict[Node, int] = {}
+    for t in trees.values():
+        for n in t:
+            in_trees[n] = in_trees.get(n, 0) + 1
+    order = {n: i for i, n in enumerate(nodes)}
+    fused: dict[Node, Node] = {}
+    for o, t in trees.items():
+        if any(n.op in (Op.SUM, Op.MAX) for n in t):
+            continue
+        if any(n.shape != o.shape for n in t if n.op in ELEMENTWISE):
+            continue
+        cands = sorted((n for n in t if n.op == Op.VIEW and n.srcs[0] in gemms), key=lambda v: -order[v.srcs[0]])
+        for v in cands:
+            r = v.srcs[0]
+            if (r in outputs or len(consumers[r]) != 1 or not is_pure_reshape(v) or v.shape != o.shape
+                    or in_trees.get(v, 0) != 1 or r in fused.values()):
+                continue
+            fused[o] = r
+            break
+    return fused
+
+
 def plan(graph: Graph) -> list[Step]:
     nodes = graph.nodes
     consumers: dict[Node, list[Node]] = {n: [] for n in nodes}
@@ -224,7 +307,7 @@ def plan(graph: Graph) -> list[Step]:
         inside = (fm.internal | _chain(n, o)) - {o}
         ok = all(c in inside or c is o for x in inside for c in consumers.get(x, ()))
         if ok and not (inside & outputs):
-            attns[o] = FlashMatch(fm.qk, fm.v, fm.tiles, fm.scale_log2, frozenset(inside))
+            attns[o] = replace(fm, internal=frozenset(inside))
     internal = frozenset().union(*(a.internal for a in attns.values())) if attns else frozenset()
 
     M: set[Node] = set()
@@ -245,7 +328,7 @@ def plan(graph: Graph) -> list[Step]:
             if src.op not in (Op.INPUT, Op.CONST):
                 M.add(src)
     for r, a in attns.items():
-        for side in (a.qk.a, a.qk.b, a.v):
+        for side in (a.qk.a, a.qk.b, a.v) + ((a.mask,) if a.mask is not None else ()):
             src = base_of(side)
             if src.op not in (Op.INPUT, Op.CONST):
                 M.add(src)
@@ -255,7 +338,7 @@ def plan(graph: Graph) -> list[Step]:
             src = base_of(n.srcs[0])
             if src.op in (Op.INPUT, Op.CONST):
                 continue
-            if n.numel > src.numel and not is_row_broadcast(n):
+            if n.numel > src.numel and not is_row_broadcast(n) and not _pads_only(n, src):
                 M.add(src)
             if src.op in (Op.SUM, Op.MAX) and not is_row_broadcast(n):
                 M.add(src)
@@ -277,27 +360,22 @@ def plan(graph: Graph) -> list[Step]:
                 M.update(inner)
                 changed = True
 
-    # epilogue fusion: an elementwise kernel reading exactly one product through a reshape
-    trees = {o: tree(o, M) for o in M if o not in gemms and o not in attns}
-    in_trees: dict[Node, int] = {}
-    for t in trees.values():
-        for n in t:
-            in_trees[n] = in_trees.get(n, 0) + 1
-    fused: dict[Node, Node] = {}       # epilogue output -> product it absorbs
-    for o, t in trees.items():
-        if any(n.op in (Op.SUM, Op.MAX) for n in t):
+    # epilogue fusion: an elementwise kernel reading a product through a reshape takes that
+    # product as its epilogue (with several, the last one computed; the others are buffers).
+    # A product no kernel can take this way (RoPE reads its output twice, once shifted; a
+    # residual sum is read by a norm and by the next residual) gets the end of its
+    # elementwise consumer chain as its epilogue output instead of writing the f32 sum
+    fused = _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs)
+    ends = set()
+    for r in gemms:
+        if r in internal or r in attns or r not in M or r in fused.values():
             continue
-        cands = [n for n in t if n.op == Op.VIEW and n.srcs[0] in gemms]
-        if len(cands) != 1:
-            continue
-        v = cands[0]
-        r = v.srcs[0]
-        if (r in outputs or len(consumers[r]) != 1 or not is_pure_reshape(v) or v.shape != o.shape
-                or in_trees.get(v, 0) != 1 or r in fused.values()):
-            continue
-        if any(n.shape != o.shape for n in t if n.op in ELEMENTWISE):
-            continue
-        fused[o] = r
+        end = _epilogue_end(r, consumers, outputs, M)
+        if end is not r and end not in M and not any(x.op in (Op.SUM, Op.MAX) for x in tree(end, M | {r})):
+            ends.add(end)
+    if ends:
+        M |= ends
+        fused = _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs)
     for r in fused.values():
         M.discard(r)
 
@@ -307,7 +385,8 @@ def plan(graph: Graph) -> list[Step]:
             continue
         if n in attns:
             a = attns[n]
-            steps.append(Step("attention", n, reads([], M, (a.qk.a, a.qk.b, a.v)), attention=a))
+            sides = (a.qk.a, a.qk.b, a.v) + ((a.mask,) if a.mask is not None else ())
+            steps.append(Step("attention", n, reads([], M, sides), attention=a))
         elif n in gemms:
             g = gemms[n]
             steps.append(Step("gemm", n, reads([], M, (g.a, g.b)), gemm=g))

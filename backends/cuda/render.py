@@ -6,6 +6,7 @@ puts all kernels of a graph in one translation unit (one nvcc call).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass
@@ -42,7 +43,9 @@ class Schedule:
     ew_block: int = 256                 # threads per block for elementwise / generic kernels
     use_tensor_cores: bool = True
     wg: gemm_wgmma.WGConfig | None = None   # Hopper wgmma GEMM tile (when the device and operands allow)
-    gemm: str = "auto"                 # f16/bf16 products: "mma" (mma.sync), "wgmma", or "auto" (by size)
+    gemm: str = "auto"                 # f16/bf16 products: "mma" (mma.sync), "wgmma", "auto" (by size), or
+                                       # "prior": each product its own tile, backends/cuda/tiles.py
+    tile_rank: int = 0                 # gemm="prior": which of the prior's ranked tiles (0: its best)
     stage_operands: bool = True        # copy unaligned / multi-view f16 operands once instead of gathering
     arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
     lowering: str = "templates"        # "templates" (backends/cuda/plan.py) or "kernel_ir" (compiler/lower.py)
@@ -620,7 +623,7 @@ def _loaders(name: str, step: Step, names: dict[Node, str], params: str, groups)
         idx = full_index("bz", "m" if side is g.a else "0", "n" if side is g.b else "0", "k")
         v = em.value(side, idx)
         out.append(f"DEV float {fn}({params}, {args}) {{\n" + "\n".join(em.lines) + f"\n  return (float)({v});\n}}")
-    cflat = flat_offset(full_index("bz", "row", "col", "0"), contiguous_strides(g.reduce.shape))
+    cflat = flat_offset(full_index("bz", "row", "col", "0"), contiguous_strides(g.reduce.shape), 0, g.reduce.numel)
     out.append(f"DEV long long cflat_{name}(long long bz, int row, int col) {{ return {cflat}; }}")
     return "\n".join(out)
 
@@ -639,8 +642,31 @@ def _want_wgmma(step: Step, sched: Schedule) -> bool:
     return m * n >= 4096 * 4096 and g.mul.shape[g.k_axis] >= 2048
 
 
+def prior_choice(step: Step, sched: Schedule):
+    """The tiles.rank_tiles choice of rank sched.tile_rank for this product (None for f32)."""
+    from backends.cuda import tiles
+    g = step.gemm
+    if g.a.dtype not in HALVES and g.a.dtype != DType.f32:
+        return None
+    sizes = g.mul.shape
+    m, n = math.prod(sizes[a] for a in g.m_axes), math.prod(sizes[a] for a in g.n_axes)
+    k, batch = sizes[g.k_axis], math.prod(sizes[a] for a in g.batch_axes)
+    inputs = set(step.inputs)
+    acc_b = resolve(g.b, lambda x: x in inputs)
+    b_kn = acc_b is not None and bool(g.n_axes) and acc_b.strides[g.n_axes[-1]] == 1
+    mn = os.environ.get("SATURN_CUDA_WGMMA_MN") == "1" and not os.environ.get("SATURN_CUDA_NO_WGMMA_MN")
+    ranked = tiles.rank_tiles(m, n, k, batch, b_kn, sched.wgmma_allowed(), mn)
+    return ranked[min(sched.tile_rank, len(ranked) - 1)]
+
+
 def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
     o = step.output
+    if sched.gemm == "prior":
+        choice = prior_choice(step, sched)
+        if choice is not None and choice.kind == "wgmma":
+            sched = dataclasses.replace(sched, gemm="wgmma", wg=choice.config, tc=None)
+        else:
+            sched = dataclasses.replace(sched, gemm="mma", tc=choice.config if choice is not None else None)
     if sched.use_tensor_cores and _want_wgmma(step, sched):
         params, call, names = _params(step)
         staged, extra, pre_src, pre = stage_operands(name, step, names, M, sched, keep_kn_b=True) \
@@ -663,7 +689,6 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
     out_t = C_STORAGE[o.dtype]
     tc, why = tc_plan(step, names, staged) if sched.use_tensor_cores else (None, "tensor cores off")
     if tc is None and extra:           # staging did not make a tensor-core product: plain path
-        import dataclasses
         return render_gemm(name, step, M, dataclasses.replace(sched, stage_operands=False))
     if tc is not None:
         shape, acc_a, acc_b, a_gather, b_gather, dt, groups = tc
@@ -695,7 +720,6 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     launches = []
     src_parts = []
     b_node = acc_b.buffer
-    import dataclasses
     if shape.b_layout == "kn" and cfg.b_mn and gemm_wgmma.aligned(shape, b_mn=True) \
             and not any(b[2] for b in shape.batch) and os.environ.get("SATURN_CUDA_NO_WGMMA_MN") is None:
         pass                                 # read n-contiguous B as is (transpose bit)
@@ -774,7 +798,7 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
 
 
 def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
-    from backends.cuda.plan import flash_access
+    from backends.cuda.plan import flash_access, mask_access
     fm = step.attention
     o = step.output
     params, call, names = _params(step)
@@ -790,14 +814,30 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
                              batch=batch, q_off=q.offset, k_off=k.offset, v_off=v.offset,
                              q_ss=q.strides[nd - 3], k_ss=k.strides[nd - 1], v_ss=v.strides[nd - 2],
                              o_ss=cO[nd - 3], o_sd=cO[nd - 2], scale_log2=fm.scale_log2)
+    ma = mask_access(fm)
+    if ma is not None:        # over the scores' axes (.., q, key)
+        shape = dataclasses.replace(shape, mask=attn_t.AttnMask(
+            C_STORAGE[ma.dtype], ma.offset, ma.strides[nd - 3], ma.strides[nd - 2], tuple(ma.strides[:nd - 3]),
+            fm.mask_log2))
     cfg = sched.attn or attn_t.AttnConfig(4, 64, 2)
     src = attn_t.render(name, q.dtype.value, shape, cfg, params, names[q.buffer], names[k.buffer], names[v.buffer],
-                        C_STORAGE[o.dtype])
+                        C_STORAGE[o.dtype], names[ma.buffer] if ma is not None else "")
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
                        o, step.inputs, f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} "
                                        f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) keys/tile={cfg.bkv}"
+                                       + (" +mask" if ma is not None else "")
+                                       + (f" kv-heads shared x{_shared_kv(shape)}" if _shared_kv(shape) > 1 else "")
                                        + (f" (the program's tiles: {fm.tiles} of {skv // fm.tiles})" if fm.tiles > 1 else
-                                          " (naive program: the rules cannot split these keys)"))
+                                          " (the naive program, planned as flash)"))
+
+
+def _shared_kv(shape) -> int:
+    """Query heads per key/value head (batch axes where K and V do not move: GQA)."""
+    out = 1
+    for size, sq, sk, sv, _ in shape.batch:
+        if sk == 0 and sv == 0 and sq != 0:
+            out *= size
+    return out
 
 
 RENDERERS = {"elementwise": render_elementwise, "generic": render_generic, "row": render_row,

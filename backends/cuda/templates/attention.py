@@ -33,6 +33,18 @@ ATTN_CONFIGS = [AttnConfig(4, 64, 2), AttnConfig(8, 64, 1), AttnConfig(4, 64, 1)
 
 
 @dataclass(frozen=True)
+class AttnMask:
+    """An additive score term m[b.., q, key] read from memory: the kernel's scores are
+    scale_log2 * (q . k) + log2 * m (0 / -inf entries: a causal or padding mask)."""
+    ctype: str             # storage type of the buffer: __half, __nv_bfloat16 or float
+    off: int
+    ss: int                # query-row stride
+    sk: int                # key stride
+    batch: tuple[int, ...] # stride per batch axis
+    log2: float
+
+
+@dataclass(frozen=True)
 class AttnShape:
     """Index maps (element strides) of q[b.., sq, d], k[b.., skv, d], v[b.., skv, dv], o[b.., sq, dv]."""
     sq: int
@@ -49,6 +61,7 @@ class AttnShape:
     o_ss: int
     o_sd: int
     scale_log2: float      # softmax(scale * s) computed as exp2(s * scale * log2(e) - m)
+    mask: AttnMask | None = None
 
     @property
     def batch_count(self) -> int:
@@ -67,8 +80,25 @@ def smem_bytes(shape: AttnShape, cfg: AttnConfig) -> int:
     return 2 * (cfg.bq * (shape.d + pad) + 2 * cfg.bkv * (shape.d + pad) + 2 * cfg.bkv * (shape.dv + pad))
 
 
+def _mask_load(mk: AttnMask, base: str, row: str, key: str) -> str:
+    to_f = {"__half": "__half2float", "__nv_bfloat16": "__bfloat162float", "float": ""}[mk.ctype]
+    return f"{to_f}({base}[(long long)({row}) * {mk.ss} + (long long)({key}) * {mk.sk}])"
+
+
+def _mask_code(shape: AttnShape, mask_ptr: str, mo: str) -> tuple[str, str]:
+    """(setup, per-score statement) adding log2 * mask to the scaled score x of (row, key);
+    positions outside the (sq, skv) range read nothing (they are cut off anyway)."""
+    mk = shape.mask
+    if mk is None:
+        return "", ""
+    setup = f"  const {mk.ctype}* Mb = reinterpret_cast<const {mk.ctype}*>({mask_ptr}) + ({mo});\n"
+    stmt = (f"if (row < {shape.sq} && key < {shape.skv}) x += {repr(float(mk.log2))}f * "
+            f"{_mask_load(mk, 'Mb', 'row', 'key')};")
+    return setup, stmt
+
+
 def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str, q: str, k: str, v: str,
-           out_type: str) -> str:
+           out_type: str, mask: str = "") -> str:
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     mma = "mma_f16" if dtype == "f16" else "mma_bf16"
     pack = "pack_f16" if dtype == "f16" else "pack_bf16"
@@ -76,16 +106,22 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
     PAD = 8
     D, DV, BQ, BKV, NT, MT = shape.d, shape.dv, cfg.bq, cfg.bkv, cfg.threads, cfg.mtiles
     qld, kld, vld = D + PAD, D + PAD, DV + PAD
-    offs = {"q": [str(shape.q_off)], "k": [str(shape.k_off)], "v": [str(shape.v_off)], "o": ["0"]}
+    mk = shape.mask
+    offs = {"q": [str(shape.q_off)], "k": [str(shape.k_off)], "v": [str(shape.v_off)], "o": ["0"],
+            "m": [str(mk.off if mk else 0)]}
     inner = 1
-    for size, sq, sk, sv, so in reversed(shape.batch):
+    for ax, (size, sq, sk, sv, so) in reversed(list(enumerate(shape.batch))):
         i = f"((bz / {inner}) % {size})" if inner > 1 else f"(bz % {size})"
-        for key, st in zip("qkvo", (sq, sk, sv, so)):
+        for key, st in zip("qkvom", (sq, sk, sv, so, mk.batch[ax] if mk else 0)):
             if st and size > 1:
                 offs[key].append(f"(long long){i} * {st}")
         inner *= size
-    qo, ko, vo, oo = (" + ".join(offs[x]) for x in "qkvo")
+    qo, ko, vo, oo, mo = (" + ".join(offs[x]) for x in "qkvom")
     sc = repr(float(shape.scale_log2))
+    mask_setup, mask_add = _mask_code(shape, mask, mo)
+    # a key tile can be masked out entirely for some rows (-inf max): exponentials then take
+    # 0 as their reference so that exp2(-inf - -inf) never makes a NaN
+    safe = (lambda m: f"({m} == -__int_as_float(0x7f800000) ? 0.f : {m})") if mk else (lambda m: m)
     return f"""
 extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -99,7 +135,7 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
   const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
   const long long o_base = {oo};
-
+{mask_setup}
   // Q tile -> shared
   for (int c = tid; c < {BQ * D // 8}; c += {NT}) {{
     int r = c / {D // 8}, cd = (c % {D // 8}) * 8;
@@ -183,6 +219,8 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
         for (int e = 0; e < 4; ++e) {{
           int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
           float x = s[mt][j][e] * {sc}f;
+          {"const int row = q0 + (warp * " + str(MT) + " + mt) * 16 + (lane >> 2) + (e >> 1) * 8;" if mk else ""}
+          {mask_add}
           s[mt][j][e] = (!ragged || key < {shape.skv}) ? x : -__int_as_float(0x7f800000);
         }}
         mx0 = fmaxf(mx0, fmaxf(s[mt][j][0], s[mt][j][1]));
@@ -190,15 +228,16 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
       }}
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-      const float a0 = exp2f(m0[mt] - mx0), a1 = exp2f(m1[mt] - mx1);
+      const float ref0 = {safe("mx0")}, ref1 = {safe("mx1")};
+      const float a0 = exp2f(m0[mt] - ref0), a1 = exp2f(m1[mt] - ref1);
       m0[mt] = mx0; m1[mt] = mx1;
       l0[mt] *= a0; l1[mt] *= a1;
       #pragma unroll
       for (int j = 0; j < {DV // 8}; ++j) {{ o[mt][j][0] *= a0; o[mt][j][1] *= a0; o[mt][j][2] *= a1; o[mt][j][3] *= a1; }}
       #pragma unroll
       for (int j = 0; j < {BKV // 8}; ++j) {{
-        s[mt][j][0] = exp2f(s[mt][j][0] - mx0); s[mt][j][1] = exp2f(s[mt][j][1] - mx0);
-        s[mt][j][2] = exp2f(s[mt][j][2] - mx1); s[mt][j][3] = exp2f(s[mt][j][3] - mx1);
+        s[mt][j][0] = exp2f(s[mt][j][0] - ref0); s[mt][j][1] = exp2f(s[mt][j][1] - ref0);
+        s[mt][j][2] = exp2f(s[mt][j][2] - ref1); s[mt][j][3] = exp2f(s[mt][j][3] - ref1);
         l0[mt] += s[mt][j][0] + s[mt][j][1]; l1[mt] += s[mt][j][2] + s[mt][j][3];
       }}
     }}

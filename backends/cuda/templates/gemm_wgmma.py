@@ -39,7 +39,7 @@ class WGConfig:
 
 WG_CONFIGS = [WGConfig(128, 256, 4), WGConfig(128, 256, 3), WGConfig(128, 128, 5), WGConfig(64, 256, 4)]
 WG_CONFIGS += [WGConfig(128, 256, 4, 0, True), WGConfig(128, 128, 5, 0, True)]
-WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 1, True)]
+WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 1, True), WGConfig(128, 128, 5, 1, True)]
 
 
 def helpers(n: int, dtype: str, trans_b: int = 0) -> str:

@@ -1,0 +1,82 @@
+"""Which tile a half-precision product gets: an analytical prior over the GEMM templates.
+
+One fixed tile for every product leaves most of an H200 idle on some shapes (1024x512 has 32
+tiles of 128x128 for 132 SMs) and quantizes others badly (1024x5632: 2.67 waves). The prior
+estimates each candidate's time as
+
+    waves * (resident * 2*bm*bn*k / rate_per_sm + per_wave_overhead)  (+ a B transpose for wgmma)
+
+with `waves = ceil(tiles / (SMs * resident))`, `resident` the blocks one SM holds (shared
+memory, threads), and each template's sustained rate measured on the H200 at 4096^3
+(benchmarks/results/h200-cuda-suite-final-2026-11-30.md). `rank_tiles` orders the candidates
+by that estimate; `Schedule(gemm="prior", tile_rank=r)` gives every product its r-th choice,
+so the search spends its budget on the few tiles that can win instead of every fixed tile.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from backends.cuda.templates.gemm_tc import TCConfig
+from backends.cuda.templates.gemm_wgmma import WGConfig
+
+SMS = 132                       # H200 streaming multiprocessors
+SMEM_PER_SM = 227 * 1024
+THREADS_PER_SM = 2048
+WAVE_OVERHEAD_S = 6e-6          # pipeline fill + epilogue per wave (fitted: MLP k=1024 vs 4096^3)
+COPY_BYTES_PER_S = 3.0e12       # the transpose a k-contiguous wgmma B needs, at the copy rate
+
+# (config, sustained TFLOP/s over the whole GPU at 4096^3 f16, blocks per SM at most by registers)
+MMA = [(TCConfig(128, 128, 32, 2, 4, 4), 325.0, 2), (TCConfig(128, 128, 64, 2, 2, 3), 344.0, 2),
+       (TCConfig(128, 128, 64, 2, 4, 3), 265.0, 2), (TCConfig(128, 256, 32, 2, 4, 3), 264.0, 1),
+       (TCConfig(64, 64, 32, 2, 2, 4), 176.0, 4), (TCConfig(64, 128, 32, 2, 2, 4), 220.0, 3)]
+WGMMA = [(WGConfig(128, 256, 4, 0, True), 486.0, 1), (WGConfig(128, 128, 5, 0, True), 413.0, 1),
+         (WGConfig(128, 256, 3), 452.0, 1), (WGConfig(64, 256, 4), 358.0, 1), (WGConfig(128, 128, 4, 0, True), 400.0, 1)]
+WGMMA_MN = [(WGConfig(128, 256, 4, 1, True), 472.0, 1), (WGConfig(128, 128, 5, 1, True), 405.0, 1)]
+
+
+@dataclass(frozen=True)
+class TileChoice:
+    kind: str                  # "mma" or "wgmma"
+    config: object             # TCConfig or WGConfig
+    estimate_s: float
+
+    @property
+    def name(self) -> str:
+        c = self.config
+        if self.kind == "mma":
+            return f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}"
+        return f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "") + ("e" if c.smem_epilogue else "")
+
+
+def _resident(smem: int, threads: int, reg_cap: int) -> int:
+    return max(1, min(SMEM_PER_SM // (smem + 1024), THREADS_PER_SM // threads, reg_cap))
+
+
+def estimate(m: int, n: int, k: int, batch: int, bm: int, bn: int, tflops: float, resident: int) -> float:
+    tiles = math.ceil(m / bm) * math.ceil(n / bn) * batch
+    waves = math.ceil(tiles / (SMS * resident))
+    per_sm = tflops * 1e12 / SMS
+    return waves * (resident * 2 * bm * bn * k / per_sm + WAVE_OVERHEAD_S)
+
+
+def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmma_mn: bool) -> list[TileChoice]:
+    """Candidate tiles for an (m, n, k) x batch product, fastest estimate first. `b_kn`: B is
+    n-contiguous (weights stored (in, out)); wgmma then transposes it first unless `wgmma_mn`
+    (B read as is) is allowed; batched n-contiguous B has no wgmma path."""
+    out = []
+    for cfg, rate, regs in MMA:
+        if not cfg.valid():
+            continue
+        res = _resident(cfg.smem_bytes("kn" if b_kn else "nk"), cfg.threads, regs)
+        out.append(TileChoice("mma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
+    if wgmma and not (b_kn and batch > 1):
+        transpose = 2 * 2 * n * k / COPY_BYTES_PER_S if b_kn else 0.0
+        for cfg, rate, regs in WGMMA:
+            res = _resident(cfg.smem_bytes, cfg.threads, regs)
+            out.append(TileChoice("wgmma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res) + transpose))
+        if b_kn and wgmma_mn and n % 8 == 0:
+            for cfg, rate, regs in WGMMA_MN:
+                res = _resident(cfg.smem_bytes, cfg.threads, regs)
+                out.append(TileChoice("wgmma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
+    return sorted(out, key=lambda c: c.estimate_s)
