@@ -12,6 +12,7 @@ COMMANDS = [
     ("rules", "rewrites.cli", "list the rewrite rules by family; --check verifies each on random inputs"),
     ("explain", "compiler.explain_cli", "compile a built-in workload and show what the compiler chose and why"),
     ("bench", "benchmarks.cli", "benchmark Saturn against PyTorch eager (and torch.compile where installed)"),
+    ("fuzz", "compiler.fuzz", "random programs against an independent float64 reference; failures minimized"),
 ]
 
 

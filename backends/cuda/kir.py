@@ -154,12 +154,13 @@ class _ValueEmitter:
         y = self.value(l.tile_max)
         self.emit(f"const float {l.name}_new = max_nan({l.name}, {y});")
         self.emit(f"const float {l.name}_a = {self._rescale(l, l.name, l.name + '_new')};")
+        self.emit(f"const bool {l.name}_z = {self._fresh(l.name, l.name + '_new')};")
         old = self.lets[l.name]
         self.lets[l.name] = f"{l.name}_new"     # the terms read the running max
         scalar = [(name, self.value(t)) for k, (name, t) in enumerate(zip(l.sums, l.terms)) if not l.lane_sum(k)]
         self.lanes = False
         for name, t in scalar:
-            self.emit(f"{name} = {name} * {l.name}_a + {t};")
+            self.emit(f"{name} = ({l.name}_z ? 0.f : {name} * {l.name}_a) + {t};")
         for k, name in enumerate(l.sums):
             if l.lane_sum(k):
                 self._lane_update(l, name, l.lane_sum(k))
@@ -172,7 +173,8 @@ class _ValueEmitter:
             self.emit(f"const float {l.name}_all = block_max({l.name}, red_sh);")
             self.emit(f"const float {l.name}_a = {self._rescale(l, l.name, l.name + '_all')};")
             for name in l.sums:
-                self.emit(f"{name} = block_sum(lane == 0 ? {name} * {l.name}_a : 0.f, red_sh);")
+                self.emit(f"{name} = block_sum(lane == 0 && !({self._fresh(l.name, l.name + '_all')}) ? "
+                          f"{name} * {l.name}_a : 0.f, red_sh);")
             self.emit(f"{l.name} = {l.name}_all;")
         for k, (name, t) in enumerate(zip(l.sums, l.terms)):
             if not l.lane_sum(k) and t.dtype.is_float and t.dtype.name != "f32":
@@ -183,7 +185,8 @@ class _ValueEmitter:
         (without r: + prod(outer) * prod(b)(j))."""
         outer, r, a, b = form
         n, lane = l.lane.extent, l.lane.name
-        self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) {name}[{lane}] *= {l.name}_a;")
+        self.emit(f"for (long long {lane} = 0; {lane} < {n}LL; ++{lane}) "
+                  f"{name}[{lane}] = {l.name}_z ? 0.f : {name}[{lane}] * {l.name}_a;")
         ov = self._product(outer)
         loops = 1
         if r is not None:
@@ -203,6 +206,12 @@ class _ValueEmitter:
 
     def _product(self, values) -> str:
         return "(" + " * ".join([self.value(x) for x in values] or ["1.f"]) + ")"
+
+    @staticmethod
+    def _fresh(old: str, new: str) -> str:
+        """The running max grows from -inf: the sums so far hold -inf - (-inf) = NaN terms of keys
+        that contribute 0 to the program; they restart from 0 instead of being rescaled."""
+        return f"({old} == -__int_as_float(0x7f800000) && {new} != {old})"
 
     @staticmethod
     def _rescale(l: Online, old: str, new: str) -> str:

@@ -1,0 +1,520 @@
+"""`saturn fuzz`: random programs from the frontend against an independent float64 reference.
+
+A case is a seed: it fixes a program (1 to 6 frontend ops over one or two inputs: elementwise
+math, binary ops with broadcasting, reductions, norms, softmax family, matmul, movement ops,
+casts; f32/f16/bf16/i32/bool; 0-d and 0-size tensors sometimes) and its inputs (normal
+values, sometimes with NaN, +-inf, +-0 and subnormals). The reference is numpy in float64,
+written here op by op and independent of the tracer and the interpreter; each op's result is
+rounded to its dtype's range (overflow is inf there too). Saturn's output must equal it
+within the traced program's propagated error bound (`ir.bounds`). Each case runs in its own
+subprocess with a timeout, so a crash or a hang is recorded, not suffered. A failure is
+minimized (ops dropped, shapes shrunk) and printed as a standalone reproduction.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FLOATS = ("f32", "f16", "bf16")
+
+
+# --- programs --------------------------------------------------------------------------------
+
+@dataclass
+class Program:
+    """One random program: inputs (shape, dtype), a list of steps, an input family."""
+    inputs: list                        # [(shape, dtype)]
+    steps: list                         # [(op name, params dict)]
+    special: bool = False
+    seed: int = 0
+    notes: list = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps({"inputs": [[list(s), d] for s, d in self.inputs], "steps": self.steps,
+                           "special": self.special, "seed": self.seed})
+
+    @staticmethod
+    def from_json(text: str) -> "Program":
+        d = json.loads(text)
+        return Program([(tuple(s), t) for s, t in d["inputs"]], [tuple(x) for x in d["steps"]], d["special"], d["seed"])
+
+
+# op name -> (kind, needs float) ; kinds: unary, binary, reduce, norm, move, matmul, cast
+UNARY = ["exp", "log", "sqrt", "abs", "neg", "relu", "sigmoid", "tanh", "sin", "square", "recip"]
+REDUCE = ["sum", "max", "mean", "var", "std", "logsumexp", "min"]
+NORM = ["softmax", "log_softmax", "layer_norm", "rms_norm"]
+BINARY = ["add", "sub", "mul", "div", "maximum", "where_gt"]
+MOVE = ["transpose", "flatten", "slice", "unsqueeze", "expand"]
+
+
+def random_program(seed: int) -> Program:
+    rng = np.random.default_rng(seed)
+    dtype = str(rng.choice(["f32"] * 5 + ["f16", "bf16", "i32", "bool"]))
+    rank = int(rng.choice([0, 1, 2, 2, 3, 4]))
+    shape = tuple(int(rng.choice([0, 1, 2, 3, 5, 8, 17, 33])) if rng.random() < 0.05 else
+                  int(rng.choice([1, 2, 3, 4, 5, 7, 8, 16, 31, 64])) for _ in range(rank))
+    inputs = [(shape, dtype)]
+    steps, cur_shape, cur_dtype = [], shape, dtype
+    for _ in range(int(rng.integers(1, 7))):
+        step = _random_step(rng, cur_shape, cur_dtype, inputs)
+        if step is None:
+            continue
+        steps.append(step)
+        cur_shape, cur_dtype = _shape_after(step, cur_shape, cur_dtype, inputs)
+    if not steps:
+        steps.append(("cast", {"to": "f32"}))
+    return Program(inputs, steps, special=bool(rng.random() < 0.3), seed=seed)
+
+
+def _random_step(rng, shape, dtype, inputs):
+    r = len(shape)
+    kinds = ["unary", "binary", "reduce", "move", "cast"] + (["norm"] if r else []) + (["matmul"] if r == 2 else [])
+    kind = str(rng.choice(kinds))
+    axis = int(rng.integers(-r, r)) if r else None
+    if kind == "unary":
+        return ("unary", {"op": str(rng.choice(UNARY))})
+    if kind == "binary":
+        # the other operand: same shape, or a trailing-axes broadcast; a new input
+        other = shape[int(rng.integers(0, r + 1)):] if r else shape
+        inputs.append((tuple(other), dtype))
+        return ("binary", {"op": str(rng.choice(BINARY)), "input": len(inputs) - 1})
+    if kind == "reduce":
+        return ("reduce", {"op": str(rng.choice(REDUCE)), "axis": axis, "keepdim": bool(rng.random() < 0.5)})
+    if kind == "norm":
+        return ("norm", {"op": str(rng.choice(NORM)), "axis": -1})
+    if kind == "matmul":
+        k, n = shape[1], int(rng.choice([1, 3, 8, 16]))
+        inputs.append(((k, n), dtype))
+        return ("matmul", {"input": len(inputs) - 1})
+    if kind == "cast":
+        return ("cast", {"to": str(rng.choice(["f32", "f16", "bf16", "i32", "bool"]))})
+    op = str(rng.choice(MOVE))
+    if op == "transpose" and r < 2:
+        op = "unsqueeze"
+    if op == "slice" and (not r or shape[-1] < 2):
+        op = "flatten"
+    params = {"op": op}
+    if op == "transpose":
+        params["axes"] = [int(a) for a in rng.choice(r, 2, replace=False)]
+    if op == "slice":
+        params["stop"] = int(rng.integers(1, shape[-1]))
+    if op == "expand":
+        params["n"] = int(rng.choice([1, 2, 3]))
+    return ("move", params)
+
+
+def _shape_after(step, shape, dtype, inputs):
+    kind, p = step
+    if kind == "reduce":
+        ax = p["axis"]
+        if ax is None:
+            return (), _float_of(dtype) if p["op"] not in ("sum", "max", "min") else _sum_dtype(dtype, p["op"])
+        ax %= len(shape)
+        out = shape[:ax] + ((1,) if p["keepdim"] else ()) + shape[ax + 1:]
+        return out, _float_of(dtype) if p["op"] not in ("sum", "max", "min") else _sum_dtype(dtype, p["op"])
+    if kind == "matmul":
+        return (shape[0], inputs[p["input"]][0][1]), dtype if dtype != "bool" else "bool"
+    if kind == "cast":
+        return shape, p["to"]
+    if kind == "move":
+        op = p["op"]
+        if op == "transpose":
+            s = list(shape)
+            a, b = p["axes"]
+            s[a], s[b] = s[b], s[a]
+            return tuple(s), dtype
+        if op == "flatten":
+            return (int(np.prod(shape)),), dtype
+        if op == "slice":
+            return shape[:-1] + (p["stop"],), dtype
+        if op == "unsqueeze":
+            return (1,) + shape, dtype
+        return (p["n"],) + shape, dtype
+    if kind in ("unary", "norm"):
+        return shape, _float_of(dtype)
+    return shape, dtype if p["op"] not in ("div",) else _float_of(dtype)
+
+
+def _float_of(dtype):
+    return dtype if dtype in FLOATS else "f32"
+
+
+def _sum_dtype(dtype, op):
+    return "i32" if dtype == "bool" and op == "sum" else dtype
+
+
+# --- the Saturn side -------------------------------------------------------------------------
+
+def saturn_fn(prog: Program):
+    """The program as a function of Saturn tensors."""
+    def fn(*xs):
+        t = xs[0]
+        for kind, p in prog.steps:
+            t = _saturn_step(t, kind, p, xs)
+        return t
+    return fn
+
+
+def _saturn_step(t, kind, p, xs):
+    if kind == "unary":
+        op = p["op"]
+        if op in ("neg", "square", "recip", "sigmoid", "tanh", "relu", "abs", "sin", "exp", "log", "sqrt"):
+            t = t if t.dtype.is_float else t.astype("f32")
+        return {"exp": lambda: t.exp(), "log": lambda: t.log(), "sqrt": lambda: t.sqrt(), "abs": lambda: t.abs(),
+                "neg": lambda: -t, "relu": lambda: t.relu(), "sigmoid": lambda: t.sigmoid(), "tanh": lambda: t.tanh(),
+                "sin": lambda: t.sin(), "square": lambda: t * t, "recip": lambda: 1.0 / t}[op]()
+    if kind == "binary":
+        o = xs[p["input"]]
+        op = p["op"]
+        if op == "where_gt":
+            return (t > o).where(t, o)
+        if op == "maximum":
+            return t.maximum(o)
+        return {"add": lambda: t + o, "sub": lambda: t - o, "mul": lambda: t * o, "div": lambda: t / o}[op]()
+    if kind == "reduce":
+        op, ax, keep = p["op"], p["axis"], p["keepdim"]
+        if op in ("mean", "var", "std", "logsumexp") and not t.dtype.is_float:
+            t = t.astype("f32")
+        return getattr(t, op)(ax, keepdim=keep) if ax is not None else getattr(t, op)()
+    if kind == "norm":
+        t = t if t.dtype.is_float else t.astype("f32")
+        op = p["op"]
+        if op == "layer_norm":
+            return t.layer_norm((t.shape[-1],))
+        if op == "rms_norm":
+            return t.rms_norm((t.shape[-1],))
+        return getattr(t, op)(-1)
+    if kind == "matmul":
+        return t @ xs[p["input"]]
+    if kind == "cast":
+        return t.astype(p["to"])
+    op = p["op"]
+    if op == "transpose":
+        return t.transpose(*p["axes"])
+    if op == "flatten":
+        return t.reshape(-1)
+    if op == "slice":
+        return t[..., :p["stop"]]
+    if op == "unsqueeze":
+        return t.reshape((1,) + t.shape)
+    return t.reshape((1,) + t.shape).expand((p["n"],) + t.shape)
+
+
+# --- the independent numpy reference ---------------------------------------------------------
+
+def _np_dtype(name):
+    from ir.dtypes import DType
+    return DType(name).np
+
+
+def _round(a, dtype):
+    """A float64 value rounded to `dtype`'s range and precision, back in float64 (ints exact)."""
+    with np.errstate(all="ignore"):
+        if dtype in FLOATS:
+            return np.asarray(a, np.float64).astype(_np_dtype(dtype)).astype(np.float64)
+        if dtype == "bool":
+            return np.asarray(a).astype(bool)
+        return np.asarray(a)
+
+
+def reference(prog: Program, args) -> tuple[np.ndarray, str]:
+    """(float64 result, its dtype), op by op in numpy."""
+    xs = [np.asarray(a).astype(np.float64) if d in FLOATS else np.asarray(a) for a, (_, d) in zip(args, prog.inputs)]
+    t, dt = xs[0], prog.inputs[0][1]
+    shapes = [s for s, _ in prog.inputs]
+    with np.errstate(all="ignore"):
+        for kind, p in prog.steps:
+            t, dt = _np_step(t, dt, kind, p, xs, prog)
+            t = _round(t, dt)
+    return t, dt
+
+
+def _as_float(t, dt):
+    return (t.astype(np.float64), dt) if dt in FLOATS else (t.astype(np.float64), "f32")
+
+
+def _i32(v):
+    v = np.asarray(v, np.int64)
+    return ((v + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+
+
+def _np_step(t, dt, kind, p, xs, prog):
+    if kind == "unary":
+        t, dt = _as_float(t, dt)
+        op = p["op"]
+        return {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "neg": np.negative,
+                "relu": lambda a: np.where(a > 0, a, 0.0 * a), "sigmoid": lambda a: 1 / (1 + np.exp(-a)),
+                "tanh": np.tanh, "sin": np.sin, "square": lambda a: a * a, "recip": lambda a: 1 / a}[op](t), dt
+    if kind == "binary":
+        o = xs[p["input"]]
+        op = p["op"]
+        if op == "where_gt":
+            return np.where(t > o, t, o), dt
+        if op == "maximum":
+            return np.where(np.isnan(t) | np.isnan(o), np.nan, np.maximum(t, o)) if dt in FLOATS else np.maximum(t, o), dt
+        if op == "div":
+            a, b = t.astype(np.float64), o.astype(np.float64)
+            return a / b, _float_of(dt)
+        if dt == "bool":
+            t, o = t.astype(bool), o.astype(bool)
+            return {"add": lambda: t | o, "mul": lambda: t & o, "sub": lambda: t ^ o}[op](), dt
+        if dt == "i32":
+            a, b = t.astype(np.int64), o.astype(np.int64)
+            return _i32({"add": a + b, "sub": a - b, "mul": a * b}[op]), dt
+        return {"add": t + o, "sub": t - o, "mul": t * o}[op], dt
+    if kind == "reduce":
+        op, ax, keep = p["op"], p["axis"], p["keepdim"]
+        axis = tuple(range(t.ndim)) if ax is None else (ax % t.ndim,)
+        keep = keep if ax is not None else False
+        if op in ("sum", "max", "min"):
+            if dt == "bool" and op == "sum":
+                return t.astype(np.int64).sum(axis=axis, keepdims=keep).astype(np.int32), "i32"
+            if dt == "i32" and op == "sum":
+                return _i32(t.astype(np.int64).sum(axis=axis, keepdims=keep)), dt
+            f = np.max if op == "max" else np.min if op == "min" else np.sum
+            if t.size == 0 and op != "sum":
+                raise ValueError("max of an empty axis")
+            return f(t, axis=axis, keepdims=keep), dt
+        t, dt = _as_float(t, dt)
+        n = int(np.prod([t.shape[a] for a in axis]))
+        if op == "mean":
+            return t.sum(axis=axis, keepdims=keep) / n if n else np.full(np.sum(t, axis=axis, keepdims=keep).shape, np.nan), dt
+        if op in ("var", "std"):
+            m = t.mean(axis=axis, keepdims=True) if n else np.nan
+            v = ((t - m) ** 2).sum(axis=axis, keepdims=keep) / (n - 1) if n > 1 else \
+                np.full(np.sum(t, axis=axis, keepdims=keep).shape, np.nan)
+            return (np.sqrt(v) if op == "std" else v), dt
+        m = t.max(axis=axis, keepdims=True) if n else -np.inf
+        with np.errstate(all="ignore"):
+            s = np.log(np.exp(t - np.where(np.isfinite(m), m, 0)).sum(axis=axis, keepdims=True)) + np.where(np.isfinite(m), m, 0)
+        return (s if keep else np.squeeze(s, axis=axis)), dt
+    if kind == "norm":
+        t, dt = _as_float(t, dt)
+        op = p["op"]
+        if op in ("softmax", "log_softmax"):
+            m = t.max(-1, keepdims=True) if t.shape[-1] else 0
+            z = t - m
+            if op == "softmax":
+                e = np.exp(z)
+                return e / e.sum(-1, keepdims=True), dt
+            return z - np.log(np.exp(z).sum(-1, keepdims=True)), dt
+        if op == "layer_norm":
+            m = t.mean(-1, keepdims=True)
+            v = ((t - m) ** 2).mean(-1, keepdims=True)
+            return (t - m) / np.sqrt(v + 1e-5), dt
+        return t / np.sqrt((t * t).mean(-1, keepdims=True) + 1e-6), dt
+    if kind == "matmul":
+        o = xs[p["input"]]
+        if dt == "bool":
+            return (t.astype(np.int64) @ o.astype(np.int64)) > 0, dt
+        if dt == "i32":
+            return _i32(t.astype(np.int64) @ o.astype(np.int64)), dt
+        return t @ o, dt
+    if kind == "cast":
+        to = p["to"]
+        if to == "bool":
+            return t != 0, to
+        if to == "i32":
+            if dt in FLOATS:
+                with np.errstate(all="ignore"):
+                    return np.trunc(t), to          # out-of-range and NaN: left unchecked (bounds)
+            return t.astype(np.int64), to
+        return t.astype(np.float64), to
+    op = p["op"]
+    if op == "transpose":
+        return np.swapaxes(t, *p["axes"]), dt
+    if op == "flatten":
+        return t.reshape(-1), dt
+    if op == "slice":
+        return t[..., :p["stop"]], dt
+    if op == "unsqueeze":
+        return t[None], dt
+    return np.broadcast_to(t[None], (p["n"],) + t.shape), dt
+
+
+# --- running one case ------------------------------------------------------------------------
+
+def inputs_for(prog: Program) -> list[np.ndarray]:
+    from ir import numerics
+    from ir.dtypes import DType
+    family = numerics.SPECIAL if prog.special else numerics.NORMAL
+    return numerics.random_inputs([(s, DType(d)) for s, d in prog.inputs], prog.seed, family)
+
+
+def check(prog: Program, target: str, budget: float) -> dict:
+    """Compile and run `prog` on `target` in this process; {'status': 'ok'|'mismatch'|'error'|'invalid', ...}."""
+    import compiler as saturn
+    from compiler.errors import SaturnError
+    from ir.bounds import allowed, evaluate_bounded
+    args = inputs_for(prog)
+    specs = [saturn.spec(s, d) for s, d in prog.inputs]
+    fn = saturn_fn(prog)
+    try:
+        want, want_dt = reference(prog, args)
+    except (ValueError, IndexError) as e:
+        return {"status": "invalid", "reason": f"reference undefined: {e}"}
+    try:
+        graph = saturn.trace(fn, *specs)
+    except SaturnError as e:
+        return {"status": "invalid", "reason": f"{type(e).__name__}: {e}"}
+    try:
+        f = saturn.compile(fn, *specs, target=target, budget=budget, quiet=True, cache=False)
+        got = np.asarray(f(*args))
+    except Exception as e:  # noqa: BLE001  (any exception is a finding)
+        return {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]}
+    out_dt = graph.outputs[0].dtype
+    if got.shape != np.shape(want):
+        return {"status": "mismatch", "reason": f"shape {got.shape}, reference {np.shape(want)}"}
+    if out_dt.value != want_dt:
+        return {"status": "mismatch", "reason": f"dtype {out_dt.value}, reference {want_dt}"}
+    b = evaluate_bounded(graph, args)[0]
+    with np.errstate(all="ignore"):
+        tol = allowed(np.asarray(want, np.float64), b.bound, out_dt)
+        g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
+        if out_dt.is_float:
+            bad = np.where(np.isnan(w), ~np.isnan(g), np.where(np.isinf(w), g != w, ~np.isfinite(g) | (np.abs(g - w) > tol)))
+        else:
+            bad = np.abs(g - w) > tol
+        bad &= tol < np.inf
+    if bad.any():
+        i = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
+        return {"status": "mismatch", "reason": f"{int(bad.sum())} of {bad.size} elements differ; at {tuple(map(int, i))}: "
+                f"got {g[i]!r}, reference {w[i]!r} +- {tol[i]:.3g}"}
+    return {"status": "ok"}
+
+
+def run_isolated(prog: Program, target: str, budget: float, timeout: float) -> dict:
+    """`check` in a fresh subprocess: a crash or a hang is a result, not the fuzzer's end."""
+    cmd = [sys.executable, "-m", "compiler.fuzz", "--one", prog.to_json(), "--target", target, "--budget", str(budget)]
+    env = dict(os.environ, PYTHONHASHSEED="0")
+    t0 = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"status": "hang", "reason": f"no answer in {timeout:.0f} s"}
+    for line in reversed(p.stdout.splitlines()):
+        if line.startswith("{"):
+            res = json.loads(line)
+            res["seconds"] = time.perf_counter() - t0
+            return res
+    tail = (p.stderr.strip().splitlines() or ["(no output)"])[-1]
+    return {"status": "crash", "reason": f"exit {p.returncode}: {tail}"[:400]}
+
+
+def _kind(res: dict) -> str:
+    return res["status"] + ":" + res.get("reason", "").split(":")[0][:60]
+
+
+def minimize(prog: Program, target: str, budget: float, timeout: float, res: dict) -> Program:
+    """Fewer steps and smaller shapes while the failure keeps its kind."""
+    want = _kind(res)
+
+    def still(p):
+        try:
+            return _kind(run_isolated(p, target, budget, timeout)) == want
+        except Exception:  # noqa: BLE001
+            return False
+    best = prog
+    changed = True
+    while changed:
+        changed = False
+        for i in range(len(best.steps)):             # drop one step
+            cand = Program(best.inputs, best.steps[:i] + best.steps[i + 1:], best.special, best.seed)
+            if cand.steps and _valid(cand) and still(cand):
+                best, changed = cand, True
+                break
+        if not changed and not best.special is False:
+            cand = Program(best.inputs, best.steps, False, best.seed)
+            if still(cand):
+                best, changed = cand, True
+    return best
+
+
+def _valid(prog: Program) -> bool:
+    import compiler as saturn
+    try:
+        saturn.trace(saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs])
+        reference(prog, inputs_for(prog))
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def reproduction(prog: Program, target: str, res: dict) -> str:
+    """A standalone script that shows the failure."""
+    return f'''# saturn fuzz failure: {res["status"]}: {res.get("reason", "")}
+import numpy as np
+import compiler as saturn
+from compiler.fuzz import Program, check
+prog = Program.from_json({prog.to_json()!r})
+# steps: {prog.steps}
+# inputs: {prog.inputs}, special values: {prog.special}
+print(check(prog, {target!r}, budget=1.0))
+'''
+
+
+def fuzz(n: int, target: str, seed: int, budget: float, timeout: float, out_dir: str | None,
+         minimize_failures: bool = True, say=print) -> dict:
+    """Run cases seed, seed + 1, ..., seed + n - 1; returns counts and the distinct failures."""
+    counts = {"ok": 0, "invalid": 0, "mismatch": 0, "error": 0, "crash": 0, "hang": 0}
+    failures = {}
+    t0 = time.perf_counter()
+    for s in range(seed, seed + n):
+        prog = random_program(s)
+        res = run_isolated(prog, target, budget, timeout)
+        counts[res["status"]] = counts.get(res["status"], 0) + 1
+        if res["status"] in ("mismatch", "error", "crash", "hang"):
+            kind = _kind(res)
+            say(f"case {s}: {res['status']}: {res.get('reason', '')}")
+            if kind not in failures:
+                small = minimize(prog, target, budget, timeout, res) if minimize_failures else prog
+                failures[kind] = {"seed": s, "result": res, "repro": reproduction(small, target, res)}
+                if out_dir:
+                    os.makedirs(out_dir, exist_ok=True)
+                    with open(os.path.join(out_dir, f"case-{s}.py"), "w") as fh:
+                        fh.write(failures[kind]["repro"])
+    return {"counts": counts, "failures": failures, "seconds": time.perf_counter() - t0,
+            "seeds": [seed, seed + n - 1], "target": target}
+
+
+# --- command line ----------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--n", type=int, default=100, help="number of random programs (default 100)")
+    parser.add_argument("--target", default="cpu", choices=["cpu", "cuda", "reference"], help="target (default cpu)")
+    parser.add_argument("--seed", type=int, default=0, help="first case seed; cases are seed .. seed+n-1")
+    parser.add_argument("--budget", type=float, default=1.0, help="search budget per case, seconds (default 1)")
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
+    parser.add_argument("--out", default=None, help="directory for the minimized reproductions")
+    parser.add_argument("--no-minimize", action="store_true", help="report failures as found")
+
+
+def run(args) -> int:
+    report = fuzz(args.n, args.target, args.seed, args.budget, args.timeout, args.out, not args.no_minimize)
+    c = report["counts"]
+    print(f"saturn fuzz: {args.n} programs on {args.target}, seeds {args.seed}..{args.seed + args.n - 1}, "
+          f"{report['seconds']:.0f} s: " + ", ".join(f"{k} {v}" for k, v in c.items()))
+    for kind, f in report["failures"].items():
+        print(f"\n--- {kind} (first at seed {f['seed']}) ---\n{f['repro']}")
+    return 1 if report["failures"] else 0
+
+
+def _one(argv) -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--one")
+    p.add_argument("--target", default="cpu")
+    p.add_argument("--budget", type=float, default=1.0)
+    a = p.parse_args(argv)
+    res = check(Program.from_json(a.one), a.target, a.budget)
+    print(json.dumps(res, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    _one(sys.argv[1:])
