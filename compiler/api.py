@@ -10,9 +10,10 @@ import time
 
 import numpy as np
 
-from backends import checked, get_backend
+from backends import BackendUnavailable, checked, get_backend
+from compiler import arguments
 from compiler import cache as cache_mod
-from compiler.errors import DTypeError, ShapeError
+from compiler.errors import DTypeError, OptionError, ShapeError, TargetError
 from compiler.progress import Progress
 from compiler.search import SearchOptions, SearchResult, ShapeVariant, same_interface, describe_schedule, search
 from compiler.verify import odd_specs, odd_variant_graph
@@ -61,7 +62,9 @@ class CompiledFunction:
             out.append(np.ascontiguousarray(a))
         return out
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            raise OptionError(f"inputs are positional; got keyword arguments {sorted(kwargs)}", "call")
         outs = self.executable(*self._check(args))
         return outs[0] if len(self.graph.outputs) == 1 else tuple(outs)
 
@@ -114,17 +117,24 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
       isolated workers). Other keyword options set fields of `compiler.search.SearchOptions`.
     """
     t0 = time.perf_counter()
+    arguments.check_target(target)
+    arguments.check_budget(budget)
+    arguments.check_seed(seed)
+    arguments.check_flag("quiet", quiet)
+    arguments.check_cache(cache)
+    candidates = arguments.check_candidates(candidates)
+    arguments.check_backend(backend)
+    opts = SearchOptions(budget=float(DEFAULT_BUDGET.get(target, DEFAULT_BUDGET_OTHER) if budget is None else budget),
+                         seed=int(seed), quiet=quiet)
+    arguments.apply_options(opts, options)
     specs = [as_spec(s) for s in specs]
+    arguments.check_function(fn, specs)
     graph = trace(fn, *specs)
-    be = backend if backend is not None else get_backend(target)
+    try:
+        be = backend if backend is not None else get_backend(target)
+    except BackendUnavailable as e:
+        raise TargetError(str(e), "compile") from None
     t_trace = time.perf_counter()
-    if budget is None:
-        budget = DEFAULT_BUDGET.get(target, DEFAULT_BUDGET_OTHER)
-    opts = SearchOptions(budget=float(budget), seed=seed, quiet=quiet)
-    for k, v in options.items():
-        if not hasattr(opts, k):
-            raise TypeError(f"compile() got an unexpected option {k!r}")
-        setattr(opts, k, v)
     if target == "reference" and backend is None:
         return CompiledFunction(fn, specs, graph, target, be.build(graph), timings={"trace": t_trace - t0})
 

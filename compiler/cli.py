@@ -6,6 +6,9 @@ import argparse
 import importlib
 import sys
 
+from backends.base import BackendUnavailable
+from compiler.errors import SaturnError
+
 # (name, module, one-line help)
 COMMANDS = [
     ("demo", "compiler.demo", "compile and run a small transformer block, print the result"),
@@ -43,6 +46,15 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except (SaturnError, BackendUnavailable) as e:   # a bad input: one line, no traceback
+        print(f"saturn {args.command}: {type(e).__name__}: {first_line(e)}", file=sys.stderr)
+        return 2
+
+
+def first_line(e: BaseException) -> str:
+    """The message without SaturnError's "at file:line" (here that is the saturn script)."""
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
 
 
 if __name__ == "__main__":

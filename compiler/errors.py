@@ -4,6 +4,8 @@ from __future__ import annotations
 import os
 import sys
 
+from backends.base import BackendUnavailable
+
 _PKG_DIRS = tuple(os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d + os.sep
                   for d in ("compiler", "ir", "rewrites", "backends"))
 
@@ -50,3 +52,13 @@ class DTypeError(SaturnError, TypeError):
 
 class UnsupportedError(SaturnError, NotImplementedError):
     pass
+
+
+class OptionError(SaturnError, ValueError, TypeError):
+    """A bad argument to compile(), a compiled function's call or a command: an unknown option,
+    a value of the wrong type or out of range (a ValueError and a TypeError, as Python raises
+    either for such mistakes)."""
+
+
+class TargetError(SaturnError, BackendUnavailable):
+    """An unknown target, or one that cannot run here (no GPU, no pycuda, no nvcc)."""

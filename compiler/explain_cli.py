@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+from compiler.errors import OptionError
 from compiler.nn import attention
 from compiler.trace import spec
 
@@ -35,7 +36,7 @@ def workload(name: str, size: str = "small", dtype: str = "f32"):
     """(function, input specs) of a built-in workload."""
     fn = FUNCTIONS[name]
     if size not in SIZES[name]:
-        raise ValueError(f"{name} has no size {size!r} (sizes: {', '.join(SIZES[name])})")
+        raise OptionError(f"{name} has no size {size!r} (sizes: {', '.join(SIZES[name])})", "explain")
     return fn, [spec(s, dtype) for s in SIZES[name][size]]
 
 

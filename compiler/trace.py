@@ -34,6 +34,8 @@ class Spec:
 
 
 def spec(shape, dtype="f32", name: str | None = None) -> Spec:
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__"):
+        raise ShapeError(f"input shape must be a tuple of non-negative ints, got {shape!r}", "spec")
     return Spec(tuple(shape), dtype, name)
 
 
