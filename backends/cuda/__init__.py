@@ -48,6 +48,8 @@ class CUDABackend:
         kinds = {s.kind for s in plan(graph)}
         out = [Schedule()]
         if "gemm" in kinds:
+            # each product its own tile (backends/cuda/tiles.py): the prior's best, then second
+            out += [Schedule(gemm="prior", name="prior"), Schedule(gemm="prior", tile_rank=1, name="prior#2")]
             out += [Schedule(tc=c, gemm="mma", name=f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}")
                     for c in TC_CONFIGS]
             if self._has_wgmma():
@@ -62,6 +64,9 @@ class CUDABackend:
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
         if "attention" in kinds:
             out += [Schedule(attn=c, name=f"attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}") for c in ATTN_CONFIGS]
+            if "gemm" in kinds:   # a decoder: its products' tiles and its attention's together
+                out += [Schedule(gemm="prior", attn=c, name=f"prior+attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}")
+                        for c in ATTN_CONFIGS[1:3]]
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
         out.append(Schedule(lowering="kernel_ir", name="kernel_ir"))   # the shared kernel IR, rendered generically

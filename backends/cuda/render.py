@@ -819,7 +819,8 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
         shape = dataclasses.replace(shape, mask=attn_t.AttnMask(
             C_STORAGE[ma.dtype], ma.offset, ma.strides[nd - 3], ma.strides[nd - 2], tuple(ma.strides[:nd - 3]),
             fm.mask_log2))
-    cfg = sched.attn or attn_t.AttnConfig(4, 64, 2)
+    # two m-tiles per warp share K/V fragments; at head dims past 64 their registers spill
+    cfg = sched.attn or attn_t.AttnConfig(4, 64, 2 if max(d, dv) <= 64 else 1)
     src = attn_t.render(name, q.dtype.value, shape, cfg, params, names[q.buffer], names[k.buffer], names[v.buffer],
                         C_STORAGE[o.dtype], names[ma.buffer] if ma is not None else "")
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),

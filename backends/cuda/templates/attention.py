@@ -85,16 +85,31 @@ def _mask_load(mk: AttnMask, base: str, row: str, key: str) -> str:
     return f"{to_f}({base}[(long long)({row}) * {mk.ss} + (long long)({key}) * {mk.sk}])"
 
 
-def _mask_code(shape: AttnShape, mask_ptr: str, mo: str) -> tuple[str, str]:
-    """(setup, per-score statement) adding log2 * mask to the scaled score x of (row, key);
-    positions outside the (sq, skv) range read nothing (they are cut off anyway)."""
+def _mask_code(shape: AttnShape, mask_ptr: str, mo: str) -> tuple[str, str, str]:
+    """(setup, per-8-key-group loads into mk[4], per-score statement) adding log2 * mask to
+    the scaled score x; a thread's two adjacent keys are one 32-bit load where the mask is a
+    key-contiguous, even-aligned f16/bf16 buffer. Positions outside (sq, skv) read nothing."""
     mk = shape.mask
     if mk is None:
-        return "", ""
+        return "", "", ""
     setup = f"  const {mk.ctype}* Mb = reinterpret_cast<const {mk.ctype}*>({mask_ptr}) + ({mo});\n"
-    stmt = (f"if (row < {shape.sq} && key < {shape.skv}) x += {repr(float(mk.log2))}f * "
-            f"{_mask_load(mk, 'Mb', 'row', 'key')};")
-    return setup, stmt
+    pair_t = {"__half": "__half2", "__nv_bfloat16": "__nv_bfloat162"}.get(mk.ctype)
+    paired = pair_t is not None and mk.sk == 1 and mk.ss % 2 == 0 and mk.off % 2 == 0 and \
+        all(b % 2 == 0 for b in mk.batch)
+    to2 = "__half22float2" if mk.ctype == "__half" else "__bfloat1622float2"
+    lines = ["float mk[4];", "#pragma unroll", "for (int hh = 0; hh < 2; ++hh) {",
+             "  const int row = rbase + hh * 8, key = j0 + j * 8 + (lane & 3) * 2;"]
+    if paired:
+        lines += [f"  if (row < {shape.sq} && key + 1 < {shape.skv}) {{",
+                  f"    const float2 f2 = {to2}(*reinterpret_cast<const {pair_t}*>(Mb + (long long)row * {mk.ss} + key));",
+                  "    mk[2 * hh] = f2.x; mk[2 * hh + 1] = f2.y;", "  } else {"]
+    for e in range(2):
+        lines.append(f"    mk[2 * hh + {e}] = (row < {shape.sq} && key + {e} < {shape.skv}) ? "
+                     f"{_mask_load(mk, 'Mb', 'row', f'key + {e}')} : 0.f;")
+    if paired:
+        lines.append("  }")
+    lines.append("}")
+    return setup, "\n        ".join(lines), f"x += {repr(float(mk.log2))}f * mk[e];"
 
 
 def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str, q: str, k: str, v: str,
@@ -118,7 +133,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
         inner *= size
     qo, ko, vo, oo, mo = (" + ".join(offs[x]) for x in "qkvom")
     sc = repr(float(shape.scale_log2))
-    mask_setup, mask_add = _mask_code(shape, mask, mo)
+    mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
     # a key tile can be masked out entirely for some rows (-inf max): exponentials then take
     # 0 as their reference so that exp2(-inf - -inf) never makes a NaN
     safe = (lambda m: f"({m} == -__int_as_float(0x7f800000) ? 0.f : {m})") if mk else (lambda m: m)
@@ -213,13 +228,14 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
     for (int mt = 0; mt < {MT}; ++mt) {{
       // scale, mask keys past the end (last tile only), running max
       float mx0 = m0[mt], mx1 = m1[mt];
+      {"const int rbase = q0 + (warp * " + str(MT) + " + mt) * 16 + (lane >> 2);" if mk else ""}
       #pragma unroll
       for (int j = 0; j < {BKV // 8}; ++j) {{
+        {mask_loads}
         #pragma unroll
         for (int e = 0; e < 4; ++e) {{
           int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
           float x = s[mt][j][e] * {sc}f;
-          {"const int row = q0 + (warp * " + str(MT) + " + mt) * 16 + (lane >> 2) + (e >> 1) * 8;" if mk else ""}
           {mask_add}
           s[mt][j][e] = (!ragged || key < {shape.skv}) ? x : -__int_as_float(0x7f800000);
         }}
