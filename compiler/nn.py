@@ -45,3 +45,108 @@ def transformer_block_specs(batch: int, seq: int, dim: int, hidden: int, dtype="
             spec((dim, dim), dtype, "wo"), spec((dim,), dtype, "ln2_w"), spec((dim,), dtype, "ln2_b"),
             spec((dim, hidden), dtype, "w1"), spec((hidden,), dtype, "b1"), spec((hidden, dim), dtype, "w2"),
             spec((dim,), dtype, "b2")]
+
+
+# --- decoders: N layers, per-layer weights stacked on a leading layer axis -----------------------
+
+def rotate_half(x: Tensor) -> Tensor:
+    """(x1, x2) -> (-x2, x1) over the last axis (the rotary embedding's pairing of halves)."""
+    from compiler.tensor import cat
+    h = x.shape[-1] // 2
+    return cat([-x[..., h:], x[..., :h]], -1)
+
+
+def rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary position embedding: x * cos + rotate_half(x) * sin; cos/sin of shape (seq, head_dim)."""
+    return x * cos + rotate_half(x) * sin
+
+
+def _check_decoder(x: Tensor, heads: int, kv_heads: int, op: str) -> tuple[int, int, int, int]:
+    if x.ndim != 3:
+        raise ShapeError(f"x must be (batch, seq, dim), got shape {x.shape}", op)
+    b, s, d = x.shape
+    if heads < 1 or d % heads:
+        raise ShapeError(f"model width {d} is not divisible by heads={heads}", op)
+    if kv_heads < 1 or heads % kv_heads:
+        raise ShapeError(f"heads={heads} is not a multiple of kv_heads={kv_heads}", op)
+    if (d // heads) % 2:
+        raise ShapeError(f"head dim {d // heads} must be even for the rotary embedding", op)
+    return b, s, d, d // heads
+
+
+def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
+    """Attention of (b, heads, s, hd) queries over (b, kv_heads, s, hd) keys and values, each group
+    of heads // kv_heads query heads sharing one key/value head (GQA), through broadcasting (the
+    keys are never copied per head). `mask` is added to the scores (0 or -inf, shape (s, s))."""
+    b, heads, s, hd = q.shape
+    rep = heads // kv_heads
+    qg = q.reshape(b, kv_heads, rep, s, hd)
+    kg, vg = k.reshape(b, kv_heads, 1, s, hd), v.reshape(b, kv_heads, 1, s, hd)
+    scores = (qg @ kg.transpose(-1, -2)) * (1.0 / math.sqrt(hd))
+    if mask is not None:
+        scores = scores + mask
+    return (scores.softmax(-1) @ vg).reshape(b, heads, s, hd)
+
+
+def llama_decoder(x, mask, cos, sin, attn_norm, wq, wk, wv, wo, mlp_norm, w_gate, w_up, w_down,
+                  heads: int, kv_heads: int, eps: float = 1e-5):
+    """A Llama-style decoder: per layer x += attn(rms_norm(x)) with GQA, RoPE and an additive mask,
+    then x += w_down(silu(w_gate h) * w_up h) on h = rms_norm(x). Weights stored (in, out), one
+    slice per layer on axis 0: wq (L, d, heads*hd), wk/wv (L, d, kv_heads*hd), w_gate (L, d, ffn)."""
+    b, s, d, hd = _check_decoder(x, heads, kv_heads, "llama_decoder")
+    for layer in range(attn_norm.shape[0]):
+        h = x.rms_norm((d,), attn_norm[layer], eps)
+
+        def heads_of(t, n):  # (b, s, n*hd) -> (b, n, s, hd)
+            return t.reshape(b, s, n, hd).permute(0, 2, 1, 3)
+
+        q = rope(heads_of(h @ wq[layer], heads), cos, sin)
+        k = rope(heads_of(h @ wk[layer], kv_heads), cos, sin)
+        v = heads_of(h @ wv[layer], kv_heads)
+        a = grouped_attention(q, k, v, mask, kv_heads).permute(0, 2, 1, 3).reshape(b, s, d)
+        x = x + a @ wo[layer]
+        h = x.rms_norm((d,), mlp_norm[layer], eps)
+        x = x + ((h @ w_gate[layer]).silu() * (h @ w_up[layer])) @ w_down[layer]
+    return x
+
+
+def llama_decoder_specs(layers: int, batch: int, seq: int, dim: int, heads: int, kv_heads: int, ffn: int,
+                        dtype="f16"):
+    """Input specs for `llama_decoder` (everything but heads/kv_heads/eps)."""
+    from compiler.trace import spec
+    hd = dim // heads
+    return [spec((batch, seq, dim), dtype, "x"), spec((seq, seq), dtype, "mask"),
+            spec((seq, hd), dtype, "cos"), spec((seq, hd), dtype, "sin"),
+            spec((layers, dim), dtype, "attn_norm"), spec((layers, dim, heads * hd), dtype, "wq"),
+            spec((layers, dim, kv_heads * hd), dtype, "wk"), spec((layers, dim, kv_heads * hd), dtype, "wv"),
+            spec((layers, heads * hd, dim), dtype, "wo"), spec((layers, dim), dtype, "mlp_norm"),
+            spec((layers, dim, ffn), dtype, "w_gate"), spec((layers, dim, ffn), dtype, "w_up"),
+            spec((layers, ffn, dim), dtype, "w_down")]
+
+
+def gpt2_decoder(x, mask, ln1_w, ln1_b, w_qkv, b_qkv, w_o, b_o, ln2_w, ln2_b, w_fc, b_fc, w_proj, b_proj,
+                 heads: int, eps: float = 1e-5):
+    """A GPT-2-style decoder: per layer x += attn(layer_norm(x)) (fused qkv projection with bias,
+    multi-head, additive mask) + output bias, then x += gelu_tanh(ln(x) @ w_fc + b_fc) @ w_proj + b_proj.
+    Weights stored (in, out), one slice per layer on axis 0: w_qkv (L, d, 3d), w_fc (L, d, ffn)."""
+    b, s, d, hd = _check_decoder(x, heads, heads, "gpt2_decoder")
+    for layer in range(ln1_w.shape[0]):
+        h = x.layer_norm((d,), ln1_w[layer], ln1_b[layer], eps)
+        qkv = (h @ w_qkv[layer] + b_qkv[layer]).reshape(b, s, 3, heads, hd).permute(2, 0, 3, 1, 4)
+        a = grouped_attention(qkv[0], qkv[1], qkv[2], mask, heads).permute(0, 2, 1, 3).reshape(b, s, d)
+        x = x + a @ w_o[layer] + b_o[layer]
+        h = x.layer_norm((d,), ln2_w[layer], ln2_b[layer], eps)
+        x = x + (h @ w_fc[layer] + b_fc[layer]).gelu("tanh") @ w_proj[layer] + b_proj[layer]
+    return x
+
+
+def gpt2_decoder_specs(layers: int, batch: int, seq: int, dim: int, ffn: int, dtype="f16"):
+    """Input specs for `gpt2_decoder` (everything but heads/eps)."""
+    from compiler.trace import spec
+    return [spec((batch, seq, dim), dtype, "x"), spec((seq, seq), dtype, "mask"),
+            spec((layers, dim), dtype, "ln1_w"), spec((layers, dim), dtype, "ln1_b"),
+            spec((layers, dim, 3 * dim), dtype, "w_qkv"), spec((layers, 3 * dim), dtype, "b_qkv"),
+            spec((layers, dim, dim), dtype, "w_o"), spec((layers, dim), dtype, "b_o"),
+            spec((layers, dim), dtype, "ln2_w"), spec((layers, dim), dtype, "ln2_b"),
+            spec((layers, dim, ffn), dtype, "w_fc"), spec((layers, ffn), dtype, "b_fc"),
+            spec((layers, ffn, dim), dtype, "w_proj"), spec((layers, dim), dtype, "b_proj")]
