@@ -360,6 +360,11 @@ class Worker:
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 self.kill()
+        for pipe in (self.proc.stdin, self.proc.stdout):   # a killed worker's too
+            try:
+                pipe.close()
+            except OSError:
+                pass
         self.log.close()
 
 

@@ -8,6 +8,7 @@ import os
 import stat
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,7 +38,7 @@ def softmax(x):
 
 
 def _damage(path, how: str, foreign_path=None, magic: bytes = jit.OBJECT_MAGIC) -> None:
-    data = open(path, "rb").read()
+    data = Path(path).read_bytes()
     if how == "truncate":
         data = data[: len(data) // 2]
     elif how == "flip-payload":
@@ -51,8 +52,8 @@ def _damage(path, how: str, foreign_path=None, magic: bytes = jit.OBJECT_MAGIC) 
     elif how == "raw-object":   # a bare object file, as the cache held before it was checked
         data = checked.unpack(data, magic)[1]
     elif how == "foreign":
-        data = open(foreign_path, "rb").read()
-    open(path, "wb").write(data)
+        data = Path(foreign_path).read_bytes()
+    Path(path).write_bytes(data)
 
 
 def _objects(directory) -> set[str]:
@@ -68,19 +69,19 @@ def test_damaged_object_is_rebuilt(tmp_path, how):
     assert not first.cache_hit
     (name,) = _objects(tmp_path)
     path = tmp_path / "llvm" / name
-    good = open(path, "rb").read()
+    good = Path(path).read_bytes()
     other = None
     if how == "foreign":   # another program's object, put where this one's belongs
         be.build(saturn.trace(softmax, saturn.spec((8, 33))))
         (other_name,) = _objects(tmp_path) - {name}
         other = tmp_path / "llvm" / other_name
     _damage(path, how, other)
-    assert open(path, "rb").read() != good
+    assert Path(path).read_bytes() != good
     again = be.build(g)
     assert not again.cache_hit                  # rejected, compiled again
     x = np.random.default_rng(0).standard_normal((64, 33)).astype(np.float32)
     np.testing.assert_allclose(again(x)[0], evaluate(g, [x])[0], rtol=2e-5, atol=2e-5)
-    assert open(path, "rb").read() == good      # and rewritten
+    assert Path(path).read_bytes() == good      # and rewritten
     assert be.build(g).cache_hit
 
 
@@ -166,5 +167,5 @@ def test_damaged_cuda_binary_is_rebuilt(tmp_path, fake_nvcc, how):
     again = compile_source(src, "sm_90")
     assert not again.cached and _nvcc_calls(fake_nvcc) == calls + 1
     assert again.binary == first.binary
-    assert checked.unpack(open(path, "rb").read(), BINARY_MAGIC)[1] == first.binary   # rewritten
+    assert checked.unpack(Path(path).read_bytes(), BINARY_MAGIC)[1] == first.binary   # rewritten
     assert compile_source(src, "sm_90").cached
