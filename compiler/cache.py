@@ -101,7 +101,8 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return Entry
         if (module.startswith("ir.") or module.startswith("backends.")) and "." not in name:
             obj = super().find_class(module, name)
-            if isinstance(obj, type):
+            # a class defined there, not one the module imported (runtime's ThreadPoolExecutor)
+            if isinstance(obj, type) and obj.__module__ == module:
                 return obj
         raise pickle.UnpicklingError(f"cache entry refers to {module}.{name}, which a cache entry may not contain")
 

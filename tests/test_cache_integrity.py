@@ -169,3 +169,15 @@ def test_damaged_cuda_binary_is_rebuilt(tmp_path, fake_nvcc, how):
     assert again.binary == first.binary
     assert checked.unpack(Path(path).read_bytes(), BINARY_MAGIC)[1] == first.binary   # rewritten
     assert compile_source(src, "sm_90").cached
+
+
+def test_entry_may_not_build_classes_a_module_only_imports(tmp_path):
+    """backends.llvm.runtime imports ThreadPoolExecutor: an entry (with a valid checksum) naming
+    it there is rejected; only classes defined in Saturn's modules can be built."""
+    from compiler import cache
+    key = {"k": 1}
+    payload = b"\x80\x02cbackends.llvm.runtime\nThreadPoolExecutor\n)R."   # GLOBAL, empty tuple, REDUCE
+    path = cache.entry_path(key, str(tmp_path))
+    checked.write_atomic(path, checked.pack(cache.MAGIC, {"format": cache.FORMAT, "key": key}, payload))
+    entry, _, why = cache.load(key, str(tmp_path))
+    assert entry is None and "payload rejected" in why and "ThreadPoolExecutor" in why
