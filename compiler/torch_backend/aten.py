@@ -488,17 +488,42 @@ def addmm(self, mat1, mat2, beta=1, alpha=1):
     return _scaled_sum(self, mat1 @ mat2, beta, alpha)
 
 
-def causal_mask(rows: int, cols: int) -> Tensor:
-    """The bool mask `j <= i` of shape (rows, cols), from views of a constant (no iota op exists).
-
-    A pattern p of period P = rows + cols read with row stride P - 1 gives row i, column j the
-    element p[(j - i) mod P]; p is True at 0 and at the negative offsets (P - rows + 1 .. P - 1)."""
+def lower_triangle(rows: int, cols: int, diagonal: int = 0) -> Tensor:
+    """The bool mask `j <= i + diagonal` of shape (rows, cols), from views of constants (there is
+    no iota op). A pattern p of period P = rows + cols read with row stride P - 1 gives row i,
+    column j the element p[(j - i) mod P]: p[k] holds for offset k (k < cols) or k - P (k >= cols)."""
     period = rows + cols
-    head = Tensor.full((1,), True, DType.bool).pad([(0, cols)])                      # p[0], then cols False
-    tail = Tensor.full((rows - 1,), True, DType.bool) if rows > 1 else None          # the negative offsets
-    p = cat([head, tail]) if tail is not None else head
+    if diagonal >= 0:
+        ranges = [(0, min(diagonal, cols - 1) + 1), (cols, period)]
+    else:
+        ranges = [(cols, max(cols, period + diagonal + 1))]
+    p = None
+    for start, stop in ranges:
+        if stop > start:
+            piece = Tensor.full((stop - start,), True, DType.bool).pad([(start, period - stop)])
+            p = piece if p is None else p.logical_or(piece)
+    if p is None:
+        return Tensor.full((rows, cols), False, DType.bool)
     tiled = p.reshape(1, period).expand(rows, period).reshape(rows * period)
     return tiled[: rows * (period - 1)].reshape(rows, period - 1)[:, :cols]
+
+
+@op("tril.default")
+def tril(self, diagonal=0):
+    return lower_triangle(*self.shape[-2:], diagonal).where(self, Tensor.full((), 0, self.dtype))
+
+
+@op("triu.default")
+def triu(self, diagonal=0):
+    return lower_triangle(*self.shape[-2:], diagonal - 1).where(Tensor.full((), 0, self.dtype), self)
+
+
+@op("_safe_softmax.default")
+def safe_softmax(self, dim, dtype=None):
+    """softmax, with 0 (not NaN) for rows that are entirely -inf (masked out)."""
+    x = _cast(self, dtype)
+    empty = (x == -math.inf).min(dim, keepdim=True)
+    return empty.where(0.0, x.softmax(dim)).astype(x.dtype if x.dtype.is_float else DType.f32)
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
@@ -521,7 +546,7 @@ def attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
     if kv_heads != heads:
         scores = scores.reshape(*batch, heads, rows, cols)
     if is_causal:
-        scores = causal_mask(rows, cols).where(scores, -math.inf)
+        scores = lower_triangle(rows, cols).where(scores, -math.inf)
     if attn_mask is not None:
         scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == DType.bool else scores + attn_mask
     probs = scores.softmax(-1)

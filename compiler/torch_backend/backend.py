@@ -19,8 +19,8 @@ from compiler.torch_backend.report import GraphRecord, new_record
 
 COMPILE_OPTIONS = {"target", "budget", "cache", "quiet", "seed"}   # compiler.compile's own keywords
 # Computing ATen nodes per region at most: lowering time grows faster than linearly with a
-# program's size (one GPT-2 block, ~90 primitive ops, lowers in ~9 s on 2 cores; two blocks time out).
-MAX_REGION_OPS = 24
+# program's size (one GPT-2 block, ~90 primitive ops, lowers in ~9 s on 2 cores; two blocks take over 60 s).
+MAX_REGION_OPS = 16
 
 AUTOGRAD_WARNING = ("saturn: autograd is on (grad mode enabled and inputs that require grad), so this graph "
                     "runs in PyTorch eager; call the compiled module under torch.no_grad() or "
@@ -51,27 +51,30 @@ def decompositions() -> dict:
     from torch._decomp import get_decompositions
     aten = torch.ops.aten
     return get_decompositions([
-        aten._native_batch_norm_legit_no_training, aten.native_group_norm, aten.leaky_relu, aten.elu,
+        aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit,
+        aten._native_batch_norm_legit_functional, aten.native_batch_norm, aten.native_group_norm, aten.leaky_relu, aten.elu,
         aten.hardswish, aten.hardsigmoid, aten.softplus, aten.mish, aten.glu, aten.addcmul, aten.addcdiv,
         aten.lerp, aten.linalg_vector_norm, aten.std, aten.threshold, aten.celu, aten.selu, aten.square,
     ])
 
 
 def _frame():
-    """(description, code object, owning module) of the frame Dynamo is compiling, best effort."""
+    """(description, code object, owning module) of the frame Dynamo is compiling, best effort:
+    the module is `self`, the first argument, the first of `*args` (a decorator's wrapper) or
+    the `fn` that torch.compile's own wrapper of a module closes over."""
     import torch
     try:
         from torch._dynamo.symbolic_convert import InstructionTranslator
         tx = InstructionTranslator.current_tx()
         code, local = tx.f_code, tx.f_locals
-        owner = local.get("self", local.get(code.co_varnames[0]) if code.co_argcount else None)
-        if owner is None and code.co_flags & inspect.CO_VARARGS:   # a decorator's wrapper(*args, ...)
-            varargs = local.get(code.co_varnames[code.co_argcount + code.co_kwonlyargcount])
-            owner = varargs[0] if isinstance(varargs, tuple) and varargs else None
     except Exception:  # noqa: BLE001 - private Dynamo API: only the report loses its label
         return "?", None, None
-    if not isinstance(owner, torch.nn.Module):
-        owner = None
+    names = code.co_varnames
+    candidates = [local.get("self"), local.get(names[0]) if code.co_argcount else None, local.get("fn")]
+    if code.co_flags & inspect.CO_VARARGS:
+        varargs = local.get(names[code.co_argcount + code.co_kwonlyargcount])
+        candidates.insert(2, varargs[0] if isinstance(varargs, tuple) and varargs else None)
+    owner = next((c for c in candidates if isinstance(c, torch.nn.Module)), None)
     return (f"{code.co_name} of {type(owner).__name__}" if owner is not None else code.co_name), code, owner
 
 

@@ -33,8 +33,6 @@ MISSING = {
     "aten.convolution.default": "no convolution op in the frontend",
     "aten.max_pool2d_with_indices.default": "no pooling op in the frontend",
     "aten.avg_pool2d.default": "no pooling op in the frontend",
-    "aten.triu.default": "no iota op to build the triangle from",
-    "aten.tril.default": "no iota op to build the triangle from",
     "aten.native_dropout.default": "random numbers (dropout) are not supported",
 }
 
