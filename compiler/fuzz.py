@@ -86,7 +86,10 @@ def _random_step(rng, shape, dtype, inputs):
         inputs.append((tuple(other), dtype))
         return ("binary", {"op": str(rng.choice(BINARY)), "input": len(inputs) - 1})
     if kind == "reduce":
-        return ("reduce", {"op": str(rng.choice(REDUCE)), "axis": axis, "keepdim": bool(rng.random() < 0.5)})
+        op = str(rng.choice(REDUCE))
+        if op == "logsumexp" and axis is None:      # logsumexp takes an axis
+            op = "sum"
+        return ("reduce", {"op": op, "axis": axis, "keepdim": bool(rng.random() < 0.5)})
     if kind == "norm":
         return ("norm", {"op": str(rng.choice(NORM)), "axis": -1})
     if kind == "matmul":
@@ -364,6 +367,8 @@ def check(prog: Program, target: str, budget: float) -> dict:
         graph = saturn.trace(fn, *specs)
     except SaturnError as e:
         return {"status": "invalid", "reason": f"{type(e).__name__}: {e}"}
+    except Exception as e:  # noqa: BLE001  (a valid call that fails to trace is a finding)
+        return {"status": "error", "reason": f"trace: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]}
     try:
         f = saturn.compile(fn, *specs, target=target, budget=budget, quiet=True, cache=False)
         got = np.asarray(f(*args))

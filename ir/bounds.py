@@ -63,7 +63,8 @@ def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray]) -> list[Bounded
                 srcs = [vals[s] for s in n.srcs]
                 if n.op not in (Op.SUM, Op.CONTIGUOUS) and not (n.op == Op.VIEW and _unmasked(n)):
                     srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
-                vals[n] = _step(n, srcs, n in finals)
+                b = _step(n, srcs, n in finals)
+                vals[n] = Bounded(np.asarray(b.value), b.bound)   # numpy returns 0-d results as scalars
     with np.errstate(all="ignore"):
         outs = [_materialize(vals[o], o) for o in outputs]
     return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64)) for b, o in zip(outs, outputs)]
@@ -104,6 +105,10 @@ def _materialize(b: Bounded, n: Node) -> Bounded:
 
 # --- one op ----------------------------------------------------------------------------------
 
+def _finite(x):
+    return np.where(np.isfinite(x), x, 0.0)
+
+
 def _scaled(mag, err):
     """mag * err, with 0 where err is exactly 0 (an exact operand times an infinite one)."""
     if _exact(err):
@@ -111,9 +116,10 @@ def _scaled(mag, err):
     return np.where(err == 0, 0.0, mag * err)
 
 
-def _view(st, x, fill):
-    if _exact(x) or isinstance(x, Rel):
+def _view(st, x, fill, bound: bool = False):
+    if bound and (_exact(x) or isinstance(x, Rel)):
         return x
+    x = np.asarray(x)
     for v in st.views:
         x = apply_view(v, np.ascontiguousarray(x).reshape(-1), fill)
     # a read-only strided view (no copy: a matmul's broadcast operands stay views)
@@ -130,7 +136,7 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     if op == Op.VIEW:
         s = srcs[0]
         fill = n.arg.fill if dt.is_float else typed_fill(n.arg.fill, dt.np)
-        return Bounded(_view(n.arg, s.value, fill), _view(n.arg, s.bound, 0.0))
+        return Bounded(_view(n.arg, s.value, fill), _view(n.arg, s.bound, 0.0, bound=True))
     if op == Op.CONTIGUOUS:
         return Bounded(srcs[0].value.copy(), srcs[0].bound)
     if op in (Op.SUM, Op.MAX):
@@ -167,6 +173,7 @@ def _finish(n: Node, v: np.ndarray, e: np.ndarray, unsure, final: bool, overflow
     dt = n.dtype
     u, top, tiny = UNIT_ROUNDOFF[dt], MAX_FINITE[dt] * (1 + UNIT_ROUNDOFF[dt]), SMALLEST_NORMAL[dt]
     mag = np.abs(v)
+    e_in = e
     e = e + (K * u) * mag
     e = np.where(mag < tiny, np.maximum(e, tiny), e)   # results that are subnormal (or flushed to 0)
     if not np.isfinite(e).all() or np.any(unsure) or float(np.nanmax(mag + e, initial=0.0)) >= top:
@@ -177,7 +184,8 @@ def _finish(n: Node, v: np.ndarray, e: np.ndarray, unsure, final: bool, overflow
         v = np.where(over, np.copysign(np.inf, v), v)
         # a NaN result is certain unless its op marked it unsure (a NaN bound there is the
         # formula meeting NaN operands, not doubt)
-        bad = unsure | (~(e < np.inf) & ~np.isnan(v)) | near | (over if not final else False)
+        bad = unsure | (~(e_in < np.inf) & ~np.isnan(v)) | (~(e < np.inf) & np.isfinite(v)) | near \
+            | (over if not final else False)
         e = np.where(np.isfinite(v), e, 0.0)       # specials are exact unless marked unsure
         e = np.where(bad, np.inf, e)
     return Bounded(v, e)
@@ -202,7 +210,7 @@ def _float(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
         top = MAX_FINITE[n.dtype] / (1 + c)
         if float(np.nanmax(np.abs(v), initial=0.0)) < top and not np.isnan(v).any():
             return Bounded(v, Rel(c))                   # the common case: no overflow, no NaN
-        e = (ca + cb + ca * cb) * np.abs(v)
+        e = (ca + cb + ca * cb) * _finite(np.abs(v))
     elif op == Op.MUL:
         b, eb = xs[1], es[1]
         v = a * b
@@ -224,15 +232,15 @@ def _float(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
         # the argument is (almost always) computed: its own rounding, amplified by exp2's
         # condition |a| ln 2, is part of the bound (exp2(x) * exp2(y) -> exp2(x + y) is fine)
         v = np.exp2(a)
-        e = _scaled(v, np.expm1((ea + u * np.where(np.isfinite(a), np.abs(a), 0.0)) * LN2)) + K * u * np.abs(v)
+        e = _scaled(v, np.expm1((ea + u * _finite(np.abs(a))) * LN2)) + K * u * _finite(np.abs(v))
     elif op == Op.LOG2:
         v = np.log2(a)
         rel = ea / np.abs(a)
-        e = np.where(ea == 0, 0.0, np.where(rel < 1, -np.log2(1 - rel), np.inf)) + K * u * np.fmax(np.abs(v), 1.0)
+        e = np.where(ea == 0, 0.0, np.where(rel < 1, -np.log2(1 - rel), np.inf)) + K * u * np.fmax(_finite(np.abs(v)), 1.0)
         unsure = unsure | ((a < 0) & (a + ea >= 0) & (ea > 0))   # NaN, or the log of a tiny value
     elif op == Op.SIN:
         v = np.sin(a)
-        e = np.minimum(ea, 2.0) + K * u * (1 + np.abs(a))  # range reduction loses |a| ulps
+        e = np.minimum(ea, 2.0) + K * u * (1 + _finite(np.abs(a)))  # range reduction loses |a| ulps
     elif op == Op.SQRT:
         v = np.sqrt(a)
         lo = np.sqrt(np.maximum(a - ea, 0.0))

@@ -1,0 +1,56 @@
+"""The fuzzer (compiler/fuzz.py): a fixed-seed slice in the default run, and that it finds
+what it should (a wrong result, a hang) and prints a reproduction."""
+from __future__ import annotations
+
+import numpy as np
+
+from compiler import fuzz
+
+SLICE = range(0, 60)            # reference target, in process: about 2 s
+
+
+def test_reference_target_slice_has_no_failures():
+    statuses = {}
+    for seed in SLICE:
+        res = fuzz.check(fuzz.random_program(seed), "reference", budget=0.5)
+        statuses.setdefault(res["status"], []).append((seed, res.get("reason")))
+    assert set(statuses) <= {"ok", "invalid"}, statuses
+    assert len(statuses["ok"]) >= 45          # most random programs are valid
+
+
+def test_cpu_target_slice_in_subprocesses():
+    for seed in (3, 11):
+        res = fuzz.run_isolated(fuzz.random_program(seed), "cpu", budget=0.5, timeout=120)
+        assert res["status"] in ("ok", "invalid"), (seed, res)
+
+
+def test_programs_cover_the_frontend():
+    progs = [fuzz.random_program(s) for s in range(300)]
+    kinds = {k for p in progs for k, _ in p.steps}
+    assert kinds == {"unary", "binary", "reduce", "norm", "move", "matmul", "cast"}
+    dtypes = {d for p in progs for _, d in p.inputs}
+    assert dtypes == {"f32", "f16", "bf16", "i32", "bool"}
+    shapes = [s for p in progs for s, _ in p.inputs]
+    assert any(len(s) == 0 for s in shapes) and any(0 in s for s in shapes)
+    assert any(p.special for p in progs)
+
+
+def test_a_wrong_result_is_a_mismatch_with_a_reproduction(monkeypatch):
+    prog = fuzz.Program([((4, 8), "f32")], [("unary", {"op": "exp"}), ("reduce", {"op": "sum", "axis": -1, "keepdim": False})])
+    assert fuzz.check(prog, "reference", 0.5)["status"] == "ok"
+    real = fuzz._saturn_step
+
+    def off_by_a_little(t, kind, p, xs):   # exp(x) * (1 + 1e-3): a plausible wrong kernel
+        out = real(t, kind, p, xs)
+        return out * 1.001 if kind == "unary" else out
+    monkeypatch.setattr(fuzz, "_saturn_step", off_by_a_little)
+    res = fuzz.check(prog, "reference", 0.5)
+    assert res["status"] == "mismatch" and "differ" in res["reason"]
+    text = fuzz.reproduction(prog, "cpu", res)
+    assert "Program.from_json" in text and fuzz.Program.from_json(prog.to_json()).steps == prog.steps
+
+
+def test_a_hang_is_reported_not_suffered():
+    t = np.float64(0.5)                     # far too short for a compile: counts as a hang
+    res = fuzz.run_isolated(fuzz.random_program(3), "cpu", budget=0.5, timeout=float(t))
+    assert res["status"] == "hang"
