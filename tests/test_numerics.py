@@ -114,8 +114,13 @@ def test_families_expose_what_they_promise():
     assert np.isfinite(mild).all()                                      # weights: zeros and subnormals only
 
 
-@pytest.mark.parametrize("name", list(_norms()))
-@pytest.mark.parametrize("target", ["reference", "cpu"])
+# every form on the reference target and layer_norm / softmax on the CPU in the default run
+# (each CPU case is three searches); the other CPU cases with -m slow
+CASES = [(n, "reference") for n in _norms()] + [
+    (n, "cpu") if n in ("layer_norm", "softmax") else pytest.param(n, "cpu", marks=pytest.mark.slow) for n in _norms()]
+
+
+@pytest.mark.parametrize("name,target", CASES)
 def test_norms_on_mean_1e4_and_near_max_inputs_are_within_the_bound(name, target, tmp_path):
     """The program the search chooses for each norm / softmax form, on inputs with mean 1e4 and
     std 1 (f32) and on f16/bf16 inputs near their max, is within its float64 error bound."""
