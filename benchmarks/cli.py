@@ -55,6 +55,9 @@ def add_arguments(p) -> None:
     p.add_argument("--saturn-option", action="append", default=[], metavar="KEY=VALUE",
                    help="pass an option to compiler.compile (repeatable; values parsed as JSON where they can be)")
     p.add_argument("--list", action="store_true", help="list the workloads and their sizes, then exit")
+    p.add_argument("--module", metavar="FILE.py",
+                   help="benchmark the PyTorch module a file defines (Model, get_inputs, get_init_inputs) "
+                        "through torch.compile(backend='saturn'), against eager and torch.compile")
 
 
 def _parse_options(items: list[str]) -> dict:
@@ -160,6 +163,14 @@ def _list() -> int:
 def run(args) -> int:
     if args.list:
         return _list()
+    if args.module:
+        from benchmarks import module_bench
+        try:
+            options = saturn_options(args)
+        except ValueError as e:
+            print(f"saturn bench: {e}", file=sys.stderr)
+            return 2
+        return module_bench.run(args, options, [])
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 - progress goes to stderr
     notes: list[str] = []
 

@@ -8,7 +8,8 @@ import numpy as np
 def to_numpy(t) -> np.ndarray:
     """A numpy view of a CPU tensor's memory (shared, not copied; strides kept)."""
     import torch
-    t = t.detach()
+    if t.requires_grad:   # parameters, read under no_grad: the same memory, minus autograd's view
+        t = t.detach()
     if t.dtype == torch.bfloat16:   # numpy has no bf16: reinterpret the same bytes
         return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
     return t.numpy()
