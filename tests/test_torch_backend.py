@@ -257,6 +257,23 @@ def test_autograd_runs_in_eager_with_a_warning():
     assert report.graphs and "autograd" in report.graphs[0].whole_graph and not report.regions
 
 
+@pytest.mark.parametrize("dynamic", [False, None])
+def test_a_new_shape_compiles_again_or_runs_dynamic_in_eager(dynamic):
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="saturn", options=REFERENCE, dynamic=dynamic)
+    with torch.no_grad():
+        for batch in (8, 5):
+            x = torch.randn(batch, 32)
+            check(compiled(x), model(x), scale=10)
+    graphs = explain(compiled).graphs
+    assert len(graphs) == 2 and graphs[0].regions
+    if dynamic is False:     # every shape a static graph of its own, compiled by Saturn
+        assert graphs[1].regions and graphs[1].regions[0].inputs[2] == "f32[5, 32]"
+    else:                    # Dynamo's default recompiles with symbolic sizes: PyTorch runs it
+        assert "dynamic shapes" in graphs[1].whole_graph and not graphs[1].regions
+
+
 # --- Hugging Face models from tiny configs (random weights, no download) ----------------------
 
 def _gpt2(layers):
