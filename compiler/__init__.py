@@ -7,9 +7,13 @@
 from compiler.api import CompiledFunction, compile
 from compiler.errors import DTypeError, SaturnError, ShapeError, UnsupportedError
 from compiler.tensor import Tensor, cat, maximum, where
+from compiler.tensor import stack
+from compiler.einsum import einsum
+from compiler import functional
 from compiler.trace import Spec, spec, trace
 from ir.dtypes import dtypes
 
 __version__ = "0.1.0"
 __all__ = ["compile", "trace", "spec", "Spec", "Tensor", "cat", "where", "maximum", "dtypes",
            "CompiledFunction", "SaturnError", "ShapeError", "DTypeError", "UnsupportedError"]
+__all__ += ["stack", "einsum", "functional"]

@@ -52,7 +52,7 @@ class CompiledFunction:
         out = []
         for i, (a, s) in enumerate(zip(args, self.specs)):
             if hasattr(a, "detach") and hasattr(a, "numpy"):  # a CPU torch tensor
-                a = a.detach().numpy()
+                a = _torch_to_numpy(a.detach())
             a = np.asarray(a) if not isinstance(a, np.ndarray) else a
             if tuple(a.shape) != s.shape:
                 raise ShapeError(f"input {i} has shape {tuple(a.shape)}, expected {s.shape}", "call")
@@ -83,6 +83,15 @@ class CompiledFunction:
             lines += ["", "chosen program: the original program"]
         lines += ["", "generated code:", getattr(self.executable, "source", "<none>")]
         return "\n".join(lines)
+
+
+def _torch_to_numpy(t) -> np.ndarray:
+    """A CPU torch tensor as numpy; bf16 (which numpy lacks) is reinterpreted bit for bit."""
+    if str(t.dtype) == "torch.bfloat16":
+        import ml_dtypes
+        import torch
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def _saturn_version() -> str:

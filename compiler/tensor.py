@@ -5,12 +5,15 @@ compositions of the primitives in `ir.ops`, so the e-graph sees and can rewrite 
 """
 from __future__ import annotations
 
-import functools
 import math
 import operator
 from typing import Sequence
 
-from compiler.errors import DTypeError, ShapeError
+from compiler.errors import DTypeError, ShapeError, UnsupportedError
+from compiler.tensor_args import Scalar, as_scalar, broadcast_shapes, half_in_f32, norm_axes, norm_axis
+from compiler.tensor_math import MathOps
+from compiler.tensor_movement import PAD_MODES, MovementOps
+from compiler.tensor_reduce import ReduceOps
 from ir import node as N
 from ir.dtypes import HALVES, DType, as_dtype, promote
 from ir.node import Node
@@ -18,67 +21,12 @@ from ir.ops import Op
 
 LOG2E = 1.0 / math.log(2.0)
 LN2 = math.log(2.0)
-Scalar = int | float | bool
+_as_scalar, _half_in_f32, _norm_axis, _norm_axes = as_scalar, half_in_f32, norm_axis, norm_axes
 
 
-def _as_scalar(x):
-    """A Python scalar for Python and numpy scalars (and 0-d arrays); None for anything else."""
-    if isinstance(x, (bool, int, float)):
-        return x
-    if hasattr(x, "dtype") and getattr(x, "shape", None) == () and hasattr(x, "item"):
-        return x.item()
-    return None
-
-
-def _half_in_f32(fn):
-    """Run a composite op on f16/bf16 tensors in f32 and round once at the end (like PyTorch's
-    opmath): without this every intermediate primitive would round to the half type."""
-    @functools.wraps(fn)
-    def wrapper(self, *args, **kwargs):
-        if self.dtype not in HALVES:
-            return fn(self, *args, **kwargs)
-        up = [a.astype(DType.f32) if isinstance(a, Tensor) and a.dtype in HALVES else a for a in args]
-        return fn(self.astype(DType.f32), *up, **kwargs).astype(self.dtype)
-    return wrapper
-
-
-def broadcast_shapes(op: str, *shapes) -> tuple[int, ...]:
-    nd = max(len(s) for s in shapes)
-    out = []
-    for i in range(nd):
-        dims = {s[len(s) - nd + i] for s in shapes if len(s) - nd + i >= 0} - {1}
-        if len(dims) > 1:
-            raise ShapeError(f"shapes {' and '.join(str(tuple(s)) for s in shapes)} do not broadcast "
-                             f"(axis {i - nd}: sizes {sorted(dims)})", op)
-        out.append(dims.pop() if dims else 1)
-    return tuple(out)
-
-
-def _norm_axis(op: str, axis: int, ndim, shape: tuple | None = None) -> int:
-    """`axis` as a non-negative index into `ndim` axes (`shape`, when given, goes in the message)."""
-    if not isinstance(axis, int) or isinstance(axis, bool):
-        if hasattr(axis, "__index__") and not isinstance(axis, bool):
-            axis = operator.index(axis)
-        else:
-            raise ShapeError(f"axis must be an int, got {axis!r}", op)
-    if not -ndim <= axis < max(ndim, 1):
-        of = f"shape {tuple(shape)} (rank {ndim})" if shape is not None else f"a tensor of rank {ndim}"
-        raise ShapeError(f"axis {axis} is out of range for {of}", op)
-    return axis % ndim if ndim else 0
-
-
-def _norm_axes(op: str, axis, ndim: int, shape: tuple | None = None) -> tuple[int, ...]:
-    if axis is None:
-        return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) or hasattr(axis, "__index__") else tuple(axis)
-    out = tuple(_norm_axis(op, a, ndim, shape) for a in axes)
-    if len(set(out)) != len(out):
-        raise ShapeError(f"repeated axis in {axis} for shape {shape}", op)
-    return out
-
-
-class Tensor:
-    """A lazy tensor. Build programs with it inside a function passed to `compiler.trace`."""
+class Tensor(MathOps, ReduceOps, MovementOps):
+    """A lazy tensor. Build programs with it inside a function passed to `compiler.trace`.
+    The methods in this file are the core; `MathOps`, `ReduceOps` and `MovementOps` add the rest."""
     __slots__ = ("node",)
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 
@@ -255,34 +203,65 @@ class Tensor:
 
     def __pow__(self, exponent):
         e = _as_scalar(exponent)
+        x = self.astype(DType.i32) if self.dtype == DType.bool else self   # bool ** n counts, like torch
         if e is not None and not isinstance(e, bool):
+            if isinstance(e, float) and not x.dtype.is_float:
+                x = x._float()   # an int tensor to a float power is a float, like torch
             if float(e).is_integer() and 0 <= e <= 64:
                 # exact for every sign of the base: square-and-multiply
-                out, power, n = None, self, int(e)
+                out, power, n = None, x, int(e)
                 while n:
                     if n & 1:
                         out = power if out is None else out * power
                     n >>= 1
                     if n:
                         power = power * power
-                return self._const(1) if out is None else out
+                return x._const(1) if out is None else out
+            if not x.dtype.is_float:
+                raise DTypeError(f"an integer tensor to the negative power {e} (PyTorch refuses it too); "
+                                 "cast the base to float first", "pow")
             if e == 0.5:
-                return self.sqrt()
+                return x.sqrt()
             if e == -0.5:
-                return self.rsqrt()
+                return x.rsqrt()
             if float(e).is_integer() and -64 <= e < 0:
-                return (self ** -e).reciprocal()
-        a, b = self._coerce(exponent, "pow")
-        return a._float()._pow(b._float())
+                return (x ** -e).reciprocal()
+            if math.isfinite(e):
+                return x._pow_scalar(float(e))
+        a, b = x._coerce(exponent, "pow")
+        if not a.dtype.is_float:
+            raise DTypeError("an integer tensor to an integer tensor power is not supported; cast to float first",
+                             "pow")
+        return a._pow(b)
 
     def __rpow__(self, base):
         a, b = self._coerce(base, "pow")
-        return b._float()._pow(a._float())
+        if not a.dtype.is_float:
+            raise DTypeError("an integer base to an integer tensor power is not supported; use a float base",
+                             "pow")
+        return b._pow(a)
+
+    @_half_in_f32
+    def _pow_scalar(self, e: float) -> "Tensor":
+        # x ** e for a finite, non-integral e: exp2(e * log2(x)), NaN for negative x except -inf
+        # (C's pow: (-inf) ** e is inf for e > 0, 0 for e < 0)
+        return (self == -math.inf).where(math.inf if e > 0 else 0.0, (self.log2() * e).exp2())
 
     @_half_in_f32
     def _pow(self, e: "Tensor") -> "Tensor":
-        # x ** e = exp2(e * log2(x)): real results for x >= 0 (NaN for x < 0); x ** 0 = 1
-        return (e == 0).where(1.0, (self.log2() * e).exp2())
+        # C's pow: |x| ** e = exp2(e * log2|x|), negated for a negative base and an odd integral e;
+        # NaN for a negative finite base and a non-integral finite e; 1 for e == 0, x == 1 and
+        # x == -1 with e = +-inf
+        ax = self.abs()
+        r = (ax.log2() * e).exp2()
+        integral = e.fmod(1.0) == 0   # false for inf and NaN
+        odd = integral.logical_and(e.fmod(2.0).abs() == 1)
+        neg = self < 0
+        r = neg.logical_and(odd).where(-r, r)
+        bad = neg.logical_and(integral.logical_not()).logical_and(e.isfinite()).logical_and(self > -math.inf)
+        r = bad.where(math.nan, r)
+        one = (e == 0).logical_or(self == 1).logical_or((ax == 1).logical_and(e.isinf()))
+        return one.where(1.0, r)
 
     def __matmul__(self, o): return self.matmul(o)
 
@@ -446,6 +425,9 @@ class Tensor:
     def min(self, axis=None, keepdim: bool = False):
         if self.dtype == DType.bool:  # "all"
             return self.logical_not()._reduce(Op.MAX, axis, keepdim, "min").logical_not()
+        if self.dtype == DType.i32:
+            # -x wraps at the i32 minimum; ~x = -1 - x maps the range onto itself in reverse
+            return -1 - (-1 - self)._reduce(Op.MAX, axis, keepdim, "min")
         return -((-self)._reduce(Op.MAX, axis, keepdim, "min"))
 
     def mean(self, axis=None, keepdim: bool = False):
@@ -467,7 +449,8 @@ class Tensor:
         n = math.prod(self.shape[a] for a in axes)
         d = self - self.mean(axes, keepdim=True)
         denom = max(n - correction, 0)
-        return (d * d).sum(axes, keepdim) * (1.0 / denom if denom else float("nan"))
+        # like PyTorch, no degrees of freedom divides by zero: inf, or NaN where the sum is 0
+        return (d * d).sum(axes, keepdim) * (1.0 / denom if denom else math.inf)
 
     def softmax(self, axis: int = -1):
         return self._float()._softmax(_norm_axis("softmax", axis, self.ndim, self.shape))
@@ -647,23 +630,35 @@ class Tensor:
     def __getitem__(self, index) -> "Tensor":
         if not isinstance(index, tuple):
             index = (index,)
+        for i in index:
+            if isinstance(i, Tensor) and i.dtype == DType.bool:
+                raise UnsupportedError("boolean-mask indexing x[mask] has a data-dependent shape; keep the "
+                                       "shape with mask.where(x, 0) (where) instead", "getitem")
+            if isinstance(i, Tensor):
+                raise UnsupportedError(f"indexing with a {i.dtype.value} tensor (a gather) is not supported; "
+                                       "use ints, slices, lists of ints, None or ...", "getitem")
         if sum(1 for i in index if i is Ellipsis) > 1:
             raise ShapeError("only one ... allowed in an index", "getitem")
         n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
         if n_real > self.ndim:
             raise ShapeError(f"too many indices ({n_real}) for shape {self.shape}", "getitem")
-        if Ellipsis in index:
-            k = index.index(Ellipsis)
+        k = next((p for p, i in enumerate(index) if i is Ellipsis), None)
+        if k is not None:
             index = index[:k] + (slice(None),) * (self.ndim - n_real) + index[k + 1:]
         else:
             index = index + (slice(None),) * (self.ndim - n_real)
-        bounds, steps, out_shape, dim = [], [], [], 0
+        picks = [(p, i) for p, i in enumerate(index) if isinstance(i, list)]
+        if picks:   # a static list of positions: basic indexing first, then the picks
+            if len(picks) > 1:
+                raise UnsupportedError("more than one list index (numpy's zipped fancy indexing)", "getitem")
+            return self._pick(index, *picks[0])
+        bounds, steps, flips, out_shape, dim = [], [], [], [], 0
         for i in index:
             if i is None:
                 out_shape.append(("new", 1))
                 continue
             size = self.shape[dim]
-            if not isinstance(i, (bool, slice)) and hasattr(i, "__index__") and not isinstance(i, Tensor):
+            if not isinstance(i, (bool, slice)) and hasattr(i, "__index__"):
                 i = operator.index(i)
             if isinstance(i, int) and not isinstance(i, bool):
                 if not -size <= i < size:
@@ -673,30 +668,62 @@ class Tensor:
                 steps.append(1)
                 out_shape.append(("drop", 1))
             elif isinstance(i, slice):
+                if i.step == 0:
+                    raise ShapeError("slice step cannot be zero", "getitem")
                 start, stop, step = i.indices(size)
-                if step <= 0:
-                    raise ShapeError("negative or zero slice steps are not supported", "getitem")
-                stop = max(stop, start)
-                bounds.append((start, stop))
-                steps.append(step)
-                out_shape.append(("keep", len(range(start, stop, step))))
+                n = len(range(start, stop, step))
+                if step > 0:
+                    bounds.append((start, max(stop, start)))
+                else:   # the elements start, start-|step|, ...: a reversed view of their span
+                    bounds.append((start + (n - 1) * step, start + 1) if n else (0, 0))
+                    flips.append(dim)
+                steps.append(abs(step))
+                out_shape.append(("keep", n))
             else:
-                raise ShapeError(f"unsupported index {i!r}; use ints, slices, None or ...", "getitem")
+                raise ShapeError(f"unsupported index {i!r}; use ints, slices, lists of ints, None or ...",
+                                 "getitem")
             dim += 1
         x = self
         if any(b != (0, s) for b, s in zip(bounds, self.shape)):
             x = x._move(lambda st: st.shrink(tuple(bounds)))
+        if flips:
+            x = x._move(lambda st: st.flip(tuple(flips)))
         if any(k != 1 for k in steps):
             x = x._move(lambda st: st.step(tuple(steps)))
         return x.reshape(tuple(s for kind, s in out_shape if kind != "drop"))
 
-    def pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0) -> "Tensor":
-        """Pad each axis by (before, after) elements of `value` (numpy order, first axis first)."""
+    def _pick(self, index: tuple, pos: int, picks: list) -> "Tensor":
+        """self[index] where index[pos] is a list of positions (or of bools, a static mask)."""
+        dim = sum(1 for i in index[:pos] if i is not None)
+        size = self.shape[dim]
+        if picks and all(isinstance(p, bool) for p in picks):
+            if len(picks) != size:
+                raise ShapeError(f"a boolean list of length {len(picks)} for axis {dim} of size {size}", "getitem")
+            picks = [j for j, p in enumerate(picks) if p]
+        if not all(isinstance(p, int) or hasattr(p, "__index__") for p in picks):
+            raise ShapeError(f"a list index holds ints, got {picks!r}", "getitem")
+        picks = [operator.index(p) for p in picks]
+        for p in picks:
+            if not -size <= p < size:
+                raise ShapeError(f"index {p} is out of range for axis {dim} of size {size}", "getitem")
+        base = self[index[:pos] + (slice(None),) + index[pos + 1:]]
+        out_axis = sum(1 for i in index[:pos] if i is None or isinstance(i, slice))
+        if not picks:
+            return base.slice(out_axis, 0, 0)
+        return cat([base.slice(out_axis, p % size, p % size + 1) for p in picks], out_axis)
+
+    def pad(self, pads: Sequence[tuple[int, int]], value: float = 0.0, mode: str = "constant") -> "Tensor":
+        """Pad each axis by (before, after) elements (numpy order, first axis first): of `value`,
+        or for mode reflect / replicate / circular of the tensor's own edge values."""
         pads = tuple(tuple(p) for p in pads)
         if len(pads) != self.ndim or any(len(p) != 2 or p[0] < 0 or p[1] < 0 for p in pads):
             raise ShapeError(f"pads must be one non-negative (before, after) pair per axis of {self.shape}, got {pads}", "pad")
+        if mode not in PAD_MODES:
+            raise ShapeError(f"mode must be one of {PAD_MODES}, got {mode!r}", "pad")
         if all(p == (0, 0) for p in pads):
             return self
+        if mode != "constant":
+            return self._pad_mode(pads, mode)
         return self._move(lambda st: st.pad(pads, float(value)), float(value))
 
     def contiguous(self) -> "Tensor":
@@ -729,6 +756,17 @@ def cat(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
         out = placed if out is None else mask.where(placed, out)
         offset += t.shape[axis]
     return out
+
+
+def stack(tensors: Sequence[Tensor], axis: int = 0) -> Tensor:
+    """Join tensors of one shape along a new axis (each unsqueezed, then `cat`)."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ShapeError("stack of no tensors", "stack")
+    if any(t.shape != tensors[0].shape for t in tensors):
+        raise ShapeError(f"stack needs tensors of one shape, got {[t.shape for t in tensors]}", "stack")
+    axis = _norm_axis("stack", axis, tensors[0].ndim + 1)
+    return cat([t.unsqueeze(axis) for t in tensors], axis)
 
 
 def where(cond: Tensor, a, b) -> Tensor:

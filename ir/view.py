@@ -1,6 +1,7 @@
 """Views: how a node reads its source's memory, without copying (a shape tracker).
 
-A `View` maps an index of its `shape` to a flat element offset `offset + sum(i*stride)`;
+A `View` maps an index of its `shape` to a flat element offset `offset + sum(i*stride)`
+(strides may be negative: a flipped axis; or overlap: sliding windows);
 positions outside `mask` (a box of per-axis [lo, hi) ranges) read the tracker's `fill` value
 (pad). A `ShapeTracker` is a stack of views: `views[0]` indexes the source buffer, and each
 later view indexes the contiguous realization of the view before it; a new view is pushed
@@ -81,6 +82,37 @@ class View:
         if self.mask is not None:
             mask = tuple((-(-lo // k), -(-hi // k)) for (lo, hi), k in zip(self.mask, steps))
         return View(shape, tuple(st * k for st, k in zip(self.strides, steps)), self.offset, mask).canonical()
+
+    def flip(self, axes: tuple[int, ...]) -> "View":
+        """Reverse the given axes: a negative stride, the offset moved to the last element."""
+        strides, offset = list(self.strides), self.offset
+        mask = list(self.mask) if self.mask is not None else None
+        for a in axes:
+            s = self.shape[a]
+            if s <= 1:
+                continue
+            offset += (s - 1) * strides[a]
+            strides[a] = -strides[a]
+            if mask is not None:
+                lo, hi = mask[a]
+                mask[a] = (s - hi, s - lo) if lo < hi else (0, 0)
+        return View(self.shape, tuple(strides), offset, None if mask is None else tuple(mask)).canonical()
+
+    def windows(self, kernel: Shape, stride: Shape, dilation: Shape) -> "View | None":
+        """Sliding windows over the trailing len(kernel) axes: (..., S) becomes (..., O, K) with
+        O = (S - dilation*(K-1) - 1) // stride + 1; window o, tap k reads element o*stride +
+        k*dilation. Windows overlap where stride < K: one element is read by several (o, k).
+        None when those axes are masked (the caller pushes a view)."""
+        lead = len(self.shape) - len(kernel)
+        if self.mask is not None and any(m != (0, s) for m, s in zip(self.mask[lead:], self.shape[lead:])):
+            return None
+        spatial = self.shape[lead:]
+        out = tuple((s - d * (k - 1) - 1) // st + 1 for s, k, st, d in zip(spatial, kernel, stride, dilation))
+        strides = self.strides[lead:]
+        mask = None if self.mask is None else self.mask[:lead] + tuple((0, n) for n in out + tuple(kernel))
+        return View(self.shape[:lead] + out + tuple(kernel),
+                    self.strides[:lead] + tuple(x * st for x, st in zip(strides, stride))
+                    + tuple(x * d for x, d in zip(strides, dilation)), self.offset, mask).canonical()
 
     def pad(self, pads: tuple[tuple[int, int], ...]) -> "View":
         shape = tuple(s + b + a for s, (b, a) in zip(self.shape, pads))
@@ -213,6 +245,15 @@ class ShapeTracker:
         v = self.views[-1].step(tuple(steps))
         if v is None:
             return replace(self, views=self.views + (View.contiguous(self.shape),)).step(steps)
+        return self._last(v)
+
+    def flip(self, axes) -> "ShapeTracker":
+        return self._last(self.views[-1].flip(tuple(axes)))
+
+    def windows(self, kernel, stride, dilation) -> "ShapeTracker":
+        v = self.views[-1].windows(tuple(kernel), tuple(stride), tuple(dilation))
+        if v is None:
+            return replace(self, views=self.views + (View.contiguous(self.shape),)).windows(kernel, stride, dilation)
         return self._last(v)
 
     def reshape(self, shape) -> "ShapeTracker":

@@ -33,7 +33,7 @@ TRACE_ERRORS = [
     (lambda x: x.expand(4, 3), [f32(2, 3)], ShapeError, ["expand", "(2, 3)", "(4, 3)"]),
     (lambda x: x[5], [f32(2, 3)], ShapeError, ["getitem", "index 5", "size 2"]),
     (lambda x: x[0, 0, 0], [f32(2, 3)], ShapeError, ["getitem", "(2, 3)"]),
-    (lambda x: x[::-1], [f32(2, 3)], ShapeError, ["getitem", "step"]),
+    (lambda x: x[::0], [f32(2, 3)], ShapeError, ["getitem", "step"]),
     (lambda x: x.pad([(1, 1)]), [f32(2, 3)], ShapeError, ["pad", "(2, 3)"]),
     (lambda x, y: compiler.cat([x, y], 0), [f32(2, 3), f32(2, 4)], ShapeError, ["cat", "(2, 3)", "(2, 4)"]),
     (lambda x: x.layer_norm((4,)), [f32(2, 3)], ShapeError, ["layer_norm", "(4,)", "(2, 3)"]),

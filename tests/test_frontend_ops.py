@@ -126,7 +126,7 @@ def index_params(data):
         elif kind == "slice":
             start = data.draw(st.one_of(st.none(), st.integers(-size - 1, size + 1)))
             stop = data.draw(st.one_of(st.none(), st.integers(-size - 1, size + 1)))
-            index.append(slice(start, stop, data.draw(st.sampled_from([None, 1, 2, 3]))))
+            index.append(slice(start, stop, data.draw(st.sampled_from([None, 1, 2, 3, -1, -2, -3]))))
         elif kind == "none":
             index += [None, slice(None)]
         else:
@@ -338,6 +338,8 @@ CASES = [
          lambda *xs, axis: _t().cat(xs, axis), cat_params),
     Case("astype", lambda a, to: a.astype(to), np_astype, torch_astype, astype_params, domain="small_finite"),
 ]
+from frontend_cases import NEW_CASES  # noqa: E402  (the nn-style and newer ops; uses the helpers above)
+CASES += NEW_CASES
 CASE_IDS = [c.name for c in CASES]
 
 
@@ -357,7 +359,7 @@ def draw_view(data, shape, pad_value):
         for i, qi in enumerate(q):
             src[qi] = shape[i]
         return tuple(src), lambda x: x.permute(q) if isinstance(x, Tensor) else x.transpose(q)
-    if kind == "step" and rank >= 1:
+    if kind == "step" and rank >= 1 and min(shape) >= 1:
         i, k, o = data.draw(st.integers(0, rank - 1)), data.draw(st.sampled_from([2, 3])), data.draw(st.integers(0, 1))
         src = list(shape)
         src[i] = o + (shape[i] - 1) * k + 1 + data.draw(st.integers(0, 1))
@@ -385,6 +387,19 @@ def random_values(rng, shape, dtype: DType, domain: str) -> np.ndarray:
         x[rng.random(shape) < 0.1] = np.nan
     elif domain == "small_finite":
         x = rng.integers(-3, 4, shape) + rng.choice([0, 0.5, 0.25], shape)
+    elif domain == "int_wide":   # the whole i32 range, and its ends
+        x = rng.integers(-2 ** 31, 2 ** 31, shape, dtype=np.int64)
+        x[rng.random(shape) < 0.1] = -2 ** 31
+    elif domain == "bool":
+        x = rng.random(shape) < 0.5
+    elif domain == "unit":
+        x = rng.uniform(-1.2, 1.2, shape)
+    elif domain == "above_minus_one":
+        x = rng.uniform(-0.95, 4.0, shape)
+    elif domain == "near_one":
+        x = rng.uniform(0.7, 1.4, shape) * rng.choice([-1, 1], shape)
+    elif domain == "probability":
+        x = rng.uniform(0.02, 0.98, shape)
     else:
         x = rng.standard_normal(shape) * 1.5
         if domain == "positive":
@@ -410,7 +425,7 @@ def draw_case(data, case: Case, dtype: DType) -> Drawn:
     shapes, params = case.gen(data)
     seed = data.draw(st.integers(0, 2**32 - 1))
     rng = np.random.default_rng(seed)
-    pad_value = 1.0 if case.domain in ("positive", "nonzero") else 0.5
+    pad_value = 1.0 if case.domain in ("positive", "nonzero") or not dtype.is_float else 0.5
     views, arrays = [], []
     for s in shapes:
         src, fn = draw_view(data, s, pad_value) if case.views and data.draw(st.booleans()) else (s, lambda x: x)

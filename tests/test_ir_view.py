@@ -62,7 +62,7 @@ def movement_chain(draw, shape, max_ops=6):
     ops = []
     for _ in range(draw(st.integers(1, max_ops))):
         kind = draw(st.sampled_from(["reshape", "permute", "expand", "shrink", "step", "pad",
-                                     "permute_reshape"]))
+                                     "permute_reshape", "flip"]))
         if kind in ("permute", "permute_reshape") and len(shape) >= 2:
             order = tuple(draw(st.permutations(range(len(shape)))))
             ops.append(("permute", order))
@@ -94,6 +94,8 @@ def movement_chain(draw, shape, max_ops=6):
             pads = tuple((draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in shape)
             ops.append(("pad", pads))
             shape = tuple(s + a + b for s, (a, b) in zip(shape, pads))
+        elif kind == "flip":   # negative strides; a flipped mask
+            ops.append(("flip", tuple(draw(st.lists(st.integers(0, len(shape) - 1), unique=True)))))
     return ops
 
 
@@ -111,6 +113,8 @@ def numpy_chain(x: np.ndarray, ops, fill) -> np.ndarray:
             x = x[tuple(slice(None, None, k) for k in arg)]
         elif op == "pad":
             x = np.pad(x, arg, constant_values=fill)
+        elif op == "flip":
+            x = np.flip(x, arg)
     return x
 
 
@@ -129,6 +133,8 @@ def tensor_chain(t, ops, fill):
             t = t[tuple(slice(None, None, k) for k in arg)]
         elif op == "pad":
             t = t.pad(arg, fill)
+        elif op == "flip":
+            t = t.flip(arg)
         else:
             t = getattr(t, op)(arg)
     return t
@@ -242,3 +248,36 @@ def test_negative_strides_are_read_correctly():
     np.testing.assert_array_equal(apply_tracker(ShapeTracker((View((6,), (-1,), 5),)), x), x[::-1])
     np.testing.assert_array_equal(apply_tracker(ShapeTracker((View((2, 3), (-3, 1), 3),)), x),
                                   x.reshape(2, 3)[::-1])
+
+
+@given(st.data(), st.lists(st.sampled_from(SIZES), min_size=1, max_size=3).map(tuple),
+       st.sampled_from([0.0, -1.5]))
+def test_windows_match_sliding_window_view(data, shape, fill):
+    """Sliding windows (overlapping strides) over the trailing axes of a view, padded or
+    flipped first (then a second view is pushed), equal numpy's windows."""
+    n = data.draw(st.integers(1, len(shape)))
+    pads = tuple((data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))) if data.draw(st.booleans()) else (0, 0)
+                 for _ in shape)
+    flips = tuple(data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True)))
+    x = np.arange(1, math.prod(shape) + 1, dtype=np.float32).reshape(shape)
+    base = np.flip(np.pad(x, pads, constant_values=fill), flips)
+    spatial = base.shape[len(shape) - n:]
+    dilation = tuple(data.draw(st.integers(1, 2)) for _ in spatial)
+    kernel = tuple(data.draw(st.integers(1, max(1, (s - 1) // d + 1))) for s, d in zip(spatial, dilation))
+    stride = tuple(data.draw(st.integers(1, 3)) for _ in spatial)
+    t = ShapeTracker.from_shape(shape).pad(pads, fill).flip(flips).windows(kernel, stride, dilation)
+    span = tuple(d * (k - 1) + 1 for k, d in zip(kernel, dilation))
+    axes = tuple(range(len(shape) - n, len(shape)))
+    want = np.lib.stride_tricks.sliding_window_view(base, span, axis=axes)
+    want = want[(Ellipsis,) + tuple(slice(None, None, d) for d in dilation)]
+    want = want[(slice(None),) * (len(shape) - n) + tuple(slice(None, None, s) for s in stride)]
+    assert t.shape == want.shape
+    np.testing.assert_array_equal(apply_tracker(t, x), want, err_msg=str(t))
+    assert len(t.views) == (2 if any(p != (0, 0) for p in pads[len(shape) - n:]) else 1)
+
+
+def test_flip_and_windows_are_metadata_only():
+    x = N.input_(0, "x", (4, 6), DType.f32)
+    t = compiler.Tensor(x).flip(0)[:, ::-2].windows((2, 2), (1, 1))
+    assert t.node.op == Op.VIEW and t.node.srcs == (x,) and len(t.node.arg.views) == 1
+    assert t.node.arg.views[0].strides == (-6, -2, -6, -2)

@@ -1,0 +1,276 @@
+"""torch.nn.functional-style functions over lazy Tensors (`import compiler.functional as F`).
+
+Activations and the methods of `Tensor` are re-exported as functions; norms and losses are
+compositions here; convolutions, pooling and interpolation live in `compiler.conv`."""
+from __future__ import annotations
+
+import math
+
+from compiler.conv import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d,  # noqa: F401
+                           adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d,
+                           avg_pool3d, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d,
+                           interpolate, max_pool1d, max_pool2d, max_pool3d)
+from compiler.errors import DTypeError, ShapeError, UnsupportedError
+from compiler.tensor import Tensor
+from compiler.tensor_args import int_list
+from ir.dtypes import DType
+
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def _tensor(x, name: str, op: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"{name} must be a Tensor, got {type(x).__name__}", op)
+    return x
+
+
+# --- activations -------------------------------------------------------------------------------
+
+def relu(x): return x.relu()
+def relu6(x): return x.relu6()
+def gelu(x, approximate: str = "none"): return x.gelu(approximate)
+def silu(x): return x.silu()
+def sigmoid(x): return x.sigmoid()
+def tanh(x): return x.tanh()
+def softplus(x, beta: float = 1.0, threshold: float = 20.0): return x.softplus(beta, threshold)
+def leaky_relu(x, negative_slope: float = 0.01): return x.leaky_relu(negative_slope)
+def elu(x, alpha: float = 1.0): return x.elu(alpha)
+def selu(x): return x.selu()
+def hardtanh(x, min_val: float = -1.0, max_val: float = 1.0): return x.hardtanh(min_val, max_val)
+def hardsigmoid(x): return x.hardsigmoid()
+def hardswish(x): return x.hardswish()
+def mish(x): return x.mish()
+def softmax(x, dim: int = -1): return x.softmax(dim)
+def log_softmax(x, dim: int = -1): return x.log_softmax(dim)
+def logsigmoid(x): return -((-x).softplus())
+def linear(x, weight, bias=None): return x.linear(weight, bias)
+
+
+def layer_norm(x, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    return x.layer_norm(normalized_shape, weight, bias, eps)
+
+
+def rms_norm(x, normalized_shape, weight=None, eps: float | None = None):
+    return x.rms_norm(normalized_shape, weight, 1.1920928955078125e-07 if eps is None else eps)
+
+
+def dropout(x, p: float = 0.5, training: bool = False):
+    """Identity at inference (training=False); random masks are not available."""
+    if training and p > 0:
+        raise UnsupportedError("dropout in training mode needs random numbers, which Saturn lacks", "dropout")
+    return x
+
+
+def pad(x, pad, mode: str = "constant", value: float = 0.0):
+    """torch's order: pad = (last_before, last_after, second_last_before, ...)."""
+    p = int_list("pad", "pad", pad)
+    if len(p) % 2 or len(p) // 2 > x.ndim:
+        raise ShapeError(f"pad needs pairs for at most {x.ndim} trailing axes, got {pad}", "pad")
+    pairs = [(0, 0)] * (x.ndim - len(p) // 2) + [(p[2 * i], p[2 * i + 1]) for i in reversed(range(len(p) // 2))]
+    from compiler.conv import _pad_spatial
+    return _pad_spatial(x, pairs, mode, value) if mode == "constant" else x.pad(pairs, value, mode)
+
+
+def normalize(x, p: float = 2.0, dim: int = 1, eps: float = 1e-12):
+    """x / max(||x||_p, eps) along `dim` (like F.normalize)."""
+    norm = ((x.abs() ** p).sum(dim, keepdim=True) ** (1.0 / p)) if p != 2 else (x * x).sum(dim, keepdim=True).sqrt()
+    return x / norm.maximum(eps)
+
+
+# --- norms over channels ------------------------------------------------------------------------
+
+def _channel_param(p, c: int, nd: int, name: str, op: str):
+    if p is None:
+        return None
+    if not isinstance(p, Tensor) or p.shape != (c,):
+        raise ShapeError(f"{name} must have shape ({c},) (one per channel), got {getattr(p, 'shape', p)}", op)
+    return p.reshape((c,) + (1,) * nd)
+
+
+def batch_norm(x, running_mean=None, running_var=None, weight=None, bias=None, training: bool = False,
+               momentum: float = 0.1, eps: float = 1e-5):
+    """Inference uses the running statistics; training=True the batch's (biased variance).
+    The running statistics are not updated (Saturn's programs have no side effects)."""
+    op = "batch_norm"
+    x = _tensor(x, "input", op)
+    if x.ndim < 2:
+        raise ShapeError(f"batch_norm needs (N, C, ...), got {x.shape}", op)
+    c, nd = x.shape[1], x.ndim - 2
+    axes = (0,) + tuple(range(2, x.ndim))
+    if training or running_mean is None or running_var is None:
+        if not training:
+            raise ShapeError("inference batch_norm needs running_mean and running_var", op)
+        mean, var = x.mean(axes, keepdim=True), x.var(axes, keepdim=True, correction=0)
+    else:
+        mean = _channel_param(running_mean, c, nd, "running_mean", op)
+        var = _channel_param(running_var, c, nd, "running_var", op)
+    return _affine((x - mean) * (var + eps).rsqrt(), weight, bias, c, nd, op)
+
+
+def _affine(y, weight, bias, c, nd, op):
+    w, b = _channel_param(weight, c, nd, "weight", op), _channel_param(bias, c, nd, "bias", op)
+    if w is not None:
+        y = y * w
+    return y + b if b is not None else y
+
+
+def instance_norm(x, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats: bool = True,
+                  momentum: float = 0.1, eps: float = 1e-5):
+    """Each (sample, channel) normalized over its spatial axes."""
+    op = "instance_norm"
+    x = _tensor(x, "input", op)
+    if x.ndim < 3:
+        raise ShapeError(f"instance_norm needs (N, C, *spatial), got {x.shape}", op)
+    if not use_input_stats:
+        return batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
+    axes = tuple(range(2, x.ndim))
+    d = x - x.mean(axes, keepdim=True)
+    y = d * (x.var(axes, keepdim=True, correction=0) + eps).rsqrt()
+    return _affine(y, weight, bias, x.shape[1], x.ndim - 2, op)
+
+
+def group_norm(x, num_groups: int, weight=None, bias=None, eps: float = 1e-5):
+    """Channels split into `num_groups` groups, each normalized over its channels and space."""
+    op = "group_norm"
+    x = _tensor(x, "input", op)
+    if x.ndim < 2 or not isinstance(num_groups, int) or num_groups < 1 or x.shape[1] % num_groups:
+        raise ShapeError(f"{x.shape[1] if x.ndim > 1 else '?'} channels do not split into {num_groups} groups", op)
+    n, c = x.shape[:2]
+    g = x.reshape(n, num_groups, -1) if n * c else x.reshape(n, num_groups, c // num_groups)
+    y = (g - g.mean(-1, keepdim=True)) * (g.var(-1, keepdim=True, correction=0) + eps).rsqrt()
+    return _affine(y.reshape(x.shape), weight, bias, c, x.ndim - 2, op)
+
+
+# --- losses --------------------------------------------------------------------------------------
+
+def _reduce(loss: Tensor, reduction: str, op: str) -> Tensor:
+    if reduction == "mean":
+        return loss.mean()
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "none":
+        return loss
+    raise ShapeError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}", op)
+
+
+def _pair(x, y, op: str):
+    x, y = _tensor(x, "input", op), _tensor(y, "target", op)
+    if x.shape != y.shape:
+        raise ShapeError(f"input {x.shape} and target {y.shape} must have one shape", op)
+    return x, y
+
+
+def mse_loss(x, y, reduction: str = "mean"):
+    x, y = _pair(x, y, "mse_loss")
+    return _reduce((x - y).square(), reduction, "mse_loss")
+
+
+def l1_loss(x, y, reduction: str = "mean"):
+    x, y = _pair(x, y, "l1_loss")
+    return _reduce((x - y).abs(), reduction, "l1_loss")
+
+
+def smooth_l1_loss(x, y, reduction: str = "mean", beta: float = 1.0):
+    x, y = _pair(x, y, "smooth_l1_loss")
+    d = (x - y).abs()
+    loss = d if beta == 0 else (d < beta).where(d * d * (0.5 / beta), d - 0.5 * beta)
+    return _reduce(loss, reduction, "smooth_l1_loss")
+
+
+def huber_loss(x, y, reduction: str = "mean", delta: float = 1.0):
+    x, y = _pair(x, y, "huber_loss")
+    d = (x - y).abs()
+    return _reduce((d < delta).where(d * d * 0.5, (d - 0.5 * delta) * delta), reduction, "huber_loss")
+
+
+def binary_cross_entropy_with_logits(x, y, weight=None, reduction: str = "mean", pos_weight=None):
+    """(1 - y) x + (1 + (pos_weight - 1) y) (log1p(exp(-|x|)) + max(-x, 0)): stable for any x."""
+    op = "binary_cross_entropy_with_logits"
+    x, y = _pair(x, y, op)
+    tail = (-x.abs()).exp().log1p() + (-x).relu()
+    scale = 1 + (pos_weight - 1) * y if pos_weight is not None else 1
+    loss = (1 - y) * x + scale * tail
+    return _reduce(loss * weight if weight is not None else loss, reduction, op)
+
+
+def binary_cross_entropy(x, y, weight=None, reduction: str = "mean"):
+    """-(y log x + (1 - y) log(1 - x)), each log clamped at -100 like torch."""
+    op = "binary_cross_entropy"
+    x, y = _pair(x, y, op)
+    loss = -(y * x.log().maximum(-100.0) + (1 - y) * (1 - x).log().maximum(-100.0))
+    return _reduce(loss * weight if weight is not None else loss, reduction, op)
+
+
+def _xlogy(a: Tensor, b: Tensor) -> Tensor:
+    """a * log(b), 0 where a == 0 (unless b is NaN), like torch.xlogy."""
+    return (a == 0).logical_and(b.isnan().logical_not()).where(0.0, a * b.log())
+
+
+def kl_div(x, y, reduction: str = "mean", log_target: bool = False):
+    """Pointwise y (log y - x) with x log-probabilities; reduction 'batchmean' divides the sum by
+    the batch size."""
+    op = "kl_div"
+    x, y = _pair(x, y, op)
+    loss = y.exp() * (y - x) if log_target else _xlogy(y, y) - y * x
+    if reduction == "batchmean":
+        return loss.sum() / (x.shape[0] if x.ndim else 1)
+    return _reduce(loss, reduction, op)
+
+
+def _class_probs(target: Tensor, c: int, op: str) -> Tensor:
+    """Class-index targets as one-hot rows (needs an index primitive to compare against)."""
+    try:
+        from compiler.creation import arange   # an index (iota) primitive, where available
+    except ImportError:
+        raise UnsupportedError("class-index targets need a one-hot, which needs an index (iota) primitive; "
+                               "pass probability targets of the input's shape instead", op) from None
+    return (target.unsqueeze(1) == arange(c).reshape((c,) + (1,) * (target.ndim - 1))).astype(DType.f32)
+
+
+def cross_entropy(x, target, weight=None, reduction: str = "mean", label_smoothing: float = 0.0,
+                  ignore_index: int = -100):
+    """Cross entropy over the class axis 1 (or 0 for an unbatched (C,) input). Probability
+    targets (the input's shape, float) are expressible; class indices need an index primitive."""
+    op = "cross_entropy"
+    x, target = _tensor(x, "input", op), _tensor(target, "target", op)
+    axis = 0 if x.ndim == 1 else 1
+    c = x.shape[axis]
+    logp = x.log_softmax(axis)
+    if not target.dtype.is_float:
+        return nll_loss(logp, target, weight, ignore_index=ignore_index, reduction=reduction,
+                        _smoothing=label_smoothing)
+    if target.shape != x.shape:
+        raise ShapeError(f"probability targets must have the input's shape {x.shape}, got {target.shape}", op)
+    if label_smoothing:
+        target = target * (1 - label_smoothing) + label_smoothing / c
+    terms = target * logp
+    if weight is not None:
+        terms = terms * _channel_param(weight, c, x.ndim - axis - 1, "weight", op)
+    loss = -terms.sum(axis)
+    if reduction == "mean":   # over the batch (and spatial) elements, like torch
+        return loss.sum() / max(math.prod(loss.shape), 1) if loss.ndim else loss
+    return _reduce(loss, reduction, op)
+
+
+def nll_loss(x, target, weight=None, ignore_index: int = -100, reduction: str = "mean", _smoothing: float = 0.0):
+    """-x[i, target[i]] (times weight[target[i]]); the mean divides by the summed weights."""
+    op = "nll_loss"
+    x, target = _tensor(x, "input", op), _tensor(target, "target", op)
+    axis = 0 if x.ndim == 1 else 1
+    c = x.shape[axis]
+    if target.dtype.is_float or target.shape != x.shape[:axis] + x.shape[axis + 1:]:
+        raise ShapeError(f"targets must be class indices of shape {x.shape[:axis] + x.shape[axis + 1:]}, "
+                         f"got {target.dtype.value}{target.shape}", op)
+    onehot = _class_probs(target.reshape((1,) + target.shape) if axis == 0 else target, c, op)
+    if axis == 0:
+        onehot = onehot.reshape(onehot.shape[1:])
+    w = _channel_param(weight, c, x.ndim - axis - 1, "weight", op) if weight is not None else 1.0
+    keep = (target != ignore_index).astype(x.dtype)
+    picked = -(onehot * x * w).sum(axis) * keep
+    if _smoothing:
+        smooth = -(x * w).sum(axis) * keep / c
+        picked = picked * (1 - _smoothing) + smooth * _smoothing
+    wsum = (onehot * w).sum(axis) * keep
+    if reduction == "mean":
+        return picked.sum() / wsum.sum()
+    return _reduce(picked, reduction, op)

@@ -1,0 +1,295 @@
+"""Elementwise math beyond the primitives, mixed into `Tensor`: rounding, sign, tan/atan,
+log1p/expm1, the activation functions, floor division and integer bitwise ops.
+
+Everything is a composition of primitives; rounding is built on the exact `mod` (fmod), and
+integer division and bitwise ops on exact i32 arithmetic (wrapping, like the hardware)."""
+from __future__ import annotations
+
+import math
+
+from compiler.errors import DTypeError
+from compiler.tensor_args import as_scalar, half_in_f32, is_int
+from ir.dtypes import DType
+
+# atan(t) ~ t + t^3 P(t^2) on |t| <= tan(pi/8): a weighted least-squares fit (relative error
+# at most 2.2e-8 in exact arithmetic), evaluated after reducing |x| to that range
+ATAN_P = (-0.3333297321, 0.1997848855, -0.1388507983, 0.08075327106)
+TAN_PI_8 = math.sqrt(2.0) - 1.0
+TAN_3PI_8 = math.sqrt(2.0) + 1.0
+I32_MIN = -2 ** 31
+LARGEST_F32_BELOW_2_31 = 2147483520.0
+
+
+class MathOps:
+    """Elementwise methods of `Tensor` (see docs/ir.md for each one's primitives)."""
+
+    # --- rounding: trunc is x - fmod(x, 1), exact for every finite float -------------------
+    def trunc(self):
+        return self if not self.dtype.is_float else self._trunc()
+
+    @half_in_f32
+    def _trunc(self):
+        # |x| < 1 gives a zero with x's sign (x * 0), like torch; inf and NaN stay themselves
+        t = self.isfinite().where(self - self.fmod(1.0), self)
+        return (self.abs() < 1).where(self * 0.0, t)
+
+    def floor(self):
+        if not self.dtype.is_float:
+            return self
+        t = self.trunc()
+        return (t > self).where(t - 1, t)
+
+    def ceil(self):
+        if not self.dtype.is_float:
+            return self
+        t = self.trunc()
+        return (t < self).where(t + 1, t)
+
+    def frac(self):
+        """x - trunc(x), like torch.frac."""
+        return self - self.trunc()
+
+    def round(self, decimals: int = 0):
+        """Round half to even (like torch.round); `decimals` scales by 10**decimals first."""
+        if not is_int(decimals):
+            raise DTypeError(f"decimals must be an int, got {decimals!r}", "round")
+        if not self.dtype.is_float:
+            return self
+        return self._round(int(decimals))
+
+    @half_in_f32
+    def _round(self, decimals: int):
+        if decimals:
+            scale = 10.0 ** abs(decimals)
+            x = self * scale if decimals > 0 else self / scale
+            r = x._round(0)
+            return r / scale if decimals > 0 else r * scale
+        t = self.trunc()
+        f = (self - t).abs()   # exact; NaN for inf (then t is already the answer)
+        up = (f > 0.5).logical_or((f == 0.5).logical_and(t.fmod(2.0) != 0))
+        return up.where(t + (self < 0).where(-1.0, 1.0), t)
+
+    def sign(self):
+        """-1, 0 or 1 (NaN gives 0, like torch.sign); bool stays bool."""
+        if self.dtype == DType.bool:
+            return self
+        return (self > 0).where(self._const(1), (self < 0).where(self._const(-1), self._const(0)))
+
+    # --- transcendental composites ------------------------------------------------------------
+    def tan(self):
+        return self._float()._tan()
+
+    @half_in_f32
+    def _tan(self):
+        return self.sin() / self.cos()
+
+    def atan(self):
+        return self._float()._atan()
+
+    @half_in_f32
+    def _atan(self):
+        a = self.abs()
+        big, mid = a > TAN_3PI_8, a > TAN_PI_8
+        # atan(a) = pi/2 - atan(1/a) = pi/4 + atan((a-1)/(a+1)): reduce to |t| <= tan(pi/8)
+        t = big.where(-a.reciprocal(), mid.where((a - 1) / (a + 1), a))
+        base = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
+        z = t * t
+        poly = ATAN_P[-1]
+        for c in reversed(ATAN_P[:-1]):
+            poly = poly * z + c
+        r = base + (t + t * z * poly)
+        return (self == 0).where(self, (self < 0).where(-r, r))   # keeps -0.0; NaN stays NaN
+
+    def log1p(self):
+        return self._float()._log1p()
+
+    @half_in_f32
+    def _log1p(self):
+        # log(u) * x / (u - 1) with u = 1 + x cancels u's rounding error (exact near 0)
+        u = self + 1
+        r = (u == 1).where(self, u.log() * (self / (u - 1)))
+        return (self == math.inf).where(math.inf, r)
+
+    def expm1(self):
+        return self._float()._expm1()
+
+    @half_in_f32
+    def _expm1(self):
+        # (u - 1) * x / log(u) with u = exp(x), exact near 0 (Kahan)
+        u = self.exp()
+        um1 = u - 1
+        r = (u == 1).where(self, (um1 == -1).where(-1.0, um1 * (self / u.log())))
+        return (u == math.inf).where(math.inf, r)
+
+    # --- activations (torch.nn.functional names) -------------------------------------------------
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0):
+        return self._float()._softplus(float(beta), float(threshold))
+
+    @half_in_f32
+    def _softplus(self, beta, threshold):
+        bx = self * beta
+        return (bx > threshold).where(self, (bx.exp().log1p()) * (1.0 / beta))
+
+    def leaky_relu(self, negative_slope: float = 0.01):
+        return (self > 0).where(self, self * negative_slope)
+
+    def elu(self, alpha: float = 1.0):
+        return self._float()._elu(float(alpha))
+
+    @half_in_f32
+    def _elu(self, alpha):
+        return (self > 0).where(self, self.expm1() * alpha)
+
+    def selu(self):
+        return self.elu(1.6732632423543772) * 1.0507009873554805
+
+    def hardtanh(self, min_val: float = -1.0, max_val: float = 1.0):
+        return self.clamp(min_val, max_val)
+
+    def relu6(self):
+        return self.clamp(0.0, 6.0)
+
+    def hardsigmoid(self):
+        return self._float()._hardsigmoid()
+
+    @half_in_f32
+    def _hardsigmoid(self):
+        return (self + 3).clamp(0.0, 6.0) / 6
+
+    def hardswish(self):
+        return self._float()._hardswish()
+
+    @half_in_f32
+    def _hardswish(self):
+        return self * (self + 3).clamp(0.0, 6.0) / 6
+
+    def mish(self):
+        return self._float()._mish()
+
+    @half_in_f32
+    def _mish(self):
+        return self * self.softplus().tanh()
+
+    # --- floor division ---------------------------------------------------------------------------
+    def __floordiv__(self, o): return self._floordiv(o, False)
+    def __rfloordiv__(self, o): return self._floordiv(o, True)
+
+    def floor_divide(self, o):
+        return self._floordiv(o, False)
+
+    def _floordiv(self, o, reverse: bool):
+        a, b = self._coerce(o, "floordiv")
+        if reverse:
+            a, b = b, a
+        if a.dtype == DType.bool:
+            raise DTypeError("floor division is not defined on bool", "floordiv")
+        return a._int_floordiv(b) if a.dtype == DType.i32 else a._float_floordiv(b)
+
+    @half_in_f32
+    def _float_floordiv(self, b):
+        # Python's float floor division (which torch follows): from fmod, with the quotient
+        # rounded to the nearest integer to undo the division's rounding
+        a = self
+        m = a.fmod(b)
+        div = (a - m) / b
+        div = (m != 0).logical_and((b < 0).logical_xor(m < 0)).where(div - 1, div)
+        fl = div.floor()
+        fl = (div - fl > 0.5).where(fl + 1, fl)
+        q = a / b
+        out = (div == 0).where(q * 0.0, fl)   # a zero quotient takes a / b's sign
+        return (b == 0).where(q, out)
+
+    def _int_floordiv(self, b):
+        # exact i32 floor division: d = a - fmod(a, b) = b * trunc(a / b) cannot overflow; its
+        # quotient is estimated in f32 and corrected once from the (small, exact) residual
+        a = self
+        bs = (b == 0).logical_or(b == -1).where(1, b)   # both give remainder 0; keeps the f32 estimate finite
+        r = a.fmod(bs)
+        d = a - r
+        fb = bs._float()
+        q0 = _round_to_i32(d._float() * fb.reciprocal())
+        q1 = q0 + _round_to_i32((d - q0 * bs)._float() * fb.reciprocal())
+        q1 = (b == -1).where(-a, q1)   # fmod(a, -1) is computed as fmod(a, 1): same value
+        q = (r != 0).logical_and((r < 0).logical_xor(b < 0)).where(q1 - 1, q1)
+        return (b == 0).where(0, q)    # numpy's value; torch raises (a runtime check Saturn lacks)
+
+    # --- bitwise ops: bool is logical, i32 is exact bit arithmetic ----------------------------------
+    def _bitwise_operands(self, o, op: str):
+        a, b = self._coerce(o, op)
+        if a.dtype.is_float:
+            raise DTypeError(f"{op} needs bool or integer operands, got {a.dtype.value}", op)
+        return a, b
+
+    def __and__(self, o):
+        a, b = self._bitwise_operands(o, "bitwise_and")
+        return a.logical_and(b) if a.dtype == DType.bool else _i32_and(a, b)
+
+    def __or__(self, o):
+        a, b = self._bitwise_operands(o, "bitwise_or")
+        return a.logical_or(b) if a.dtype == DType.bool else a + b - _i32_and(a, b)
+
+    def __xor__(self, o):
+        a, b = self._bitwise_operands(o, "bitwise_xor")
+        return a.logical_xor(b) if a.dtype == DType.bool else a + b - _i32_and(a, b) * 2
+
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
+
+    def __invert__(self):
+        if self.dtype == DType.bool:
+            return self.logical_not()
+        if self.dtype != DType.i32:
+            raise DTypeError(f"~ needs bool or integer operands, got {self.dtype.value}", "bitwise_not")
+        return -1 - self   # exact in wrapping arithmetic
+
+    bitwise_and, bitwise_or, bitwise_xor, bitwise_not = __and__, __or__, __xor__, __invert__
+
+    def _shift_amount(self, k, op: str) -> int:
+        k = as_scalar(k)
+        if self.dtype != DType.i32 or not is_int(k) or not 0 <= k < 32:
+            raise DTypeError(f"{op} takes an i32 tensor and a Python int shift in [0, 32), got "
+                             f"{self.dtype.value} and {k!r} (tensor shift amounts are not supported)", op)
+        return int(k)
+
+    def __lshift__(self, k):
+        return self * _wrap_i32(1 << self._shift_amount(k, "lshift"))
+
+    def __rshift__(self, k):
+        k = self._shift_amount(k, "rshift")   # arithmetic shift: floor division by 2**k
+        if k == 31:
+            return (self < 0).where(-1, 0)
+        return self // (1 << k) if k else self
+
+
+def _wrap_i32(v: int) -> int:
+    return (v + 2 ** 31) % 2 ** 32 - 2 ** 31
+
+
+def _round_to_i32(x):
+    """An f32 tensor to the nearest i32 (half away from zero), clamped to the i32 range."""
+    x = x.clamp(float(I32_MIN), LARGEST_F32_BELOW_2_31)
+    return (x + (x < 0).where(-0.5, 0.5)).astype(DType.i32)
+
+
+def _powers_of_two(like):
+    """An i32 vector [1, 2, 4, ..., 2**30] built from one constant by doubling with cat."""
+    from compiler.tensor import Tensor, cat
+    v = Tensor.full((1,), 1, DType.i32)
+    while v.shape[0] < 31:
+        v = cat([v, v * _wrap_i32(1 << v.shape[0])])
+    return v[:31]
+
+
+def _i32_and(a, b):
+    """a & b on i32: bit k of a non-negative v is fmod(v, 2**(k+1)) >= 2**k (for k = 30 the
+    divisor wraps to INT_MIN, and fmod(v, INT_MIN) = v); the sign bit is v < 0."""
+    p = _powers_of_two(a)
+    two_p = p * 2   # the last entry wraps to INT_MIN
+
+    def low_bits(v):   # v without its sign bit (v + 2**31 for negative v), on a new last axis
+        low = (v < 0).where(v + I32_MIN, v)
+        x = low.unsqueeze(-1).expand(low.shape + (31,))
+        return x.fmod(two_p) >= p
+
+    both = low_bits(a).logical_and(low_bits(b))
+    low = both.where(p, 0).sum(-1)
+    return low + (a < 0).logical_and(b < 0).where(I32_MIN, 0)

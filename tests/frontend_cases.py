@@ -1,0 +1,471 @@
+"""More rows of the frontend case table (tests/test_frontend_ops.py): rounding, activations,
+floor division, integer bitwise ops, more reductions and movement, einsum, convolutions,
+pooling, interpolation, norms and losses; each against numpy (float64) and PyTorch.
+
+Shapes include size-0 axes and 0-d tensors where the op takes them."""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+from hypothesis import strategies as st
+
+import compiler
+import compiler.functional as F
+import np_reference as R
+from ir.dtypes import DType
+from test_frontend_ops import SIZES, Case, _t, _tf, one, reduce_params, shape_of, two_broadcast
+
+SIZES0 = SIZES + [0]
+I32 = [DType.i32]
+
+
+def one0(data):   # any rank 0..3, size-0 axes included
+    return [tuple(data.draw(st.lists(st.sampled_from(SIZES0), max_size=3)))], {}
+
+
+def two0(data):
+    s = tuple(data.draw(st.lists(st.sampled_from(SIZES0), max_size=3)))
+    other = tuple(1 if data.draw(st.booleans()) else x for x in s[data.draw(st.integers(0, len(s))):])
+    return ([s, other] if data.draw(st.booleans()) else [other, s]), {}
+
+
+def reduce0(data):
+    shapes, params = reduce_params(data)
+    s = list(shapes[0])
+    if data.draw(st.booleans()):
+        s[data.draw(st.integers(0, len(s) - 1))] = 0
+    return [tuple(s)], params
+
+
+def torch_quiet(fn):
+    def wrapped(*a, **k):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*a, **k)
+    return wrapped
+
+
+def np_sign(a):
+    return np.where(np.isnan(a), 0.0, np.sign(a))
+
+
+def np_softplus(a):
+    return np.where(a > 20, a, np.log1p(np.exp(np.minimum(a, 20))))
+
+
+def np_floordiv(a, b):
+    return np.floor_divide(a, b)
+
+
+def np_i64(fn):
+    return lambda *xs: fn(*(x.astype(np.int64) for x in xs))
+
+
+def i32_wrap(x):
+    return ((np.asarray(x, np.int64) + 2 ** 31) % 2 ** 32 - 2 ** 31)
+
+
+def np_std(a, axes, keepdim):
+    n = math.prod(a.shape[x] for x in axes)
+    if n <= 1:
+        return np.full(np.sum(a, axes, keepdims=keepdim).shape, np.nan)
+    return a.std(axes, keepdims=keepdim, ddof=1)
+
+
+def np_logsumexp(a, axes, keepdim):
+    if any(a.shape[x] == 0 for x in axes):
+        return np.full(np.sum(a, axes, keepdims=keepdim).shape, -np.inf)
+    m = a.max(axes, keepdims=True)
+    out = np.log(np.exp(a - m).sum(axes, keepdims=True)) + m
+    return out if keepdim else np.squeeze(out, axes)
+
+
+# --- movement parameters ------------------------------------------------------------------------
+
+def axes_subset(data, rank):
+    axes = data.draw(st.lists(st.integers(0, rank - 1), unique=True, max_size=rank)) if rank else []
+    return tuple(a - rank if data.draw(st.booleans()) else a for a in axes)
+
+
+def flip_params(data):
+    s = tuple(data.draw(st.lists(st.sampled_from(SIZES0), min_size=1, max_size=3)))
+    return [s], {"dims": axes_subset(data, len(s))}
+
+
+def roll_params(data):
+    s = shape_of(data, 1)
+    k = data.draw(st.integers(1, len(s)))
+    dims = tuple(data.draw(st.permutations(range(len(s))))[:k])
+    return [s], {"shifts": tuple(data.draw(st.integers(-15, 15)) for _ in dims), "dims": dims}
+
+
+def repeat_params(data):
+    s = shape_of(data, 0, 2)
+    extra = data.draw(st.integers(0, 1))
+    return [s], {"sizes": tuple(data.draw(st.sampled_from([0, 1, 2, 3])) for _ in range(len(s) + extra))}
+
+
+def split_params(data):
+    s = shape_of(data, 1)
+    dim = data.draw(st.integers(-len(s), len(s) - 1))
+    return [s], {"dim": dim, "k": data.draw(st.integers(1, 4))}
+
+
+def pad_mode_params(data):   # torch pads the trailing axes of a batched input in these modes
+    s = shape_of(data, 2, 4)
+    mode = data.draw(st.sampled_from(["reflect", "replicate", "circular"]))
+    pad = []
+    for n in reversed(s[max(len(s) - 3, 1):]):
+        hi = n - 1 if mode == "reflect" else n if mode == "circular" else 3
+        pad += [data.draw(st.integers(0, hi)), data.draw(st.integers(0, hi))]
+    return [s], {"pad": tuple(pad), "mode": mode}
+
+
+def movedim_params(data):
+    s = shape_of(data, 1)
+    k = data.draw(st.integers(1, len(s)))
+    src = tuple(data.draw(st.permutations(range(len(s))))[:k])
+    dst = tuple(data.draw(st.permutations(range(len(s))))[:k])
+    return [s], {"src": src, "dst": dst}
+
+
+def unfold_params(data):
+    s = shape_of(data, 1)
+    dim = data.draw(st.integers(0, len(s) - 1))
+    return [s], {"dim": dim, "size": data.draw(st.integers(1, s[dim])), "step": data.draw(st.integers(1, 3))}
+
+
+def diagonal_params(data):
+    s = shape_of(data, 2)
+    a, b = data.draw(st.permutations(range(len(s))))[:2]
+    return [s], {"offset": data.draw(st.integers(-2, 2)), "d1": a, "d2": b}
+
+
+EINSUMS = [("ij,jk->ik", [(3, 4), (4, 5)]), ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]), ("ii->i", [(3, 3)]),
+           ("ij->", [(3, 4)]), ("i,j->ij", [(3,), (4,)]), ("...ij,...jk", [(2, 3, 4), (4, 5)]),
+           ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]), ("ijk,jkl,lm->im", [(2, 3, 4), (3, 4, 5), (5, 2)]),
+           ("iij->j", [(3, 3, 2)]), ("ij,ij->i", [(3, 4), (1, 4)]), ("nchw,oc->nohw", [(2, 3, 4, 5), (6, 3)]),
+           ("i,i", [(0,), (0,)])]
+
+
+def einsum_params(data):
+    eq, shapes = data.draw(st.sampled_from(EINSUMS))
+    return shapes, {"eq": eq}
+
+
+# --- convolution and pooling parameters --------------------------------------------------------------
+
+def conv_params(nd, transposed=False):
+    def gen(data):
+        groups = data.draw(st.sampled_from([1, 1, 2]))
+        cg, og, n = data.draw(st.integers(1, 3)), data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2))
+        kernel = [data.draw(st.integers(1, 3)) for _ in range(nd)]
+        stride = [data.draw(st.integers(1, 2)) for _ in range(nd)]
+        dilation = [data.draw(st.integers(1, 2)) for _ in range(nd)]
+        padding = [data.draw(st.integers(0, 1)) for _ in range(nd)]
+        size = [d * (k - 1) + 1 + data.draw(st.integers(0, 4)) for k, d in zip(kernel, dilation)]
+        params = {"stride": tuple(stride), "padding": tuple(padding), "dilation": tuple(dilation), "groups": groups}
+        if transposed:
+            params["output_padding"] = tuple(data.draw(st.integers(0, max(s, d) - 1)) for s, d in zip(stride, dilation))
+            params["padding"] = tuple(min(p, d * (k - 1)) for p, d, k in zip(padding, dilation, kernel))
+            return [(n, cg * groups) + tuple(size), (cg * groups, og) + tuple(kernel), (og * groups,)], params
+        params["padding_mode"] = mode = data.draw(st.sampled_from(["zeros", "reflect", "replicate", "circular"]))
+        if mode == "reflect":
+            params["padding"] = tuple(min(p, n - 1) for p, n in zip(padding, size))
+        return [(n, cg * groups) + tuple(size), (og * groups, cg) + tuple(kernel), (og * groups,)], params
+    return gen
+
+
+def torch_conv(nd):
+    def run(x, w, b, stride, padding, dilation, groups, padding_mode):
+        if padding_mode != "zeros":
+            pads = [p for v in reversed(padding) for p in (v, v)]
+            x = _tf().pad(x, pads, mode=padding_mode)
+            padding = 0
+        return getattr(_tf(), f"conv{nd}d")(x, w, b, stride, padding, dilation, groups)
+    return run
+
+
+def pool_params(nd, kind):
+    def gen(data):
+        kernel = tuple(data.draw(st.integers(1, 3)) for _ in range(nd))
+        params = {"kernel_size": kernel, "stride": data.draw(st.sampled_from([None, 1, 2, 3])),
+                  "padding": tuple(data.draw(st.integers(0, k // 2)) for k in kernel),
+                  "ceil_mode": data.draw(st.booleans())}
+        if kind == "max":
+            params["dilation"] = tuple(data.draw(st.integers(1, 2)) for _ in range(nd))
+        else:
+            params["count_include_pad"] = data.draw(st.booleans())
+        dil = params.get("dilation", (1,) * nd)
+        size = tuple(d * (k - 1) + 1 + data.draw(st.integers(0, 5)) for k, d in zip(kernel, dil))
+        lead = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)))
+        return [lead + size], params
+    return gen
+
+
+def adaptive_params(nd):
+    def gen(data):
+        size = tuple(data.draw(st.integers(1, 9)) for _ in range(nd))
+        out = tuple(data.draw(st.integers(1, s + 2)) for s in size)
+        return [(data.draw(st.integers(1, 2)), 2) + size], {"out": out}
+    return gen
+
+
+def interp_params(nd, mode):
+    def gen(data):
+        size = tuple(data.draw(st.integers(1, 6)) for _ in range(nd))
+        out, ac = [], data.draw(st.booleans()) if mode != "nearest" else None
+        for n in size:
+            kind = data.draw(st.sampled_from(["up", "down", "same", "any"]))
+            if kind == "up":
+                m = n * data.draw(st.integers(2, 3))
+            elif kind == "down" and n > 1:
+                divs = [d for d in range(1, n + 1) if n % d == 0]
+                m = data.draw(st.sampled_from(divs))
+            elif kind == "any" and mode == "nearest":
+                m = data.draw(st.integers(1, 13))
+            else:
+                m = n
+            if ac and m > 1 and n > 1 and (m - 1) % (n - 1):
+                m = (n - 1) * data.draw(st.integers(1, 3)) + 1
+            if ac is False and n % m and m % n:
+                m = n
+            out.append(m)
+        return [(data.draw(st.integers(1, 2)), 2) + size], {"size": tuple(out), "ac": ac}
+    return gen
+
+
+def norm_params(kind):
+    def gen(data):
+        c = data.draw(st.sampled_from([2, 4, 6]))
+        shape = (data.draw(st.integers(1, 3)), c) + tuple(data.draw(st.lists(st.sampled_from([2, 3, 5]),
+                                                                          min_size=1, max_size=2)))
+        params = {"groups": data.draw(st.sampled_from([1, 2]))} if kind == "group" else {}
+        return [shape, (c,), (c,), (c,), (c,)], params
+    return gen
+
+
+def loss_params(data):
+    s = shape_of(data, 1)
+    return [s, s], {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"]))}
+
+
+def class_params(data):
+    n, c = data.draw(st.integers(1, 4)), data.draw(st.integers(2, 5))
+    extra = tuple(data.draw(st.lists(st.sampled_from([1, 3]), max_size=1)))
+    return [(n, c) + extra, (n, c) + extra, (c,)], {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"])),
+                                                    "smoothing": data.draw(st.sampled_from([0.0, 0.1]))}
+
+
+def np_reduce(loss, reduction):
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def np_bce_logits(x, y, reduction):
+    return np_reduce(np.maximum(x, 0) - x * y + np.log1p(np.exp(-np.abs(x))), reduction)
+
+
+def np_cross_entropy(x, p, w, reduction, smoothing):
+    c = x.shape[1]
+    p = p / p.sum(1, keepdims=True)
+    p = p * (1 - smoothing) + smoothing / c
+    loss = -(p * R.log_softmax(x, 1) * R.channel(w, x.ndim)).sum(1)
+    return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
+
+
+def ce_ours(x, p, w, reduction, smoothing):
+    return F.cross_entropy(x, p / p.sum(1, keepdim=True), w, reduction, smoothing)
+
+
+def ce_torch(x, p, w, reduction, smoothing):
+    return _tf().cross_entropy(x, p / p.sum(1, keepdim=True), w, reduction=reduction, label_smoothing=smoothing)
+
+
+NEW_CASES = [
+    # rounding and sign (exact; halves too), with size-0 and 0-d shapes
+    Case("floor", lambda a: a.floor(), np.floor, lambda a: a.floor(), one0, domain="small_finite"),
+    Case("ceil", lambda a: a.ceil(), np.ceil, lambda a: a.ceil(), one0, domain="small_finite"),
+    Case("round", lambda a: a.round(), np.round, lambda a: a.round(), one0, domain="small_finite"),
+    Case("round_any", lambda a: a.round(), np.round, lambda a: a.round(), one0),
+    Case("trunc", lambda a: a.trunc(), np.trunc, lambda a: a.trunc(), one0, domain="small_finite"),
+    Case("frac", lambda a: a.frac(), lambda a: a - np.trunc(a), lambda a: a.frac(), one0),
+    Case("sign", lambda a: a.sign(), np_sign, lambda a: a.sign(), one0, domain="small"),
+    Case("int_rounding", lambda a: a.floor() + a.ceil() * 2 + a.round() * 3 + a.trunc() * 4 + a.sign(),
+         lambda a: a * 10 + np.sign(a), lambda a: a.floor() + a.ceil() * 2 + a.round() * 3 + a.trunc() * 4 + a.sign(),
+         one0, dtypes=I32),
+    # transcendental composites and activations
+    Case("tan", lambda a: a.tan(), np.tan, lambda a: a.tan(), one0, domain="unit", scale=8),
+    Case("atan", lambda a: a.atan(), np.arctan, lambda a: a.atan(), one0, scale=4),
+    Case("log1p", lambda a: a.log1p(), np.log1p, lambda a: a.log1p(), one0, domain="above_minus_one", scale=4),
+    Case("expm1", lambda a: a.expm1(), np.expm1, lambda a: a.expm1(), one0, scale=4),
+    Case("softplus", lambda a: F.softplus(a), np_softplus, lambda a: _tf().softplus(a), one0, scale=4),
+    Case("softplus_beta", lambda a: F.softplus(a, 2.0, 3.0),
+         lambda a: np.where(2 * a > 3, a, np.log1p(np.exp(2 * a)) / 2), lambda a: _tf().softplus(a, 2.0, 3.0), one0,
+         scale=4),
+    Case("leaky_relu", lambda a: F.leaky_relu(a, 0.1), lambda a: np.where(a > 0, a, 0.1 * a),
+         lambda a: _tf().leaky_relu(a, 0.1), one0),
+    Case("elu", lambda a: F.elu(a, 0.7), lambda a: np.where(a > 0, a, 0.7 * np.expm1(a)),
+         lambda a: _tf().elu(a, 0.7), one0, scale=4),
+    Case("selu", lambda a: F.selu(a), lambda a: 1.0507009873554805 * np.where(a > 0, a, 1.6732632423543772 * np.expm1(a)),
+         lambda a: _tf().selu(a), one0, scale=4),
+    Case("hardtanh", lambda a: F.hardtanh(a, -0.5, 1.5), lambda a: np.clip(a, -0.5, 1.5),
+         lambda a: _tf().hardtanh(a, -0.5, 1.5), one0),
+    Case("relu6", lambda a: F.relu6(a * 4), lambda a: np.clip(a * 4, 0, 6), lambda a: _tf().relu6(a * 4), one0),
+    Case("hardsigmoid", lambda a: F.hardsigmoid(a * 3), lambda a: np.clip(a * 3 + 3, 0, 6) / 6,
+         lambda a: _tf().hardsigmoid(a * 3), one0, scale=2),
+    Case("hardswish", lambda a: F.hardswish(a * 3), lambda a: a * 3 * np.clip(a * 3 + 3, 0, 6) / 6,
+         lambda a: _tf().hardswish(a * 3), one0, scale=4),
+    Case("mish", lambda a: F.mish(a), lambda a: a * np.tanh(np_softplus(a)), lambda a: _tf().mish(a), one0, scale=8),
+    Case("logsigmoid", lambda a: F.logsigmoid(a), lambda a: -np_softplus(-a), lambda a: _tf().logsigmoid(a), one0,
+         scale=4),
+    # floor division (Python/torch semantics) and i32 bitwise ops, exact over the whole range
+    Case("floordiv", lambda a, b: a // b, np_floordiv, lambda a, b: a // b, two0, domain="nonzero", scale=2),
+    Case("floordiv_scalar", lambda a: a // -0.75, lambda a: np.floor_divide(a, -0.75), lambda a: a // -0.75, one0,
+         scale=2),
+    Case("floordiv_i32", lambda a, b: a // (b * b + 1), lambda a, b: np.floor_divide(a, b * b + 1),
+         lambda a, b: a // (b * b + 1), two0, dtypes=I32),
+    Case("floordiv_i32_wide", lambda a, b: a // b, np_i64(lambda a, b: np.where(b == 0, 0, i32_wrap(
+         np.floor_divide(a, np.where(b == 0, 1, b))))), None, two_broadcast, dtypes=I32, domain="int_wide"),
+    Case("bitwise_i32", lambda a, b: (a & b) + (a | b) * 3 + (a ^ b) * 5 + ~a,
+         np_i64(lambda a, b: i32_wrap((a & b) + (a | b) * 3 + (a ^ b) * 5 + ~a)),
+         lambda a, b: (a & b) + (a | b) * 3 + (a ^ b) * 5 + ~a, two_broadcast, dtypes=I32, domain="int_wide"),
+    Case("shifts_i32", lambda a: (a << 3) + (a >> 5) + (a >> 31), np_i64(lambda a: i32_wrap((a << 3) + (a >> 5) + (a >> 31))),
+         lambda a: (a << 3) + (a >> 5) + (a >> 31), one0, dtypes=I32, domain="int_wide"),
+    Case("bitwise_bool", lambda a, b: (a & b) | (~a ^ b), lambda a, b: (a.astype(bool) & b.astype(bool)) |
+         (~a.astype(bool) ^ b.astype(bool)), lambda a, b: (a & b) | (~a ^ b), two0, dtypes=[DType.bool], domain="bool"),
+    Case("min_i32", lambda a, axes, keepdim: a.min(axes, keepdim),
+         lambda a, axes, keepdim: a.min(axes, keepdims=keepdim), lambda a, axes, keepdim: a.amin(axes, keepdim),
+         reduce_params, dtypes=I32, domain="int_wide"),
+    Case("pow_float_of_i32", lambda a: a ** 2.0, lambda a: a ** 2.0, lambda a: a ** 2.0, one0, dtypes=I32),
+    Case("pow_negative_base", lambda a: (a * 3) ** 0.3 + (a * 2) ** 3.0,
+         lambda a: np.where(a * 3 == -np.inf, np.inf, (a * 3) ** 0.3) + (a * 2) ** 3.0,
+         lambda a: (a * 3) ** 0.3 + (a * 2) ** 3.0, one0, scale=8),
+    # reductions
+    Case("prod", lambda a, axes, keepdim: a.prod(axes, keepdim) if len(axes) == 1 else a.prod(),
+         lambda a, axes, keepdim: a.prod(axes, keepdims=keepdim) if len(axes) == 1 else a.prod(),
+         lambda a, axes, keepdim: a.prod(axes[0], keepdim) if len(axes) == 1 else a.prod(),
+         reduce0, domain="near_one", scale=16),
+    Case("prod_i32", lambda a, axes, keepdim: a.prod(axes, keepdim),
+         lambda a, axes, keepdim: i32_wrap(np.prod(a.astype(np.int64), axes, keepdims=keepdim)), None,
+         reduce0, dtypes=I32),
+    Case("std", lambda a, axes, keepdim: a.std(axes, keepdim), np_std,
+         torch_quiet(lambda a, axes, keepdim: a.std(axes, keepdim=keepdim)), reduce_params, scale=16),
+    Case("all", lambda a, axes, keepdim: a.all(axes, keepdim), lambda a, axes, keepdim: np.all(a != 0, axes, keepdims=keepdim),
+         lambda a, axes, keepdim: a.all(dim=axes, keepdim=keepdim), reduce0, domain="small"),
+    Case("any", lambda a, axes, keepdim: a.any(axes, keepdim), lambda a, axes, keepdim: np.any(a != 0, axes, keepdims=keepdim),
+         lambda a, axes, keepdim: a.any(dim=axes, keepdim=keepdim), reduce0, domain="small"),
+    Case("count_nonzero", lambda a, axes, keepdim: a.count_nonzero(axes),
+         lambda a, axes, keepdim: np.count_nonzero(a, axes), lambda a, axes, keepdim: _t().count_nonzero(a, axes),
+         reduce0, domain="small"),
+    Case("logsumexp", lambda a, axes, keepdim: a.logsumexp(axes, keepdim), np_logsumexp,
+         lambda a, axes, keepdim: a.logsumexp(axes, keepdim), reduce0, scale=8),
+    # movement
+    Case("flip", lambda a, dims: a.flip(dims), lambda a, dims: np.flip(a, dims), lambda a, dims: a.flip(dims),
+         flip_params),
+    Case("roll", lambda a, shifts, dims: a.roll(shifts, dims), lambda a, shifts, dims: np.roll(a, shifts, dims),
+         lambda a, shifts, dims: a.roll(shifts, dims), roll_params),
+    Case("roll_flat", lambda a: a.roll(5), lambda a: np.roll(a, 5), lambda a: a.roll(5), lambda d: ([shape_of(d, 1)], {})),
+    Case("repeat", lambda a, sizes: a.repeat(sizes), lambda a, sizes: np.tile(a, sizes),
+         lambda a, sizes: a.repeat(sizes), repeat_params),
+    Case("tile", lambda a, sizes: a.tile(sizes[:1]), lambda a, sizes: np.tile(a, sizes[:1]),
+         lambda a, sizes: a.tile(sizes[:1]), repeat_params),
+    Case("chunk_split", lambda a, dim, k: compiler.cat(a.chunk(k, dim)[::-1] + a.split(k, dim), dim),
+         lambda a, dim, k: np.concatenate(np.array_split(a, range(-(-a.shape[dim] // k), a.shape[dim], -(-a.shape[dim] // k)), dim)[::-1]
+                                          + np.array_split(a, range(k, a.shape[dim], k), dim), dim),
+         lambda a, dim, k: _t().cat(a.chunk(k, dim)[::-1] + a.split(k, dim), dim), split_params),
+    Case("stack", lambda a, b: compiler.stack([a, b * 2, a], -1), lambda a, b: np.stack([a, b * 2, a], -1),
+         lambda a, b: _t().stack([a, b * 2, a], -1), lambda d: ([shape_of(d)] * 2, {})),
+    Case("narrow_movedim", lambda a, src, dst: a.movedim(src, dst).narrow(-1, 0, 1),
+         lambda a, src, dst: np.moveaxis(a, src, dst)[..., :1],
+         lambda a, src, dst: a.movedim(src, dst).narrow(-1, 0, 1), movedim_params),
+    Case("unflatten", lambda a: a.flatten().unflatten(0, (1, -1)), lambda a: a.reshape(1, -1),
+         lambda a: a.flatten().unflatten(0, (1, -1)), one),
+    Case("unfold", lambda a, dim, size, step: a.unfold(dim, size, step),
+         lambda a, dim, size, step: np.moveaxis(np.lib.stride_tricks.sliding_window_view(a, size, dim)[
+             (slice(None),) * dim + (slice(None, None, step),)], -1, -1),
+         lambda a, dim, size, step: a.unfold(dim, size, step), unfold_params),
+    Case("diagonal", lambda a, offset, d1, d2: a.diagonal(offset, d1, d2),
+         lambda a, offset, d1, d2: np.diagonal(a, offset, d1, d2),
+         lambda a, offset, d1, d2: a.diagonal(offset, d1, d2), diagonal_params),
+    Case("list_index", lambda a: a[..., [0, -1, 0]], lambda a: a[..., [0, -1, 0]], lambda a: a[..., [0, -1, 0]],
+         lambda d: ([shape_of(d, 1)], {})),
+    Case("pad_modes", lambda a, pad, mode: F.pad(a, pad, mode), lambda a, pad, mode: R.pad_torch_order(a, pad, mode),
+         lambda a, pad, mode: _tf().pad(a, pad, mode=mode), pad_mode_params),
+    Case("einsum", lambda *xs, eq: compiler.einsum(eq, *xs), lambda *xs, eq: np.einsum(eq, *xs),
+         lambda *xs, eq: _t().einsum(eq, *xs), einsum_params, scale=16),
+    # convolutions and pooling (window views)
+    Case("conv1d", lambda x, w, b, **p: F.conv1d(x, w, b, **p), lambda x, w, b, **p: R.conv(x, w, b, **p),
+         torch_conv(1), conv_params(1), scale=16),
+    Case("conv2d", lambda x, w, b, **p: F.conv2d(x, w, b, **p), lambda x, w, b, **p: R.conv(x, w, b, **p),
+         torch_conv(2), conv_params(2), scale=16),
+    Case("conv3d", lambda x, w, b, **p: F.conv3d(x, w, b, **p), lambda x, w, b, **p: R.conv(x, w, b, **p),
+         torch_conv(3), conv_params(3), scale=16),
+    Case("conv_transpose1d", lambda x, w, b, **p: F.conv_transpose1d(x, w, b, **p),
+         lambda x, w, b, **p: R.conv_transpose(x, w, b, **p), lambda x, w, b, **p: _tf().conv_transpose1d(x, w, b, **p),
+         conv_params(1, True), scale=16),
+    Case("conv_transpose2d", lambda x, w, b, **p: F.conv_transpose2d(x, w, b, **p),
+         lambda x, w, b, **p: R.conv_transpose(x, w, b, **p), lambda x, w, b, **p: _tf().conv_transpose2d(x, w, b, **p),
+         conv_params(2, True), scale=16),
+    Case("max_pool1d", lambda x, **p: F.max_pool1d(x, **p), lambda x, **p: R.pool(x, "max", **p),
+         lambda x, **p: _tf().max_pool1d(x, **p), pool_params(1, "max")),
+    Case("max_pool2d", lambda x, **p: F.max_pool2d(x, **p), lambda x, **p: R.pool(x, "max", **p),
+         lambda x, **p: _tf().max_pool2d(x, **p), pool_params(2, "max")),
+    Case("max_pool3d", lambda x, **p: F.max_pool3d(x, **p), lambda x, **p: R.pool(x, "max", **p),
+         lambda x, **p: _tf().max_pool3d(x, **p), pool_params(3, "max")),
+    Case("avg_pool1d", lambda x, **p: F.avg_pool1d(x, **p), lambda x, **p: R.pool(x, "avg", **p),
+         lambda x, **p: _tf().avg_pool1d(x, **p), pool_params(1, "avg"), scale=8),
+    Case("avg_pool2d", lambda x, **p: F.avg_pool2d(x, **p), lambda x, **p: R.pool(x, "avg", **p),
+         lambda x, **p: _tf().avg_pool2d(x, **p), pool_params(2, "avg"), scale=8),
+    Case("avg_pool3d", lambda x, **p: F.avg_pool3d(x, **p), lambda x, **p: R.pool(x, "avg", **p),
+         lambda x, **p: _tf().avg_pool3d(x, **p), pool_params(3, "avg"), dtypes=[DType.f32], scale=8),  # no f16 in torch
+    Case("adaptive_avg_pool2d", lambda x, out: F.adaptive_avg_pool2d(x, out),
+         lambda x, out: R.adaptive_pool(x, "avg", out), lambda x, out: _tf().adaptive_avg_pool2d(x, out),
+         adaptive_params(2), scale=8),
+    Case("adaptive_max_pool1d", lambda x, out: F.adaptive_max_pool1d(x, out),
+         lambda x, out: R.adaptive_pool(x, "max", out), lambda x, out: _tf().adaptive_max_pool1d(x, out),
+         adaptive_params(1)),
+    Case("adaptive_avg_pool3d", lambda x, out: F.adaptive_avg_pool3d(x, out),
+         lambda x, out: R.adaptive_pool(x, "avg", out), lambda x, out: _tf().adaptive_avg_pool3d(x, out),
+         adaptive_params(3), scale=8),
+    Case("interpolate_nearest", lambda x, size, ac: F.interpolate(x, size),
+         lambda x, size, ac: R.interpolate(x, size, "nearest"), lambda x, size, ac: _tf().interpolate(x, size),
+         interp_params(2, "nearest")),
+    Case("interpolate_bilinear", lambda x, size, ac: F.interpolate(x, size, mode="bilinear", align_corners=ac),
+         lambda x, size, ac: R.interpolate(x, size, "linear", ac),
+         lambda x, size, ac: _tf().interpolate(x, size, mode="bilinear", align_corners=ac),
+         interp_params(2, "bilinear"), scale=8),
+    Case("interpolate_linear", lambda x, size, ac: F.interpolate(x, size, mode="linear", align_corners=ac),
+         lambda x, size, ac: R.interpolate(x, size, "linear", ac),
+         lambda x, size, ac: _tf().interpolate(x, size, mode="linear", align_corners=ac),
+         interp_params(1, "linear"), scale=8),
+    # norms and losses
+    Case("batch_norm", lambda x, m, v, w, b: F.batch_norm(x, m, v * v + 0.5, w, b),
+         lambda x, m, v, w, b: R.batch_norm(x, m, v * v + 0.5, w, b),
+         lambda x, m, v, w, b: _tf().batch_norm(x, m, v * v + 0.5, w, b), norm_params("batch"), scale=16),
+    Case("instance_norm", lambda x, m, v, w, b: F.instance_norm(x, weight=w, bias=b),
+         lambda x, m, v, w, b: R.instance_norm(x, w, b), lambda x, m, v, w, b: _tf().instance_norm(x, weight=w, bias=b),
+         norm_params("instance"), scale=32),
+    Case("group_norm", lambda x, m, v, w, b, groups: F.group_norm(x, groups, w, b),
+         lambda x, m, v, w, b, groups: R.group_norm(x, groups, w, b),
+         lambda x, m, v, w, b, groups: _tf().group_norm(x, groups, w, b), norm_params("group"), scale=32),
+    Case("mse_loss", lambda a, b, reduction: F.mse_loss(a, b, reduction), lambda a, b, reduction: np_reduce((a - b) ** 2, reduction),
+         lambda a, b, reduction: _tf().mse_loss(a, b, reduction=reduction), loss_params, scale=16),
+    Case("l1_loss", lambda a, b, reduction: F.l1_loss(a, b, reduction), lambda a, b, reduction: np_reduce(np.abs(a - b), reduction),
+         lambda a, b, reduction: _tf().l1_loss(a, b, reduction=reduction), loss_params, scale=16),
+    Case("smooth_l1_loss", lambda a, b, reduction: F.smooth_l1_loss(a, b, reduction, beta=0.7),
+         lambda a, b, reduction: np_reduce(np.where(np.abs(a - b) < 0.7, 0.5 * (a - b) ** 2 / 0.7, np.abs(a - b) - 0.35), reduction),
+         lambda a, b, reduction: _tf().smooth_l1_loss(a, b, reduction=reduction, beta=0.7), loss_params, scale=16),
+    Case("huber_loss", lambda a, b, reduction: F.huber_loss(a, b, reduction, delta=1.3),
+         lambda a, b, reduction: np_reduce(np.where(np.abs(a - b) < 1.3, 0.5 * (a - b) ** 2, 1.3 * (np.abs(a - b) - 0.65)), reduction),
+         lambda a, b, reduction: _tf().huber_loss(a, b, reduction=reduction, delta=1.3), loss_params, scale=16),
+    Case("bce_with_logits", lambda a, b, reduction: F.binary_cross_entropy_with_logits(a * 4, b.sigmoid(), reduction=reduction),
+         lambda a, b, reduction: np_bce_logits(a * 4, 1 / (1 + np.exp(-b)), reduction),
+         lambda a, b, reduction: _tf().binary_cross_entropy_with_logits(a * 4, b.sigmoid(), reduction=reduction),
+         loss_params, scale=16),
+    Case("kl_div", lambda a, b, reduction: F.kl_div(a, b, reduction),
+         lambda a, b, reduction: np_reduce(np.where(b == 0, 0, b * np.log(np.where(b > 0, b, 1))) - b * a, reduction),
+         lambda a, b, reduction: _tf().kl_div(a, b, reduction=reduction), loss_params, domain="probability", scale=16),
+    Case("cross_entropy_probs", ce_ours, np_cross_entropy, ce_torch, class_params, domain="probability", scale=32),
+]
