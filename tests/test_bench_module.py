@@ -61,9 +61,9 @@ def test_module_bench_missing_file(tmp_path, capsys):
 
 
 def test_module_bench_rejects_a_wrong_result(tmp_path, monkeypatch):
-    from compiler.torch_backend import aten
+    from compiler.torch_backend import registry
     monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setitem(aten.OPS, "aten.relu.default", lambda self: self)   # a wrong translation
+    monkeypatch.setitem(registry.OPS, "aten.relu.default", lambda self: self)   # a wrong translation
     path, out = tmp_path / "small_mlp.py", tmp_path / "out.json"
     path.write_text(MODULE)
     assert cli.main(["--module", str(path), "--peers", "eager", "--json", str(out), *FAST]) == 1

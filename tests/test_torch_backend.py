@@ -122,7 +122,7 @@ def test_aten_translation_matches_torch(name):
 @pytest.mark.parametrize("diagonal", [-3, -1, 0, 1, 2, 9])
 def test_lower_triangle_matches_numpy(diagonal):
     import compiler
-    from compiler.torch_backend.aten import lower_triangle
+    from compiler.torch_backend.attention import lower_triangle
     from ir.interpreter import evaluate
     for rows, cols in [(1, 1), (1, 5), (5, 1), (4, 4), (3, 8), (8, 3)]:
         g = compiler.trace(lambda x: lower_triangle(rows, cols, diagonal).where(x, 0.0), compiler.spec((rows, cols)))

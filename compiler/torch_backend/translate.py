@@ -1,6 +1,6 @@
 """One FX node of an ATen graph -> lazy Saturn Tensors, and whether a node can be translated.
 
-`translate(node, env)` applies the node's `aten.OPS` entry to the Saturn values of its
+`translate(node, env)` applies the node's `registry.OPS` entry to the Saturn values of its
 arguments and checks the result against the node's recorded example value (shape; the dtype
 is cast to PyTorch's where promotion differs). `why_unsupported(node)` tries exactly that on
 fresh inputs of the argument shapes, so a node is kept in PyTorch, with the reason, before any
@@ -12,7 +12,8 @@ import operator
 
 from compiler.errors import SaturnError
 from compiler.tensor import Tensor
-from compiler.torch_backend.aten import OPS, Unsupported
+from compiler.torch_backend import aten, attention  # noqa: F401 - they fill OPS
+from compiler.torch_backend.registry import OPS, Unsupported
 from ir import node as N
 from ir.dtypes import DType
 

@@ -1,0 +1,93 @@
+"""Scaled dot-product attention and the triangular masks it needs, in Saturn's frontend."""
+from __future__ import annotations
+
+import math
+
+from compiler.tensor import Tensor
+from compiler.torch_backend.aten import _cast, logsumexp
+from compiler.torch_backend.registry import Unsupported, op
+from ir.dtypes import DType
+
+
+def lower_triangle(rows: int, cols: int, diagonal: int = 0) -> Tensor:
+    """The bool mask `j <= i + diagonal` of shape (rows, cols), from views of constants (there is
+    no iota op). A pattern p of period P = rows + cols read with row stride P - 1 gives row i,
+    column j the element p[(j - i) mod P]: p[k] holds for offset k (k < cols) or k - P (k >= cols)."""
+    period = rows + cols
+    if diagonal >= 0:
+        ranges = [(0, min(diagonal, cols - 1) + 1), (cols, period)]
+    else:
+        ranges = [(cols, max(cols, period + diagonal + 1))]
+    p = None
+    for start, stop in ranges:
+        if stop > start:
+            piece = Tensor.full((stop - start,), True, DType.bool).pad([(start, period - stop)])
+            p = piece if p is None else p.logical_or(piece)
+    if p is None:
+        return Tensor.full((rows, cols), False, DType.bool)
+    tiled = p.reshape(1, period).expand(rows, period).reshape(rows * period)
+    return tiled[: rows * (period - 1)].reshape(rows, period - 1)[:, :cols]
+
+
+@op("tril.default")
+def tril(self, diagonal=0):
+    return lower_triangle(*self.shape[-2:], diagonal).where(self, Tensor.full((), 0, self.dtype))
+
+
+@op("triu.default")
+def triu(self, diagonal=0):
+    return lower_triangle(*self.shape[-2:], diagonal - 1).where(Tensor.full((), 0, self.dtype), self)
+
+
+@op("_safe_softmax.default")
+def safe_softmax(self, dim, dtype=None):
+    """softmax, with 0 (not NaN) for rows that are entirely -inf (masked out)."""
+    x = _cast(self, dtype)
+    empty = (x == -math.inf).min(dim, keepdim=True)
+    return empty.where(0.0, x.softmax(dim)).astype(x.dtype if x.dtype.is_float else DType.f32)
+
+
+def attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    """softmax(q k^T * scale + mask) v over the last two axes; grouped heads (GQA) when key and
+    value have fewer heads than the query (query head h reads key head h // group)."""
+    *batch, heads, rows, d = query.shape
+    kv_heads = key.shape[-3] if key.ndim >= 3 else heads
+    cols = key.shape[-2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    q, k, v = query, key, value
+    group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else None
+    if kv_heads != heads:
+        if group is None:
+            raise Unsupported(f"{heads} query heads over {kv_heads} key heads")
+        q = q.reshape(*batch, kv_heads, group, rows, d)
+        k = k.unsqueeze(-3)
+        v = v.unsqueeze(-3)
+    scores = (q._float() @ k._float().transpose(-1, -2)) * scale
+    if kv_heads != heads:
+        scores = scores.reshape(*batch, heads, rows, cols)
+    if is_causal:
+        scores = lower_triangle(rows, cols).where(scores, -math.inf)
+    if attn_mask is not None:
+        scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == DType.bool else scores + attn_mask
+    probs = scores.softmax(-1)
+    if kv_heads != heads:
+        probs = probs.reshape(*batch, kv_heads, group, rows, cols)
+    out = (probs.astype(value.dtype) @ v) if value.dtype != DType.f32 else probs @ v
+    out = out.reshape(*batch, heads, rows, value.shape[-1])
+    return out.astype(query.dtype), scores
+
+
+@op("scaled_dot_product_attention.default")
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    if dropout_p:
+        raise Unsupported(f"attention dropout_p={dropout_p}")
+    return attention(query, key, value, attn_mask, is_causal, scale)[0]
+
+
+@op("_scaled_dot_product_flash_attention_for_cpu.default")
+def sdpa_flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
+    if dropout_p:
+        raise Unsupported(f"attention dropout_p={dropout_p}")
+    out, scores = attention(query, key, value, attn_mask, is_causal, scale)
+    return out, logsumexp(scores, [-1])
