@@ -70,6 +70,24 @@ def test_unknown_option_is_an_error():
         f(torch.ones(3))
 
 
+def test_inductor_mode_is_refused():
+    f = torch.compile(lambda x: x * 2, backend="saturn", mode="max-autotune")
+    with pytest.raises(Exception, match="Inductor preset"):
+        f(torch.ones(3))
+
+
+def test_inference_mode_runs_in_saturn():
+    torch.manual_seed(0)
+    model = MLP().eval()
+    compiled = torch.compile(model, backend="saturn", options=REFERENCE)
+    x = torch.randn(4, 32)
+    with torch.inference_mode():
+        got = compiled(x)
+    with torch.no_grad():
+        check(got, model(x), scale=10)
+    assert [r.status for r in explain(compiled).regions] == ["saturn"]
+
+
 # --- ATen translations against PyTorch (reference target: no search) -------------------------
 
 def _attention_gqa(q, k, v):

@@ -7,10 +7,11 @@ imports torch only when the backend runs, never on `import compiler`. See docs/t
 from __future__ import annotations
 
 
-def saturn_backend(gm, example_inputs, options=None):
-    """The torch.compile backend (Dynamo calls it with an FX graph and example inputs)."""
+def saturn_backend(gm, example_inputs, options=None, mode=None):
+    """The torch.compile backend (Dynamo calls it with an FX graph and example inputs).
+    Settings go in `options`; `mode` names Inductor's presets and is refused."""
     from compiler.torch_backend.backend import compile_graph
-    return compile_graph(gm, example_inputs, options)
+    return compile_graph(gm, example_inputs, options, mode)
 
 
 def explain(compiled=None):

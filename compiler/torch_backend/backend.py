@@ -101,9 +101,12 @@ def build(aten_gm, rec: GraphRecord, options: dict):
     return fused
 
 
-def compile_graph(gm, example_inputs, options: dict | None = None):
+def compile_graph(gm, example_inputs, options: dict | None = None, mode: str | None = None):
     """Dynamo's backend entry: returns the callable that runs `gm`."""
     import torch
+    if mode not in (None, "default"):
+        raise BackendOptionError(f"mode={mode!r} names an Inductor preset; Saturn takes options={{...}} "
+                                 "(e.g. {'budget': 10})", "torch.compile(backend='saturn')")
     opts = check_options(options)
     rec = new_record(*_frame())
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):

@@ -89,15 +89,13 @@ def compile_region(name: str, sub, options: dict):
     import compiler
     fn, placeholders = region_function(sub)
     fn.__name__ = name
-    specs = []
-    for p in placeholders:
-        shape, dtype = spec_of(p.meta["val"])
-        specs.append(compiler.spec(shape, dtype, p.name))
     out_arg = next(n for n in sub.graph.nodes if n.op == "output").args[0]
     returns_tuple = isinstance(out_arg, (tuple, list))
-    info = RegionInfo(name, count_ops(sub), [str(s) for s in specs], len(out_arg) if returns_tuple else 1)
+    info = RegionInfo(name, count_ops(sub), [], len(out_arg) if returns_tuple else 1)
     t0 = time.perf_counter()
     try:
+        specs = [compiler.spec(*spec_of(p.meta["val"]), p.name) for p in placeholders]
+        info.inputs = [str(s) for s in specs]
         compiled = compiler.compile(fn, *specs, **options)
     except Exception as e:  # noqa: BLE001 - any failure keeps the region correct, in PyTorch
         info.status, info.reason = "pytorch", f"Saturn could not compile it: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
