@@ -106,6 +106,8 @@ OPS = {  # name -> (function, input shapes)
     "logic_remainder": (lambda x, y: torch.where(torch.logical_or(x > 0, y < 0).all(-1, keepdim=True),
                                                   torch.remainder(x, 0.7), torch.fmod(y, 0.3))
                         + sum(torch.unbind(x, 1)).unsqueeze(1) * (x != y).any(0).float(), [(4, 5), (4, 5)]),
+    "bool_masks": (lambda x, y: torch.where((x > 0) & ~(y > 0) | (x < y) ^ (y > 1), x, x.new_ones((4, 5)) * 2)
+                   + x.new_zeros((5,)) + x.new_full((1, 5), 0.5), [(4, 5), (4, 5)]),
     "split_stack": (lambda x: torch.stack(list(torch.split(x, 2, dim=1)), 0).sum(0), [(3, 6)]),
     "pad_repeat": (lambda x: torch.nn.functional.pad(x, (1, -1, 2, 0), value=1.5).repeat(2, 1), [(3, 4)]),
     "softmax_norms": (lambda x, w: torch.softmax(x, -1) + torch.log_softmax(x, 0)

@@ -146,8 +146,7 @@ def logical_not(self):
 
 @op("bitwise_not.default")
 def bitwise_not(self):
-    if self.dtype != DType.bool:
-        raise Unsupported("bitwise not of an integer tensor")
+    _bools("bitwise_not", self)
     return self.logical_not()
 
 
@@ -164,6 +163,29 @@ def logical_or(self, other):
 @op("logical_xor.default")
 def logical_xor(self, other):
     return _as_bool(self).logical_xor(_as_bool(other))
+
+
+def _bools(op_name: str, *xs):
+    if any(isinstance(x, Tensor) and x.dtype != DType.bool for x in xs):
+        raise Unsupported(f"{op_name} of integer tensors (bitwise ops exist for bool only)")
+
+
+@op("bitwise_and.Tensor", "bitwise_and.Scalar")
+def bitwise_and(self, other):
+    _bools("bitwise_and", self, other)
+    return self.logical_and(other)
+
+
+@op("bitwise_or.Tensor", "bitwise_or.Scalar")
+def bitwise_or(self, other):
+    _bools("bitwise_or", self, other)
+    return self.logical_or(other)
+
+
+@op("bitwise_xor.Tensor", "bitwise_xor.Scalar")
+def bitwise_xor(self, other):
+    _bools("bitwise_xor", self, other)
+    return self.logical_xor(other)
 
 
 @op("where.self", "where.ScalarSelf", "where.ScalarOther", "where.Scalar")
@@ -334,6 +356,21 @@ def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
 @op("full_like.default")
 def full_like(self, fill_value, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     return Tensor.full(self.shape, fill_value, as_dtype(dtype) if dtype is not None else self.dtype)
+
+
+@op("new_full.default")
+def new_full(self, size, fill_value, dtype=None, layout=None, device=None, pin_memory=None):
+    return Tensor.full(tuple(size), fill_value, as_dtype(dtype) if dtype is not None else self.dtype)
+
+
+@op("new_zeros.default")
+def new_zeros(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return new_full(self, size, 0, dtype)
+
+
+@op("new_ones.default")
+def new_ones(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    return new_full(self, size, 1, dtype)
 
 
 @op("zeros_like.default")
