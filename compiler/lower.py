@@ -95,7 +95,9 @@ class _KernelBuilder:
         if self.axes:
             # a whole-tensor reduction (depth 0) inside a kernel with a parallel loop would be
             # recomputed by every chunk: give it its own (scalar) kernel instead
-            self.needs |= {self.origin[l.value] for l in self.lets if l.depth == 0 and l.value in self.origin}
+            # (unless it is the kernel's own node, e.g. a sum over a broadcast axis: stored per element)
+            self.needs |= {self.origin[l.value] for l in self.lets if l.depth == 0 and l.value in self.origin
+                           and self.origin[l.value] is not self.root}
         self.lets, tiles, runs = fuse_online(self.lets, self.axes)
         for run, name in runs.items():        # a separate running max has its max's variables
             self.let_vars[run] = self.let_vars[name]
@@ -104,30 +106,55 @@ class _KernelBuilder:
 
     # --- values -----------------------------------------------------------------------------
     def value(self, n: Node, idx: Index, root: bool = False) -> Value:
-        key = (n, to_flat(n.shape, idx), root)   # one canonical key per element, however addressed
-        v = self.memo.get(key)
-        if v is None:
-            v = self._value(n, idx, root)
-            self.memo[key] = v
-            self.origin.setdefault(v, n)
-        return v
+        """The value of node n at idx. Sub-values are requested by `_value` generators (a yield of
+        (node, index)) and built with an explicit stack, so program depth is not limited by Python's
+        recursion limit (a chain of 10,000 ops lowers)."""
+        key = self._key(n, idx, root)
+        if key in self.memo:
+            return self.memo[key]
+        stack = [(key, self._value(n, idx, root))]
+        sent = None
+        while stack:
+            key, gen = stack[-1]
+            try:
+                child, child_idx = gen.send(sent)
+            except StopIteration as done:
+                stack.pop()
+                sent = self.memo[key] = done.value
+                self.origin.setdefault(sent, key[0])
+                continue
+            ckey = self._key(child, child_idx, False)
+            if ckey in self.memo:
+                sent = self.memo[ckey]
+            else:
+                stack.append((ckey, self._value(child, child_idx, False)))
+                sent = None
+        return self.memo[self._key(n, idx, root)]
 
-    def _value(self, n: Node, idx: Index, root: bool) -> Value:
+    @staticmethod
+    def _key(n: Node, idx: Index, root: bool) -> tuple:
+        return (n, to_flat(n.shape, idx), root)   # one canonical key per element, however addressed
+
+    def _value(self, n: Node, idx: Index, root: bool):
+        """A generator: yields the (node, index) pairs whose values it needs, returns its value."""
         if n in self.buffers and not root:
             return Load(self.buffers[n], n.dtype, to_flat(n.shape, idx))
         if n.op == Op.CONST:
             return Const(n.arg, n.dtype)
         if n.op == Op.VIEW:
-            return self._view(n, idx)
+            return (yield from self._view(n, idx))
         if n.op == Op.CONTIGUOUS:
-            return self.value(n.srcs[0], idx)
+            return (yield n.srcs[0], idx)
         if n.op in ELEMENTWISE:
-            return Compute(n.op, n.dtype, tuple(self.value(s, idx) for s in n.srcs))
+            srcs = []
+            for s in n.srcs:
+                srcs.append((yield s, idx))
+            return Compute(n.op, n.dtype, tuple(srcs))
         if n.op in REDUCE:
-            return self._reduce(n, idx)
+            return (yield from self._reduce(n, idx))
         raise ValueError(f"cannot lower {n.op} (is an INPUT missing from the graph's inputs?)")
 
-    def _view(self, n: Node, idx: Index) -> Value:
+    def _view(self, n: Node, idx: Index):
         st = n.arg
         cur = to_multi(n.shape, idx)
         valid = []
@@ -148,14 +175,14 @@ class _KernelBuilder:
                 cur = to_multi(st.views[k - 1].shape, ("flat", flat))
         src = n.srcs[0]
         if not valid:
-            return self.value(src, ("flat", flat))
+            return (yield src, ("flat", flat))
         if src in self.buffers:
             return Load(self.buffers[src], src.dtype, flat, tuple(dict.fromkeys(valid)),
                         _fill_value(st.fill, n.dtype))
         self.needs.add(src)            # a padded read of a computed value: materialize it
         return Const(_fill_value(st.fill, n.dtype), n.dtype)
 
-    def _reduce(self, n: Node, idx: Index) -> Value:
+    def _reduce(self, n: Node, idx: Index):
         src = n.srcs[0]
         src_idx = list(to_multi(n.shape, idx))
         rvars = []
@@ -170,7 +197,7 @@ class _KernelBuilder:
             if n.op == Op.SUM:
                 return Const(0.0 if n.dtype.is_float else (False if n.dtype.name == "bool" else 0), n.dtype)
             return Const(float("-inf") if n.dtype.is_float else (False if n.dtype.name == "bool" else -2 ** 31), n.dtype)
-        body = self.value(src, ("multi", tuple(src_idx)))
+        body = yield src, ("multi", tuple(src_idx))
         if not rvars:
             return body
         red = Reduce(n.op, n.dtype, tuple(rvars), body)
@@ -226,17 +253,25 @@ class _KernelBuilder:
 
 
 def _subtree_weight(n: Node, buffers, memo) -> int:
-    if n in memo:
-        return memo[n]
-    if n in buffers or n.op in (Op.CONST, Op.INPUT):
-        w = 0
-    else:
-        # a reduction is judged by its own count (it is hoisted into a Let where it can be)
-        w = 0 if n.op in REDUCE else _OP_WEIGHT.get(n.op, 1 if n.op in ELEMENTWISE else 0)
-        if n.op not in REDUCE:
-            w += sum(_subtree_weight(s, buffers, memo) for s in n.srcs)
-    memo[n] = w
-    return w
+    """The work per element of n's inlined subtree (post-order with an explicit stack)."""
+    stack = [n]
+    while stack:
+        x = stack[-1]
+        if x in memo:
+            stack.pop()
+            continue
+        if x in buffers or x.op in (Op.CONST, Op.INPUT):
+            memo[x] = 0
+        elif x.op in REDUCE:
+            memo[x] = 0   # a reduction is judged by its own count (it is hoisted into a Let where it can be)
+        else:
+            pending = [s for s in x.srcs if s not in memo]
+            if pending:
+                stack.extend(pending)
+                continue
+            memo[x] = _OP_WEIGHT.get(x.op, 1 if x.op in ELEMENTWISE else 0) + sum(memo[s] for s in x.srcs)
+        stack.pop()
+    return memo[n]
 
 
 def _inlined_below(n: Node, buffers) -> set[Node]:
@@ -250,12 +285,73 @@ def _inlined_below(n: Node, buffers) -> set[Node]:
     return out
 
 
+def _reductions_below(c: Node) -> set[Node]:
+    """The reductions c's source reaches without passing through another reduction."""
+    out, seen, stack = set(), set(), list(c.srcs)
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if x.op in REDUCE:
+            out.add(x)
+        else:
+            stack.extend(x.srcs)
+    return out
+
+
+def _violators(counts: dict[Node, int], realized: set[Node], buffers, weights: dict) -> set[Node]:
+    """Inlined nodes computed too often for what they cost (see the module's docstring)."""
+    out = set()
+    for n, c in counts.items():
+        if n in realized or n.op in (Op.CONST, Op.INPUT, Op.VIEW) or n.numel == 0:
+            continue
+        if n.op in REDUCE and c > n.numel:
+            out.add(n)
+        elif c >= RECOMPUTE_FACTOR * n.numel and _subtree_weight(n, buffers, weights) >= EXPENSIVE:
+            out.add(n)
+    return out
+
+
+def _outermost(violators: set[Node], buffers) -> set[Node]:
+    below = set()
+    for v in violators:
+        below |= _inlined_below(v, buffers)
+    return {v for v in violators if v not in below} or violators
+
+
+def _reductions_materialized_by_level(graph: Graph, topo: dict[Node, int]) -> set[Node]:
+    """What the fix-point would materialize between each reduction and the reductions directly
+    below it (a product feeding a product, a norm's statistics feeding a product), found level by
+    level: each reduction is built once with only the region down to the next reductions inlined,
+    the deeper reductions read from buffers. This keeps partitioning linear in the depth of the
+    program; the fix-point alone first builds one kernel inlining every layer of a model, then
+    peels one level per round."""
+    reductions = [n for n in graph.nodes if n.op in REDUCE]
+    buffers = {n: "in" for n in graph.inputs} | {r: f"b{topo[r]}" for r in reductions}
+    out: set[Node] = set()
+    for c in reductions:
+        below = _reductions_below(c)
+        if not below or c.numel == 0:
+            continue
+        local = {n: v for n, v in buffers.items() if n not in below}
+        needs: set[Node] = set()
+        b = _KernelBuilder("k", c, local, needs)
+        counts: dict[Node, int] = defaultdict(int)
+        b.count_evaluations(b.build("out"), counts)
+        violators = _violators(counts, set(local), local, {}) | (needs - set(local))
+        if violators:
+            out |= _outermost(violators, local)
+    return out
+
+
 def partition(graph: Graph) -> list[Node]:
     """The nodes to materialize (besides inputs), in execution order."""
     nodes = graph.nodes
     topo = {n: i for i, n in enumerate(nodes)}
     realized = {n for n in graph.outputs if n.op != Op.INPUT}
     realized |= {n for n in nodes if n.op == Op.CONTIGUOUS}
+    realized |= _reductions_materialized_by_level(graph, topo)
     # per materialized node: (nodes its kernel inlines, its evaluation counts, its needs); a
     # kernel is rebuilt only when something it inlined became materialized
     built: dict[Node, tuple[set, dict, set]] = {}
@@ -264,6 +360,8 @@ def partition(graph: Graph) -> list[Node]:
         needs: set[Node] = set()
         counts: dict[Node, int] = defaultdict(int)
         for n in realized:
+            if n.numel == 0:
+                continue                    # an empty tensor has no kernel
             if n not in built or built[n][0] & realized:
                 kneeds: set[Node] = set()
                 kcounts: dict[Node, int] = defaultdict(int)
@@ -274,22 +372,11 @@ def partition(graph: Graph) -> list[Node]:
             needs |= kneeds
             for node, c in kcounts.items():
                 counts[node] += c
-        weights: dict[Node, int] = {}
-        violators = set(needs)
-        for n, c in counts.items():
-            if n in realized or n.op in (Op.CONST, Op.INPUT, Op.VIEW):
-                continue
-            if n.op in REDUCE and c > n.numel:
-                violators.add(n)
-            elif c >= RECOMPUTE_FACTOR * n.numel and _subtree_weight(n, buffers, weights) >= EXPENSIVE:
-                violators.add(n)
+        violators = (needs - realized) | _violators(counts, realized, buffers, {})
         if not violators:
             return sorted(realized, key=topo.__getitem__)
         # realize the outermost violators first; the ones they contain are re-judged next round
-        below = set()
-        for v in violators:
-            below |= _inlined_below(v, buffers)
-        realized |= {v for v in violators if v not in below} or violators
+        realized |= _outermost(violators, buffers)
     raise RuntimeError("partitioning did not converge")
 
 
@@ -327,6 +414,8 @@ def lower(graph: Graph) -> KernelProgram:
         flat = to_flat(n.shape, ("multi", idx))
         kernels.append(Kernel(b.name, b.axes, (), (Store(name, flat, Load(buffers[n], n.dtype, flat)),)))
     for n in realized:
+        if n.numel == 0:
+            continue
         kname = f"k{len(kernels)}_{n.op.value}"
         needs: set[Node] = set()
         kernels.append(_KernelBuilder(kname, n, buffers, needs).build(buffers[n]))

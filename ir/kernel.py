@@ -18,6 +18,7 @@ be rendered under many schedules.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from dataclasses import dataclass, fields
 
 from ir.dtypes import DType
@@ -27,7 +28,11 @@ class Struct:
     """Immutable value semantics with a cached hash (trees share sub-trees; hashing stays linear)."""
 
     def _key(self) -> tuple:
-        return tuple(getattr(self, f.name) for f in fields(self))
+        names = type(self).__dict__.get("_field_names")
+        if names is None:
+            names = tuple(f.name for f in fields(self))
+            type.__setattr__(type(self), "_field_names", names)
+        return tuple(getattr(self, n) for n in names)
 
     def __hash__(self) -> int:
         h = self.__dict__.get("_hash")
@@ -530,6 +535,25 @@ def walk(e: Value):
         stack.extend(reversed(children(x)))
 
 
+def postorder(e: Value, descend=None):
+    """Every sub-expression of e, children before parents, shared sub-trees once (an explicit
+    stack: expression depth is not limited by Python's recursion limit). With `descend`, only
+    the children of nodes for which descend(node) holds are visited."""
+    done, stack = set(), [e]
+    while stack:
+        x = stack[-1]
+        if x in done:
+            stack.pop()
+            continue
+        pending = [c for c in children(x) if c not in done] if descend is None or descend(x) else []
+        if pending:
+            stack.extend(reversed(pending))
+            continue
+        stack.pop()
+        done.add(x)
+        yield x
+
+
 def value_vars(e: Value, let_vars: dict[str, set[Var]] | None = None, _memo=None) -> set[Var]:
     """Loop variables a value depends on (reduction variables it binds itself excluded).
 
@@ -538,39 +562,64 @@ def value_vars(e: Value, let_vars: dict[str, set[Var]] | None = None, _memo=None
     memo = {} if _memo is None else _memo
     if e in memo:
         return memo[e]
-    if isinstance(e, Load):
-        out = set(e.index.vars())
-        for b in e.valid:
-            out |= b.expr.vars()
-    elif isinstance(e, Ref):
-        out = set(let_vars.get(e.name, ())) if let_vars else set()
-    elif isinstance(e, Reduce):
-        out = value_vars(e.body, let_vars, memo) - set(e.vars)
-    else:
-        out = set()
-        for c in children(e):
-            out |= value_vars(c, let_vars, memo)
-    memo[e] = out
-    return out
+    for x in postorder(e):
+        if x in memo:
+            continue
+        if isinstance(x, Load):
+            out = set(x.index.vars())
+            for b in x.valid:
+                out |= b.expr.vars()
+        elif isinstance(x, Ref):
+            out = set(let_vars.get(x.name, ())) if let_vars else set()
+        elif isinstance(x, Reduce):
+            out = memo[x.body] - set(x.vars)
+        else:
+            out = set()
+            for c in children(x):
+                out |= memo[c]
+        memo[x] = out
+    return memo[e]
+
+
+LISTING_LIMIT = 4000   # characters of a value's plain listing past which shared parts get names
 
 
 def format_value(e: Value) -> str:
-    if isinstance(e, Load):
-        s = f"{e.buffer}[{e.index}]"
-        if e.valid:
-            s += " if " + " and ".join(map(str, e.valid)) + f" else {e.fill}"
-        return s
-    if isinstance(e, Const):
-        return repr(e.value)
-    if isinstance(e, Ref):
-        return e.name
-    if isinstance(e, Reduce):
-        vs = ", ".join(f"{v.name}<{v.extent}" for v in e.vars)
-        return f"{e.op.value}[{vs}]({format_value(e.body)})"
-    args = ", ".join(format_value(s) for s in e.srcs)
-    if e.op == Op.CAST:
-        return f"cast<{e.dtype.value}>({args})"
-    return f"{e.op.value}({args})"
+    """A value as text. Shared sub-expressions are written out at each use, unless that makes the
+    text longer than LISTING_LIMIT (a chain of relus doubles it per op): then every shared
+    non-leaf sub-expression is listed once as `where vN = ...`."""
+    order = list(postorder(e))
+    size: dict[Value, int] = {}
+    uses: dict[Value, int] = defaultdict(int)
+    for x in order:
+        size[x] = 8 + sum(size[c] for c in children(x))
+        for c in children(x):
+            uses[c] += 1
+    named = {} if size[e] <= LISTING_LIMIT else \
+        {x: f"v{i}" for i, x in enumerate(x for x in order if uses[x] > 1 and children(x))}
+    text: dict[Value, str] = {}
+    for x in order:
+        if isinstance(x, Load):
+            t = f"{x.buffer}[{x.index}]"
+            if x.valid:
+                t += " if " + " and ".join(map(str, x.valid)) + f" else {x.fill}"
+        elif isinstance(x, Const):
+            t = repr(x.value)
+        elif isinstance(x, Ref):
+            t = x.name
+        elif isinstance(x, Reduce):
+            vs = ", ".join(f"{v.name}<{v.extent}" for v in x.vars)
+            t = f"{x.op.value}[{vs}]({text[x.body]})"
+        else:
+            args = ", ".join(text[s] for s in x.srcs)
+            t = f"cast<{x.dtype.value}>({args})" if x.op == Op.CAST else f"{x.op.value}({args})"
+        text[x] = named.get(x, t)
+        if x in named:
+            named[x] = (named[x], t)
+    if not named:
+        return text[e]
+    defs = [f"{name} = {t}" for x, (name, t) in named.items() if x is not e]
+    return f"{named[e][1] if e in named else text[e]} where " + "; ".join(defs)
 
 
 def format_kernel(k: Kernel) -> str:
@@ -645,11 +694,11 @@ def _eval_kernel(k: Kernel, bufs) -> None:
     memo: dict[Value, object] = {}
 
     def ev(e: Value):
-        if e in memo:
-            return memo[e]
-        r = _eval_value(e, ev, lin, env, bufs, pos, ndim)
-        memo[e] = r
-        return r
+        if e not in memo:
+            for x in postorder(e):      # children first: _eval_value's own ev() calls are lookups
+                if x not in memo:
+                    memo[x] = _eval_value(x, ev, lin, env, bufs, pos, ndim)
+        return memo[e]
 
     for let in k.lets:
         if isinstance(let, Online):   # its meaning: the max over var, then the sums at that max
@@ -738,14 +787,16 @@ def map_leaves(e: Value, leaf, _memo=None) -> Value:
     memo = {} if _memo is None else _memo
     if e in memo:
         return memo[e]
-    if isinstance(e, Compute):
-        r = Compute(e.op, e.dtype, tuple(map_leaves(s, leaf, memo) for s in e.srcs))
-    elif isinstance(e, Reduce):
-        r = Reduce(e.op, e.dtype, e.vars, map_leaves(e.body, leaf, memo))
-    else:
-        r = leaf(e)
-    memo[e] = r
-    return r
+    for x in postorder(e):
+        if x in memo:
+            continue
+        if isinstance(x, Compute):
+            memo[x] = Compute(x.op, x.dtype, tuple(memo[s] for s in x.srcs))
+        elif isinstance(x, Reduce):
+            memo[x] = Reduce(x.op, x.dtype, x.vars, memo[x.body])
+        else:
+            memo[x] = leaf(x)
+    return memo[e]
 
 
 def substitute(e: Value, mapping: dict[Var, Lin], _memo=None) -> Value:

@@ -21,7 +21,7 @@ from backends.llvm.common import (COMPUTE, F16, F32, FAST, I1, I8, I16, I32, I64
 from backends.llvm.online import OnlineRenderer, _Row
 from ir.dtypes import DType
 from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load, Online,
-                       Reduce, Ref, Schedule, Value, Var, as_lin, substitute, value_vars, walk)
+                       Reduce, Ref, Schedule, Value, Var, as_lin, postorder, substitute, value_vars, walk)
 from ir.ops import Op
 
 MAX_ROW_CACHE = 16384       # floats of stack per row cache
@@ -303,12 +303,24 @@ class KernelRenderer(OnlineRenderer):
 
     # --- values ---------------------------------------------------------------------------
     def value(self, e: Value) -> ir.Value:
+        v = self._emitted(e)
+        if v is not None:
+            return v
+        if isinstance(e, Compute):
+            # emit the elementwise tree children first, so its depth needs no recursion (a
+            # reduction met on the way emits its own body inside its loop, as a leaf here)
+            for x in postorder(e, lambda x: isinstance(x, Compute) and self._emitted(x) is None):
+                if self._emitted(x) is None:
+                    self.scopes[-1][x] = self._value(x)
+            return self.scopes[-1][e]
+        v = self.scopes[-1][e] = self._value(e)
+        return v
+
+    def _emitted(self, e: Value) -> ir.Value | None:
         for scope in reversed(self.scopes):
             if e in scope:
                 return scope[e]
-        v = self._value(e)
-        self.scopes[-1][e] = v
-        return v
+        return None
 
     def _value(self, e: Value) -> ir.Value:
         b = self.b
