@@ -25,7 +25,7 @@ from collections import defaultdict
 from ir.graph import Graph
 from compiler.online import fuse_online
 from ir.kernel import (Buffer, Compute, Const, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce, Ref,
-                       Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars)
+                       Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
 from ir.node import Node
 from ir.ops import ELEMENTWISE, REDUCE, Op
 
@@ -34,6 +34,7 @@ _OP_WEIGHT = {Op.EXP2: 4, Op.LOG2: 4, Op.SIN: 4, Op.SQRT: 4, Op.RECIP: 4}
 EXPENSIVE = 4          # an inlined subtree at least this heavy is not recomputed per broadcast...
 RECOMPUTE_FACTOR = 4   # ...this many times per element (softmax's exp, recomputed twice, stays fused)
 MAX_ROUNDS = 200
+PRODUCT_MIN_EXTENT = 16  # a full-depth sum at least this long counts as a product (see build)
 
 # An index is ("flat", Lin) into a node's contiguous layout or ("multi", (Lin per axis)).
 Index = tuple
@@ -98,6 +99,16 @@ class _KernelBuilder:
             # (unless it is the kernel's own node, e.g. a sum over a broadcast axis: stored per element)
             self.needs |= {self.origin[l.value] for l in self.lets if l.depth == 0 and l.value in self.origin
                            and self.origin[l.value] is not self.root}
+            # a contraction kernel has one accumulator per output element: a second product at
+            # full depth (SwiGLU's silu(x @ w_gate) * (x @ w_up)) gets its own kernel, and the
+            # last becomes the kernel's product with the first read as its epilogue's operand
+            products = [l for l in self.lets if l.depth == len(self.axes) and isinstance(l.value, Reduce)
+                        and l.value.op == Op.SUM and l.value in self.origin
+                        and math.prod(v.extent for v in l.value.vars) >= PRODUCT_MIN_EXTENT]
+            last = products[-1].value if products else None
+            used_by_last = {x.name for x in walk(last) if isinstance(x, Ref)} if last is not None else set()
+            self.needs |= {self.origin[l.value] for l in products[:-1]
+                           if self.origin[l.value] is not self.root and l.name not in used_by_last}
         self.lets, tiles, runs = fuse_online(self.lets, self.axes)
         for run, name in runs.items():        # a separate running max has its max's variables
             self.let_vars[run] = self.let_vars[name]

@@ -415,8 +415,9 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
         runner.add_data(odd_key, odd_inputs, [verify.reference(variant.graph, s) for s in odd_inputs], out_dtypes)
-    input_sets = verify.verification_inputs(graph, options.seed)
-    if verify.reference_work(graph) <= options.reference_limit:
+    bounded = verify.reference_work(graph) <= options.reference_limit
+    input_sets = verify.verification_inputs(graph, options.seed, bounded)
+    if bounded:
         expected = [verify.reference(graph, s) for s in input_sets]
     else:
         expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)

@@ -33,9 +33,10 @@ def random_inputs(graph: Graph, seed: int, scale: float = 1.0, shift: float = 0.
     return numerics.random_inputs(graph.inputs, seed, numerics.Family("scaled", scale, shift))
 
 
-def verification_inputs(graph: Graph, seed: int) -> list[list[np.ndarray]]:
-    """The input sets every candidate of `graph` is checked on, one per family."""
-    families = numerics.verification_families(n.dtype for n in graph.inputs)
+def verification_inputs(graph: Graph, seed: int, bounded: bool = True) -> list[list[np.ndarray]]:
+    """The input sets every candidate of `graph` is checked on, one per family (fewer families
+    where the reference has no bound: `numerics.verification_families`)."""
+    families = numerics.verification_families((n.dtype for n in graph.inputs), bounded)
     return [numerics.random_inputs(graph.inputs, seed * 1000 + k, f) for k, f in enumerate(families)]
 
 

@@ -138,11 +138,17 @@ def random_inputs(specs, seed: int, family: Family = NORMAL) -> list[np.ndarray]
     return [random_array(rng, shape, dtype, family, mild=len(shape) < top) for shape, dtype in pairs]
 
 
-def verification_families(dtypes) -> tuple[Family, ...]:
+def verification_families(dtypes, bounded: bool = True) -> tuple[Family, ...]:
     """The families a candidate over inputs of `dtypes` is verified on: the normal set, large
     logits (f32: a dropped max shift overflows), the large offset, cancellation (f32), values
-    near the type's max (halves) and specials."""
+    near the type's max (halves) and specials. Without a bounded float64 reference (`bounded`
+    False: the reference is the original program's own f32 result) only the families on which
+    two correct evaluations agree to a fixed relative tolerance: on ill-conditioned inputs
+    (attention scores of mean-1e4 queries and keys) any two evaluation orders differ, and
+    stability is judged where a bound exists."""
     halves = any(d in (DType.f16, DType.bf16) for d in dtypes)
+    if not bounded:
+        return (NORMAL,) if halves else (NORMAL, LOGITS)
     if halves:
         return (NORMAL, OFFSET, NEAR_MAX, SPECIAL)
     return (NORMAL, LOGITS, OFFSET, CANCEL, SPECIAL)
