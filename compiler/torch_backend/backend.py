@@ -18,9 +18,10 @@ from compiler.torch_backend.region import compile_region
 from compiler.torch_backend.report import GraphRecord, new_record
 
 COMPILE_OPTIONS = {"target", "budget", "cache", "quiet", "seed"}   # compiler.compile's own keywords
-# Computing ATen nodes per region at most: lowering time grows faster than linearly with a
-# program's size (one GPT-2 block, ~90 primitive ops, lowers in ~9 s on 2 cores; two blocks take over 60 s).
-MAX_REGION_OPS = 16
+# Computing ATen nodes per region at most: a bound on one search's program size (a tiny 2-layer
+# GPT-2, 86 ATen ops, compiles as one region in 7.4 s at budget 1 on 2 cores, against 8.7 s as
+# 16-op regions; the e-graph's size limits still bound exploration of bigger regions).
+MAX_REGION_OPS = 256
 
 AUTOGRAD_WARNING = ("saturn: autograd is on (grad mode enabled and inputs that require grad), so this graph "
                     "runs in PyTorch eager; call the compiled module under torch.no_grad() or "
