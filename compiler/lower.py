@@ -34,7 +34,8 @@ _OP_WEIGHT = {Op.EXP2: 4, Op.LOG2: 4, Op.SIN: 4, Op.SQRT: 4, Op.RECIP: 4}
 EXPENSIVE = 4          # an inlined subtree at least this heavy is not recomputed per broadcast...
 RECOMPUTE_FACTOR = 4   # ...this many times per element (softmax's exp, recomputed twice, stays fused)
 MAX_ROUNDS = 200
-PRODUCT_MIN_EXTENT = 16  # a full-depth sum at least this long counts as a product (see build)
+PRODUCT_MIN_EXTENT = 16
+MAX_DEPTH = 256          # elementwise ops nested in one kernel's value at most (see _note_depth)  # a full-depth sum at least this long counts as a product (see build)
 
 # An index is ("flat", Lin) into a node's contiguous layout or ("multi", (Lin per axis)).
 Index = tuple
@@ -87,6 +88,8 @@ class _KernelBuilder:
         self.axes = tuple(Var(f"i{a}", s) for a, s in enumerate(root.shape) if s != 1)
         self.axis_pos = {v: p for p, v in enumerate(self.axes)}
         self.online_tiles: set[Node] = set()   # tile maxes computed inside an Online loop
+        self.depth: dict[Value, int] = {}      # elementwise ops nested in a value (see _note_depth)
+        self.splits: set[Node] = set()         # nodes past that depth: materialized all at once
 
     def build(self, out_buffer: str) -> Kernel:
         it = iter(self.axes)
@@ -133,6 +136,7 @@ class _KernelBuilder:
                 stack.pop()
                 sent = self.memo[key] = done.value
                 self.origin.setdefault(sent, key[0])
+                self._note_depth(sent, key[0])
                 continue
             ckey = self._key(child, child_idx, False)
             if ckey in self.memo:
@@ -141,6 +145,17 @@ class _KernelBuilder:
                 stack.append((ckey, self._value(child, child_idx, False)))
                 sent = None
         return self.memo[self._key(n, idx, root)]
+
+    def _note_depth(self, v: Value, n: Node) -> None:
+        """Track how deep elementwise work nests; a node past MAX_DEPTH is materialized (LLVM's
+        optimizer time grows faster than linearly with one kernel's straight-line code: a
+        10,000-op chain in one kernel took minutes to compile)."""
+        if isinstance(v, Compute):
+            d = 1 + max((self.depth.get(c, 0) for c in v.srcs), default=0)
+            if d > MAX_DEPTH and n is not self.root and n.op in ELEMENTWISE:
+                self.splits.add(n)
+                d = 0
+            self.depth[v] = d
 
     @staticmethod
     def _key(n: Node, idx: Index, root: bool) -> tuple:
@@ -365,10 +380,11 @@ def partition(graph: Graph) -> list[Node]:
     realized |= _reductions_materialized_by_level(graph, topo)
     # per materialized node: (nodes its kernel inlines, its evaluation counts, its needs); a
     # kernel is rebuilt only when something it inlined became materialized
-    built: dict[Node, tuple[set, dict, set]] = {}
+    built: dict[Node, tuple[set, dict, set, set]] = {}
     for _ in range(MAX_ROUNDS):
         buffers = {n: f"b{topo[n]}" for n in realized} | {n: "in" for n in graph.inputs}
         needs: set[Node] = set()
+        splits: set[Node] = set()
         counts: dict[Node, int] = defaultdict(int)
         for n in realized:
             if n.numel == 0:
@@ -378,16 +394,17 @@ def partition(graph: Graph) -> list[Node]:
                 kcounts: dict[Node, int] = defaultdict(int)
                 b = _KernelBuilder("k", n, buffers, kneeds)
                 b.count_evaluations(b.build("out"), kcounts)
-                built[n] = (({key[0] for key in b.memo} | kneeds) - {n}, kcounts, kneeds)
-            _, kcounts, kneeds = built[n]
+                built[n] = (({key[0] for key in b.memo} | kneeds) - {n}, kcounts, kneeds, b.splits)
+            _, kcounts, kneeds, ksplits = built[n]
             needs |= kneeds
+            splits |= ksplits
             for node, c in kcounts.items():
                 counts[node] += c
         violators = (needs - realized) | _violators(counts, realized, buffers, {})
-        if not violators:
+        if not violators and splits <= realized:
             return sorted(realized, key=topo.__getitem__)
         # realize the outermost violators first; the ones they contain are re-judged next round
-        realized |= _outermost(violators, buffers)
+        realized |= (_outermost(violators, buffers) if violators else set()) | splits
     raise RuntimeError("partitioning did not converge")
 
 
