@@ -13,6 +13,11 @@ in a way that costs real work:
   - a padded (masked) read of something that is not a buffer materializes that thing;
   - a whole-tensor reduction feeding a kernel with output axes gets its own scalar kernel
     (otherwise every parallel chunk would recompute it).
+  - a second full-depth product in one kernel that the last does not read gets its own kernel
+    (a contraction has one accumulator: SwiGLU's gate product is read by the up product's epilogue);
+  - straight-line elementwise work deeper than MAX_DEPTH ops is split (all splits in one round).
+Before the fix-point, each reduction's region down to the next reductions is judged on its own
+(`_reductions_materialized_by_level`), so partitioning is linear in the program's depth.
 A reduction whose result depends only on a kernel's outer output axes becomes a `Let` at that
 depth, so softmax, layernorm and rmsnorm each become one kernel per row: the row reductions are
 computed once per row, then the elementwise epilogue writes the row.
