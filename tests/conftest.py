@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,3 +18,12 @@ _common = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Healt
 settings.register_profile("default", max_examples=30, derandomize=True, database=None, **_common)
 settings.register_profile("thorough", max_examples=300, **_common)
 settings.load_profile(os.environ.get("SATURN_HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="module")
+def module_cache_dir(tmp_path_factory):
+    """A fresh SATURN_CACHE_DIR shared by one test module (its compiles stay out of the user's cache)."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SATURN_CACHE_DIR", str(tmp_path_factory.mktemp("saturn-cache")))
+    yield
+    mp.undo()

@@ -19,12 +19,7 @@ pytest.importorskip("llvmlite")
 BACKEND = llvm.LLVMBackend()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SATURN_CACHE_DIR", str(tmp_path_factory.mktemp("saturn-cache")))
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("module_cache_dir")
 
 
 def check_on_cpu(case, data):

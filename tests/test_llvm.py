@@ -12,12 +12,7 @@ llvm_backend = pytest.importorskip("backends.llvm")
 pytest.importorskip("llvmlite")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _cache_dir(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("SATURN_CACHE_DIR", str(tmp_path_factory.mktemp("saturn-cache")))
-    yield
-    mp.undo()
+pytestmark = pytest.mark.usefixtures("module_cache_dir")
 
 
 BACKEND = llvm_backend.LLVMBackend()
