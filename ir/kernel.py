@@ -485,6 +485,9 @@ class KernelSchedule(Struct):
                   packed K panel, or one FMA per key and vector of the dot with the lanes summed
                   by a shuffle tree), their exps as vectors, the value rows accumulated in
                   registers (False: one key per step).
+    library:      "" runs the kernel as generated code; "blas" runs a kernel that is a plain
+                  matrix product as a library call (the CPU: the BLAS numpy links,
+                  backends/llvm/blas.py); a kernel the library cannot run stays generated.
     """
     parallel: int = 0
     vector_width: int = 8
@@ -493,6 +496,7 @@ class KernelSchedule(Struct):
     fast_math: bool = True
     rows: int = 8
     keys: bool = True
+    library: str = ""
 
 
 @struct

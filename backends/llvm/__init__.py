@@ -42,13 +42,18 @@ class LLVMBackend:
         """Candidate schedules, the default heuristic first, then one thread (second: handing
         chunks to the pool costs ~0.1 ms per kernel on a shared machine, which decides small
         programs, and a search whose budget runs out after a few schedules should have seen
-        it), LLVM's loop unroller on, matmul tiles, vector widths, and strict (no reassociated
+        it), the BLAS numpy links for plain products (when the program has one: blas.py),
+        LLVM's loop unroller on, matmul tiles, vector widths, and strict (no reassociated
         reductions)."""
+        from backends.llvm import blas
         w = native_vector_width()
         out = [self.default_schedule(),
-               Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread"),
-               Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"),
-               Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3")]
+               Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread")]
+        library = KernelSchedule(vector_width=w, library=blas.LIBRARY)
+        if blas.split_epilogues(self.lower(graph), Schedule(default=library))[1]:
+            out.append(Schedule(default=library, name=blas.LIBRARY))
+        out += [Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"),
+                Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3")]
         if w == 16:
             out.append(Schedule(default=KernelSchedule(vector_width=8), name="vec256"))
         out += [
@@ -74,15 +79,16 @@ class LLVMBackend:
         return self.build_program(self.lower(graph), schedule, use_cache=use_cache)
 
     def build_program(self, program: KernelProgram, schedule: Schedule | None = None, *, use_cache: bool = True):
-        from backends.llvm import jit
+        from backends.llvm import blas, jit
         from backends.llvm.render import render_program
         from backends.llvm.runtime import LLVMExecutable
         schedule = schedule or self.default_schedule()
         t0 = time.perf_counter()
-        source, args = render_program(program, schedule)
+        program, calls = blas.split_epilogues(program, schedule)   # library products (schedule.library)
+        source, args = render_program(program, schedule, skip=frozenset(calls))
         unroll = any(ks.unroll > 1 for ks in [schedule.default] + [k for _, k in schedule.overrides])
         addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache, unroll=unroll)
-        return LLVMExecutable(program, schedule, source, addrs, args, engine, hit, time.perf_counter() - t0)
+        return LLVMExecutable(program, schedule, source, addrs, args, engine, hit, time.perf_counter() - t0, calls)
 
 
 __all__ = ["LLVMBackend"]

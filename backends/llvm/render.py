@@ -515,8 +515,10 @@ class LaunchInfo:
     chunks_per_thread: int  # how finely to cut [0, extent)
 
 
-def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dict[str, LaunchInfo]]:
-    """LLVM IR text of the whole program, and how to launch each kernel."""
+def render_program(program: KernelProgram, schedule: Schedule,
+                   skip: frozenset = frozenset()) -> tuple[str, dict[str, LaunchInfo]]:
+    """LLVM IR text of the whole program (but the kernels named in `skip`: library calls), and
+    how to launch each kernel."""
     from backends.llvm import matmul
     module = ir.Module(name="saturn")
     triple, layout, _ = jit.target_info()
@@ -524,7 +526,7 @@ def render_program(program: KernelProgram, schedule: Schedule) -> tuple[str, dic
     info: dict[str, LaunchInfo] = {}
     widths: dict[str, int] = {}
     for k in program.kernels:
-        if any(v.extent == 0 for v in k.axes):
+        if any(v.extent == 0 for v in k.axes) or k.name in skip:
             continue
         ks = schedule.for_kernel(k.name)
         pat = matmul.match(k, program)

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from backends.llvm.blas import BlasLaunch
 from ir.kernel import KernelProgram, Schedule
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
@@ -95,16 +96,21 @@ class LLVMExecutable:
     """A compiled program: call it with numpy arrays, get numpy arrays back."""
 
     def __init__(self, program: KernelProgram, schedule: Schedule, source: str, addrs: dict[str, int],
-                 infos: dict, engine, cache_hit: bool, compile_seconds: float):
+                 infos: dict, engine, cache_hit: bool, compile_seconds: float, library_calls: dict | None = None):
         self.program, self.schedule = program, schedule
         # what explain() shows: the kernel IR listing (as comments), then the LLVM IR
         listing = "\n".join("; " + line for line in str(program).splitlines())
-        self.source = f"; schedule: {schedule.name}\n{listing}\n{source}"
+        calls = library_calls or {}
+        library = "".join(f"; library call: {c.describe()}\n" for c in calls.values())
+        self.source = f"; schedule: {schedule.name}\n{listing}\n{library}{source}"
         self.cache_hit, self.compile_seconds = cache_hit, compile_seconds
         self._engine = engine   # owns the machine code
         self.threads = schedule.threads or cpu_count()
         self.launches = []
         for k in program.kernels:
+            if k.name in calls:
+                self.launches.append(BlasLaunch(k, calls[k.name]))
+                continue
             if k.name not in addrs:
                 continue   # an empty kernel
             info = infos[k.name]
@@ -171,7 +177,9 @@ class LLVMExecutable:
             for buf in self.alloc_before[i]:
                 env[buf.name] = self._take(free, buf)
             t0 = time.perf_counter() if times is not None else 0.0
-            if len(l.chunks) == 1 or pool is None:
+            if isinstance(l, BlasLaunch):
+                l.run(env)      # on this thread; the library runs its own threads
+            elif len(l.chunks) == 1 or pool is None:
                 for a, b in l.chunks:
                     l.fn(*l.args(env), a, b)
             else:
