@@ -62,6 +62,8 @@ class CUDABackend:
                     configs += [c for c in WG_MN_CONFIGS if str(c.b_mn) == mn]
                 out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "")
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
+        if "gemm" in kinds and self._cublas_reason() is None:
+            out.insert(1, Schedule(gemm="cublas", name="cublas"))   # plain products by cuBLAS (cublas.py)
         if "attention" in kinds:
             out += [Schedule(attn=c, name=f"attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}") for c in ATTN_CONFIGS]
             if "gemm" in kinds:   # a decoder: its products' tiles and its attention's together
@@ -71,6 +73,11 @@ class CUDABackend:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
         out.append(Schedule(lowering="kernel_ir", name="kernel_ir"))   # the shared kernel IR, rendered generically
         return out
+
+    @staticmethod
+    def _cublas_reason() -> str | None:
+        from backends.cuda import cublas
+        return cublas.unavailable_reason()
 
     @staticmethod
     def _has_wgmma() -> bool:
@@ -107,6 +114,8 @@ class CUDABackend:
         if schedule.lowering == "kernel_ir":
             return self._build_kernel_ir(graph, rt)
         source, launches = render(graph, schedule)
+        if any(l.kind.startswith("gemm") for l in launches) and self._cublas_reason() is not None:
+            source = f"// cuBLAS candidate not offered: {self._cublas_reason()}\n" + source
         res = toolchain.compile_source(source, rt.info.arch)
         if res.error:
             raise CUDAFailure("compile", res.error, res.log)

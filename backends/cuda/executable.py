@@ -40,7 +40,8 @@ class CUDAExecutable:
     def __init__(self, graph: Graph, launches: list[Launch], source: str, module, rt: Runtime, compile_log: str = ""):
         self.graph, self.launches, self.source, self.rt = graph, launches, source, rt
         self.compile_log = compile_log
-        self.functions = [rt.function(module, l.name, l.block[0] * l.block[1] * l.block[2], l.shared,
+        self.functions = [None if l.library is not None else   # a library call (cuBLAS) has no kernel
+                          rt.function(module, l.name, l.block[0] * l.block[1] * l.block[2], l.shared,
                                       1 + len(l.inputs)) for l in launches]
         self.module = module
         # one device buffer per graph input and per step output
@@ -76,11 +77,13 @@ class CUDAExecutable:
         drv = self.rt.drv
         for l, f, args in zip(self.launches, self.functions, args_lists):
             try:
-                if stream is None:
+                if l.library is not None:
+                    l.library.run(args, stream)     # on the same stream (cublasSetStream)
+                elif stream is None:
                     f.prepared_call(l.grid, l.block, *args, shared_size=l.shared)
                 else:
                     f.prepared_async_call(l.grid, l.block, stream, *args, shared_size=l.shared)
-            except drv.Error as e:
+            except (drv.Error, RuntimeError) as e:
                 raise CUDAFailure("launch", f"{l.name}: {e}") from None
 
     def download(self) -> list[np.ndarray]:
@@ -155,7 +158,10 @@ class CUDAExecutable:
         for _ in range(repeat):
             events[0].record()
             for i, (l, f, a) in enumerate(zip(self.launches, self.functions, self._args)):
-                f.prepared_call(l.grid, l.block, *a, shared_size=l.shared)
+                if l.library is not None:
+                    l.library.run(a)
+                else:
+                    f.prepared_call(l.grid, l.block, *a, shared_size=l.shared)
                 events[i + 1].record()
             events[-1].synchronize()
             for i in range(len(self.launches)):

@@ -44,7 +44,10 @@ class Schedule:
     use_tensor_cores: bool = True
     wg: gemm_wgmma.WGConfig | None = None   # Hopper wgmma GEMM tile (when the device and operands allow)
     gemm: str = "auto"                 # f16/bf16 products: "mma" (mma.sync), "wgmma", "auto" (by size), or
-                                       # "prior": each product its own tile, backends/cuda/tiles.py
+                                       # "prior": each product its own tile, backends/cuda/tiles.py;
+                                       # "cublas": plain products (any float dtype) run by cuBLAS
+                                       # (backends/cuda/cublas.py), the others as under "auto"
+    allow_tf32: bool = False           # gemm="cublas": f32 products may use TF32 tensor cores
     tile_rank: int = 0                 # gemm="prior": which of the prior's ranked tiles (0: its best)
     stage_operands: bool = True        # copy unaligned / multi-view f16 operands once instead of gathering
     arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
@@ -66,6 +69,7 @@ class Launch:
     output: Node
     inputs: list[Node]
     detail: str = ""
+    library: object = None      # kind "cublas": the cublas.CublasCall run instead of a kernel
 
 
 def _params(step: Step, extra: tuple[Node, ...] = ()) -> tuple[str, str, dict[Node, str]]:
@@ -661,6 +665,12 @@ def prior_choice(step: Step, sched: Schedule):
 
 def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
     o = step.output
+    if sched.gemm == "cublas":
+        from backends.cuda import cublas
+        call = cublas.plan_call(step, sched.allow_tf32)
+        if call is not None:
+            return "", Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, o, list(step.inputs), call.describe(), call)
+        sched = dataclasses.replace(sched, gemm="auto")
     if sched.gemm == "prior":
         choice = prior_choice(step, sched)
         if choice is not None and choice.kind == "wgmma":

@@ -1,0 +1,165 @@
+"""cuBLAS products on CUDA (backends/cuda/cublas.py). On the host: the transpose identity's
+call arguments against a column-major emulation of cuBLAS, which plan steps become cuBLAS
+launches, and when the schedule is offered. Marked gpu: every dtype, odd shapes, batched and
+transposed operands against the interpreter, and the search choosing cuBLAS."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compiler as saturn
+from backends.cuda import cublas, render
+from backends.cuda.render import Schedule
+from ir.interpreter import evaluate
+from tests.tolerances import assert_close
+
+CUBLAS = Schedule(gemm="cublas", name="cublas")
+
+
+def _layout(rng, rows, cols, order, pad):
+    """A rows x cols matrix stored C- or F-ordered with `pad` extra elements per line."""
+    x = rng.standard_normal((rows, cols))
+    if order == "C":
+        ld = cols + pad
+        flat = np.zeros(max(rows * ld, 1))
+        np.lib.stride_tricks.as_strided(flat, (rows, cols), (ld * 8, 8))[...] = x
+        return x, flat, (ld, 1)
+    ld = rows + pad
+    flat = np.zeros(max(cols * ld, 1))
+    np.lib.stride_tricks.as_strided(flat, (rows, cols), (8, ld * 8))[...] = x
+    return x, flat, (1, ld)
+
+
+@pytest.mark.parametrize("m,n,k", [(5, 7, 3), (1, 9, 4), (6, 1, 5), (4, 5, 1), (1, 1, 7)])
+@pytest.mark.parametrize("a_order", ["C", "F"])
+@pytest.mark.parametrize("b_order", ["C", "F"])
+@pytest.mark.parametrize("pad", [0, 3])
+def test_transpose_identity(m, n, k, a_order, b_order, pad):
+    rng = np.random.default_rng(m * 100 + n * 10 + k)
+    a, fa, sa = _layout(rng, m, k, a_order, pad)
+    b, fb, sb = _layout(rng, k, n, b_order, pad)
+    ldc = n + pad
+    g = cublas.gemm_args(m, n, k, sa, sb, (ldc, 1))
+    assert g is not None
+    assert (g.m, g.n, g.k) == (n, m, k)
+    c = cublas.emulate(g, fb, fa, alpha=0.5)          # cuBLAS's A is our B, its B our A
+    got = np.lib.stride_tricks.as_strided(c, (m, n), (g.ldc * 8, 8))
+    np.testing.assert_allclose(got, 0.5 * a @ b, rtol=1e-12, atol=1e-12)
+
+
+def test_no_unit_stride_is_refused():
+    assert cublas.gemm_args(4, 5, 6, (12, 2), (5, 1), (5, 1)) is None     # A strided both ways
+    assert cublas.gemm_args(4, 5, 6, (6, 1), (5, 1), (1, 4)) is None      # C column-major
+
+
+def _steps(fn, *specs):
+    from backends.cuda.plan import plan
+    return plan(saturn.trace(fn, *specs))
+
+
+def _kinds(fn, *specs, schedule=CUBLAS):
+    _, launches = render(saturn.trace(fn, *specs), schedule)
+    return [l.kind for l in launches], launches
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_plain_products_become_cublas_launches(dtype):
+    kinds, launches = _kinds(lambda a, b: a @ b, saturn.spec((64, 32), dtype), saturn.spec((32, 48), dtype))
+    assert kinds == ["cublas"]
+    call = launches[0].library
+    assert call.types[0].value == dtype and (call.args.m, call.args.n, call.args.k) == (48, 64, 32)
+    assert kinds == ["cublas"] and "cublasGemmStridedBatchedEx" in launches[0].detail
+
+
+def test_transposed_batched_and_scaled_operands():
+    _, ls = _kinds(lambda a, b: a.transpose(-1, -2) @ b, saturn.spec((32, 64), "f16"), saturn.spec((32, 48), "f16"))
+    assert ls[0].kind == "cublas" and ls[0].library.args.transb == cublas.OP_T
+    _, ls = _kinds(lambda a, b: a @ b.transpose(-1, -2), saturn.spec((64, 32)), saturn.spec((48, 32)))
+    assert ls[0].kind == "cublas" and ls[0].library.args.transa == cublas.OP_T
+    _, ls = _kinds(lambda a, b: a @ b, saturn.spec((3, 64, 32), "f16"), saturn.spec((32, 48), "f16"))
+    c = ls[0].library
+    assert ls[0].kind == "cublas" and (c.batch * len(c.outer) == 3 or c.args.n == 3 * 64)
+    _, ls = _kinds(lambda a, b: (a @ b) * 0.25, saturn.spec((64, 32)), saturn.spec((32, 48)))
+    assert ls[0].kind == "cublas" and ls[0].library.alpha == 0.25
+
+
+def test_epilogue_products_stay_generated():
+    kinds, _ = _kinds(lambda x, w, b: (x @ w + b).relu(), saturn.spec((64, 32), "f16"), saturn.spec((32, 48), "f16"),
+                      saturn.spec((48,), "f16"))
+    assert "cublas" not in kinds and any(k.startswith("gemm") for k in kinds)
+
+
+def test_offered_only_where_found(monkeypatch):
+    from backends.cuda import CUDABackend
+    g = saturn.trace(lambda a, b: a @ b, saturn.spec((64, 32)), saturn.spec((32, 48)))
+    monkeypatch.setitem(cublas._STATE, "result", (None, "libcublas not found (tried nothing)"))
+    assert "cublas" not in [s.name for s in CUDABackend().schedules(g)]
+    monkeypatch.setitem(cublas._STATE, "result", (object(), "/somewhere/libcublas.so"))
+    assert [s.name for s in CUDABackend().schedules(g)][1] == "cublas"
+    soft = saturn.trace(lambda x: x.softmax(-1), saturn.spec((8, 16)))
+    assert "cublas" not in [s.name for s in CUDABackend().schedules(soft)]
+
+
+# --- on the GPU -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def backend():
+    from backends.cuda import CUDABackend
+    be = CUDABackend()
+    reason = be.unavailable_reason() or cublas.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return be
+
+
+def _run(be, fn, specs, seed=0):
+    g = saturn.trace(fn, *specs)
+    rng = np.random.default_rng(seed)
+    args = [rng.standard_normal(s.shape).astype(s.dtype.np) for s in specs]
+    exe = be.build(g, CUBLAS)
+    return g, args, exe, exe(*args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("m,k,n", [(1, 7, 1000), (7, 1000, 1), (1000, 4097, 7), (4097, 7, 1000), (1000, 1000, 4097)])
+def test_gpu_cublas_matches_the_interpreter(backend, dtype, m, k, n):
+    g, args, exe, outs = _run(backend, lambda a, b: a @ b, [saturn.spec((m, k), dtype), saturn.spec((k, n), dtype)])
+    assert any(l.kind == "cublas" for l in exe.launches), exe.explain()
+    assert_close(outs[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_gpu_cublas_batched_transposed_scaled(backend, dtype):
+    cases = [
+        (lambda a, b: a @ b, [(4, 33, 65), (4, 65, 17)]),
+        (lambda a, b: a @ b, [(2, 3, 33, 65), (65, 17)]),                          # weights broadcast
+        (lambda a, b: a.transpose(-1, -2) @ b, [(3, 65, 33), (3, 65, 17)]),
+        (lambda a, b: a @ b.transpose(-1, -2), [(3, 33, 65), (3, 17, 65)]),
+        (lambda a, b: (a.transpose(0, 1) @ b) * 0.125, [(33, 4, 65), (4, 65, 17)]),  # batch-major view, alpha
+    ]
+    for fn, shapes in cases:
+        g, args, exe, outs = _run(backend, fn, [saturn.spec(s, dtype) for s in shapes])
+        assert any(l.kind == "cublas" for l in exe.launches), exe.explain()
+        assert_close(outs[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)
+
+
+@pytest.mark.gpu
+def test_gpu_cublas_f32_is_not_tf32(backend):
+    # 1 + 2^-12 is exact in f32 but not in TF32 (10 mantissa bits)
+    a = np.full((256, 256), 1 + 2.0 ** -12, np.float32)
+    b = np.eye(256, dtype=np.float32)
+    g = saturn.trace(lambda x, y: x @ y, saturn.spec(a.shape), saturn.spec(b.shape))
+    np.testing.assert_array_equal(backend.build(g, CUBLAS)(a, b)[0], a)
+
+
+@pytest.mark.gpu
+def test_gpu_search_picks_cublas(backend, tmp_path):
+    # f32 4096^3: the generated SIMT product runs at ~62% of cuBLAS
+    specs = (saturn.spec((4096, 4096)), saturn.spec((4096, 4096)))
+    f = saturn.compile(lambda a, b: a @ b, *specs, target="cuda", budget=30, quiet=True, cache=str(tmp_path))
+    tried = {t.schedule_text: t.status for t in f.result.trials}
+    assert tried.get("cublas") in ("verified", "timed", "chosen"), tried
+    assert f.result.winner.schedule_text == "cublas", f.explain()[:3000]
+    assert "cublas" in f.executable.explain()
