@@ -26,6 +26,7 @@ two never compete. The schedule's thread count applies to the generated kernels.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -39,6 +40,7 @@ from ir.ops import Op
 LIBRARY = "blas"
 
 
+@functools.cache
 def library_name() -> str:
     """Which BLAS numpy calls (shown in explain())."""
     try:
