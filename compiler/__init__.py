@@ -5,6 +5,7 @@
     y = f(np.random.rand(4, 1000).astype(np.float32))
 """
 from compiler.api import CompiledFunction, compile
+from compiler.saved import load
 from compiler.errors import DTypeError, SaturnError, ShapeError, UnsupportedError
 from compiler.tensor import Tensor, cat, maximum, where
 from compiler.tensor import stack
@@ -13,7 +14,19 @@ from compiler import functional
 from compiler.trace import Spec, spec, trace
 from ir.dtypes import dtypes
 
+
+
+def explain(compiled=None):
+    """What Saturn did, to print: for a `compile()` result its program, search and kernels (a
+    str); for a `torch.compile(..., backend="saturn")` result (or None: every graph so far) the
+    torch backend's `Report` of regions, fallbacks and timings."""
+    if isinstance(compiled, CompiledFunction):
+        return compiled.explain()
+    from compiler.torch_backend import explain as torch_explain
+    return torch_explain(compiled)
+
+
 __version__ = "0.1.0"
 __all__ = ["compile", "trace", "spec", "Spec", "Tensor", "cat", "where", "maximum", "dtypes",
            "CompiledFunction", "SaturnError", "ShapeError", "DTypeError", "UnsupportedError"]
-__all__ += ["stack", "einsum", "functional"]
+__all__ += ["stack", "einsum", "functional", "explain", "load"]

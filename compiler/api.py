@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from backends import BackendUnavailable, checked, get_backend
-from compiler import arguments
+from compiler import arguments, device_args
 from compiler import cache as cache_mod
 from compiler.errors import DTypeError, OptionError, ShapeError, TargetError
 from compiler.progress import Progress
@@ -26,11 +26,14 @@ DEFAULT_BUDGET_OTHER = 5.0
 
 
 class CompiledFunction:
-    """A traced program built for one target; call it with numpy arrays.
+    """A traced program built for one target; call it with numpy arrays (or, for target
+    'cuda', device arrays: torch CUDA tensors, CuPy arrays, `__cuda_array_interface__` or
+    DLPack objects, read and returned without host copies; see `compiler/device_args.py`).
 
     `.graph` is the traced program, `.chosen` the candidate that runs (same meaning, maybe
     rewritten), `.result` the search that chose it (None for the reference target),
     `.cache` whether it came from the cache ("hit"), was stored ("stored") or neither.
+    `.cuda_graphs` (default True): device-array calls replay CUDA graphs where they can.
     """
 
     def __init__(self, fn, specs: list[Spec], graph: Graph, target: str, executable, report=None,
@@ -43,6 +46,20 @@ class CompiledFunction:
         self.cache = cache
         self.timings = timings or {}
         self._single = None
+        self._device = None                       # DeviceCalls, made on the first device-array call
+        self._device_stats = device_args.Stats()
+        self._cuda_graphs = True
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return self._cuda_graphs
+
+    @cuda_graphs.setter
+    def cuda_graphs(self, enabled: bool) -> None:
+        arguments.check_flag("cuda_graphs", enabled)
+        self._cuda_graphs = enabled
+        if self._device is not None:
+            self._device.set_graphs(enabled)
 
     def _check(self, args) -> list[np.ndarray]:
         name = getattr(self.fn, "__name__", "compiled function")
@@ -62,11 +79,43 @@ class CompiledFunction:
             out.append(np.ascontiguousarray(a))
         return out
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, stream=None, **kwargs):
+        """Run on numpy arrays (or CPU torch tensors): numpy results. Run on device arrays:
+        device results of the first input's kind, enqueued on `stream` (an int handle or a
+        torch / CuPy stream; default: the caller's current stream) without synchronizing."""
         if kwargs:
             raise OptionError(f"inputs are positional; got keyword arguments {sorted(kwargs)}", "call")
-        outs = self.executable(*self._check(args))
+        if stream is not None or device_args.any_device(args):
+            outs = self._device_call(args, stream)
+        else:
+            if self._device is not None:   # device-array calls share the intermediate buffers
+                self._device.wait_idle()
+            outs = self.executable(*self._check(args))
         return outs[0] if len(self.graph.outputs) == 1 else tuple(outs)
+
+    def _device_call(self, args, stream) -> list:
+        name = getattr(self.fn, "__name__", None) or "the compiled function"
+        if len(args) != len(self.specs):
+            raise ShapeError(f"{name} takes {len(self.specs)} inputs ({', '.join(map(str, self.specs))}), "
+                             f"got {len(args)}", "call")
+        found = next(((i, device_args.kind_of(a)) for i, a in enumerate(args) if device_args.kind_of(a)), None)
+        if found is None:
+            raise OptionError("stream= is for calls on device arrays; these inputs are host arrays", "call")
+        if self.target != "cuda":
+            raise device_args.host_call_error(self.target, found[1], found[0], name)
+        if stream is not None:
+            try:
+                device_args.stream_handle(stream)
+            except TypeError as e:
+                raise OptionError(str(e), "call") from None
+        if self._device is None:
+            self._device = device_args.device_calls_for(self.executable, self._cuda_graphs)
+        return device_args.call(self._device, args, self.specs, self.graph.outputs, stream, name, self._device_stats)
+
+    def save(self, path) -> str:
+        """Write this function to `path` (compiler.saved; `compiler.load(path)` reads it back)."""
+        from compiler import saved
+        return saved.save(self, path)
 
     def explain(self) -> str:
         """What was compiled, what the search tried and chose, and the generated code."""
@@ -81,6 +130,8 @@ class CompiledFunction:
             lines += ["", f"chosen program ({self.chosen.num_compute_ops()} compute ops):", str(self.chosen)]
         elif self.report is not None:
             lines += ["", "chosen program: the original program"]
+        if self._device is not None:
+            lines += ["", "device arrays: " + self._device_stats.describe(), "  " + self._device.describe()]
         lines += ["", "generated code:", getattr(self.executable, "source", "<none>")]
         return "\n".join(lines)
 

@@ -1,7 +1,11 @@
 """A built graph on the device: kernels in order over device buffers.
 
-Host<->device copies happen only at the boundaries (inputs in, outputs out); intermediates stay
-on the device in buffers owned by the executable and reused on every call.
+Called with host arrays, host<->device copies happen only at the boundaries (inputs in, outputs
+out); intermediates stay on the device in buffers owned by the executable and reused on every
+call. Called with device arrays, `device_program()` describes the same launches for
+`backends/cuda/device_run.py`, which reads the caller's inputs and writes its outputs in place,
+on the caller's stream (and replays CUDA graphs). Every launch kind must appear in both paths:
+here in `launch_all`, there as a step of `device_program()` that enqueues on the given stream.
 
 Calls from several threads are safe and serialized: every public entry point (call, benchmark,
 profile, close) holds one process-wide lock, because the buffers, the runtime's buffer pool and
@@ -18,6 +22,7 @@ import numpy as np
 
 from ir.graph import Graph
 from ir.node import Node
+from backends.cuda.device_run import DeviceProgram, KernelStep
 from backends.cuda.render import Launch
 from backends.cuda.runtime import CUDAFailure, Runtime
 
@@ -58,6 +63,12 @@ class CUDAExecutable:
 
     def _arg_lists(self, buffers) -> list[list[int]]:
         return [[int(buffers[l.output])] + [int(buffers[n]) for n in l.inputs] for l in self.launches]
+
+    def device_program(self) -> DeviceProgram:
+        """The launches over keys (graph nodes) for device-array calls (backends/cuda/device_run.py)."""
+        steps = [KernelStep(l.name, l.grid, l.block, l.shared, [l.output] + list(l.inputs)) for l in self.launches]
+        return DeviceProgram(self.module.binary, steps, list(self.graph.inputs), list(self.graph.outputs),
+                             {n: int(b) for n, b in self.buffers.items()})
 
     # --- running ---------------------------------------------------------------------------
     def upload(self, args, buffers=None) -> None:

@@ -38,7 +38,8 @@ class Runtime:
         drv.init()
         if drv.Device.count() == 0:
             raise CUDAFailure("device", "no CUDA device")
-        self.device = drv.Device(int(os.environ.get("SATURN_CUDA_DEVICE", "0")))
+        self.ordinal = int(os.environ.get("SATURN_CUDA_DEVICE", "0"))
+        self.device = drv.Device(self.ordinal)
         self.context = self.device.retain_primary_context()
         self.context.push()
         atexit.register(self._close)
@@ -72,9 +73,9 @@ class Runtime:
         self._pool.setdefault(nbytes, []).append(buf)
 
     # --- modules and launches ---------------------------------------------------------------
-    def load(self, cubin: bytes):
+    def load(self, cubin: bytes) -> "LoadedModule":
         try:
-            return self.drv.module_from_buffer(cubin)
+            return LoadedModule(self.drv.module_from_buffer(cubin), cubin)
         except self.drv.Error as e:
             raise CUDAFailure("load", str(e)) from None
 
@@ -107,6 +108,17 @@ class Runtime:
             self.context.synchronize()
         except self.drv.Error as e:
             raise CUDAFailure("run", f"kernel fault: {e}") from None
+
+
+class LoadedModule:
+    """A pycuda module and the cubin it came from (the device-array path loads the same cubin
+    through the driver API, `backends/cuda/driver.py`, to launch on a caller's stream)."""
+
+    def __init__(self, module, binary: bytes):
+        self.module, self.binary = module, binary
+
+    def get_function(self, name: str):
+        return self.module.get_function(name)
 
 
 def get_runtime() -> Runtime:

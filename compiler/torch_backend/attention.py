@@ -91,3 +91,23 @@ def sdpa_flash_cpu(query, key, value, dropout_p=0.0, is_causal=False, attn_mask=
         raise Unsupported(f"attention dropout_p={dropout_p}")
     out, scores = attention(query, key, value, attn_mask, is_causal, scale)
     return out, logsumexp(scores, [-1])
+
+
+@op("_scaled_dot_product_flash_attention.default")
+def sdpa_flash_cuda(query, key, value, dropout_p=0.0, is_causal=False, return_debug_mask=False, scale=None):
+    """CUDA's flash kernel (what SDPA dispatches to for halves without a mask): the output and
+    its log-sum-exp; the sequence bookkeeping, RNG state and debug mask are not computed."""
+    if dropout_p:
+        raise Unsupported(f"attention dropout_p={dropout_p}")
+    out, scores = attention(query, key, value, None, is_causal, scale)
+    return (out, logsumexp(scores, [-1])) + (None,) * 7
+
+
+@op("_scaled_dot_product_efficient_attention.default")
+def sdpa_efficient_cuda(query, key, value, attn_bias, compute_log_sumexp, dropout_p=0.0, is_causal=False,
+                        scale=None):
+    """CUDA's memory-efficient kernel (SDPA with a mask): the output only (its log-sum-exp is
+    padded to a multiple of 32 rows; RNG state is not computed)."""
+    if dropout_p:
+        raise Unsupported(f"attention dropout_p={dropout_p}")
+    return attention(query, key, value, attn_bias, is_causal, scale)[0], None, None, None

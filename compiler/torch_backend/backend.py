@@ -3,7 +3,9 @@
 Inference only: a graph traced with grad mode on and inputs that require grad runs in PyTorch
 eager, with one warning; so does a graph with dynamic shapes (Saturn compiles static shapes).
 Otherwise AOTAutograd turns the graph into a functional ATen inference graph (parameters and
-buffers as inputs), `partition` splits it, and each region is compiled by `compiler.compile`.
+buffers as inputs), `partition` splits it, and each region is compiled by `compiler.compile`
+for the target (CUDA when the model's inputs are CUDA tensors, unless `options` say otherwise;
+then regions take CUDA tensors, read in place on torch's current stream).
 """
 from __future__ import annotations
 
@@ -32,8 +34,9 @@ class BackendOptionError(SaturnError, TypeError):
     pass
 
 
-def check_options(options: dict | None) -> dict:
-    """torch.compile(..., options={...}) -> keyword arguments for compiler.compile."""
+def check_options(options: dict | None, example_inputs=()) -> dict:
+    """torch.compile(..., options={...}) -> keyword arguments for compiler.compile. The target
+    defaults to 'cuda' when an example input is a CUDA tensor, else 'cpu'."""
     from compiler.search import SearchOptions
     allowed = COMPILE_OPTIONS | {f.name for f in dataclasses.fields(SearchOptions)}
     opts = dict(options or {})
@@ -41,8 +44,14 @@ def check_options(options: dict | None) -> dict:
     if bad:
         raise BackendOptionError(f"unknown option(s) {', '.join(map(repr, bad))}; "
                                  f"choose from {', '.join(sorted(allowed))}", "torch.compile(backend='saturn')")
-    opts.setdefault("target", "cpu")
+    on_cuda = any(getattr(getattr(t, "device", None), "type", None) == "cuda" for t in example_inputs)
+    opts.setdefault("target", "cuda" if on_cuda else "cpu")
     return opts
+
+
+def region_device(target: str) -> str:
+    """The torch device type whose tensors a region for `target` takes."""
+    return "cuda" if target == "cuda" else "cpu"
 
 
 def decompositions() -> dict:
@@ -93,7 +102,8 @@ def build(aten_gm, rec: GraphRecord, options: dict):
     """The ATen graph with each supported region replaced by its Saturn program."""
     rec.aten_nodes = sum(1 for n in aten_gm.graph.nodes if n.op == "call_function")
     options = dict(options)
-    fused, reasons, names = partition(aten_gm, max_ops=options.pop("max_region_ops", MAX_REGION_OPS))
+    fused, reasons, names = partition(aten_gm, device=region_device(options.get("target", "cpu")),
+                                      max_ops=options.pop("max_region_ops", MAX_REGION_OPS))
     rec.fallbacks = fallback_summary(reasons)
     for i, name in enumerate(names):
         module, info = compile_region(f"region{rec.index}_{i + 1}", getattr(fused, name), options)
@@ -108,7 +118,7 @@ def compile_graph(gm, example_inputs, options: dict | None = None, mode: str | N
     if mode not in (None, "default"):
         raise BackendOptionError(f"mode={mode!r} names an Inductor preset; Saturn takes options={{...}} "
                                  "(e.g. {'budget': 10})", "torch.compile(backend='saturn')")
-    opts = check_options(options)
+    opts = check_options(options, example_inputs)
     rec = new_record(*_frame())
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in example_inputs):
         warnings.warn(AUTOGRAD_WARNING, stacklevel=2)

@@ -3,8 +3,10 @@
 The region is a fused FX submodule whose nodes all translate (`translate.why_unsupported`).
 Its placeholders become the Saturn function's inputs (parameters and buffers among them: they
 are passed as arguments, never baked in), its outputs the function's results. Calls share
-memory both ways: contiguous CPU tensors go in as numpy views, results come back as torch
-tensors over Saturn's freshly allocated output arrays.
+memory both ways: on the CPU, contiguous tensors go in as numpy views and results come back as
+torch tensors over Saturn's freshly allocated output arrays; on CUDA, tensors go in as they are
+(parameters and buffers are read in place on the device, never copied per call) and results
+are fresh CUDA tensors, all on torch's current stream (compiler/device_args.py).
 """
 from __future__ import annotations
 
@@ -70,6 +72,20 @@ class SaturnRegion(_torch_module_base()):
 
     def forward(self, *args):
         t0 = time.perf_counter()
+        if self.compiled.target == "cuda":
+            result = self._forward_cuda(args)
+        else:
+            result = self._forward_cpu(args)
+        self.info.calls += 1
+        self.info.run_s += time.perf_counter() - t0
+        return result if self.returns_tuple else result[0]
+
+    def _forward_cuda(self, args) -> tuple:
+        outs = self.compiled(*args)
+        self.info.copied_inputs = self.compiled._device_stats.copied_inputs
+        return outs if isinstance(outs, tuple) else (outs,)
+
+    def _forward_cpu(self, args) -> tuple:
         arrays = []
         for a in args:
             x = convert.to_numpy(a)
@@ -78,10 +94,7 @@ class SaturnRegion(_torch_module_base()):
             arrays.append(x)
         outs = self.compiled(*arrays)
         outs = outs if isinstance(outs, tuple) else (outs,)
-        result = tuple(convert.from_numpy(o) for o in outs)
-        self.info.calls += 1
-        self.info.run_s += time.perf_counter() - t0
-        return result if self.returns_tuple else result[0]
+        return tuple(convert.from_numpy(o) for o in outs)
 
 
 def compile_region(name: str, sub, options: dict):

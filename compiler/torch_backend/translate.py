@@ -86,7 +86,9 @@ def _conform(out, val, name: str):
     if isinstance(val, (list, tuple)):
         if not isinstance(out, (list, tuple)) or len(out) != len(val):
             raise Unsupported(f"{name}: result arity differs from PyTorch's")
-        return tuple(_conform(o, v, name) if v is not None else o for o, v in zip(out, val))
+        # None: a result the translation does not compute (an RNG state, a debug mask); only
+        # unused results may be None (`why_unsupported` checks the used ones)
+        return tuple(_conform(o, v, name) if v is not None and o is not None else o for o, v in zip(out, val))
     shape, dtype = spec_of(val)
     if not isinstance(out, Tensor):
         raise Unsupported(f"{name}: did not give a tensor")
@@ -105,6 +107,13 @@ def translate(node, env: dict):
     return _conform(fn(*args, **kwargs), node.meta.get("val"), name)
 
 
+def used_results(node) -> set[int] | None:
+    """For a node with several results, the indices its getitem users read (None otherwise)."""
+    if not isinstance(node.meta.get("val"), (list, tuple)):
+        return None
+    return {u.args[1] for u in node.users if u.target is operator.getitem}
+
+
 def why_unsupported(node, device: str = "cpu") -> str | None:
     """None if `node` translates on its own; else the reason it stays in PyTorch."""
     name = op_name(node)
@@ -113,8 +122,12 @@ def why_unsupported(node, device: str = "cpu") -> str | None:
     if name not in OPS:
         return MISSING.get(name, "no Saturn translation for this op")
     inputs = [n for n in node.all_input_nodes]
+    used = used_results(node)
     for n in inputs + [node]:
-        problem = value_problem(n.meta.get("val"), device)
+        val = n.meta.get("val")
+        if n is node and used is not None:   # a tuple of results: only those read must be Saturn values
+            val = tuple(val[i] for i in sorted(used))
+        problem = value_problem(val, device)
         if problem:
             return problem if n is node else f"input {n.name}: {problem}"
     env = {}
@@ -125,7 +138,9 @@ def why_unsupported(node, device: str = "cpu") -> str | None:
         shape, dtype = spec_of(val)
         env[n] = Tensor(N.input_(i, n.name, shape, dtype))
     try:
-        translate(node, env)
+        out = translate(node, env)
+        if used is not None and any(out[i] is None for i in used):
+            return f"result {min(i for i in used if out[i] is None)} is read but not translated"
     except Unsupported as e:
         return str(e).split("\n")[0].removeprefix(f"{name}: ")
     except (SaturnError, TypeError, ValueError, IndexError, KeyError) as e:
