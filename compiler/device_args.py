@@ -20,6 +20,7 @@ argument, not a hidden copy.
 """
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass
 
@@ -169,7 +170,7 @@ def classify(args, specs, name: str, ordinal_of) -> list[Input]:
             got = x.dtype.value if isinstance(x.dtype, DType) else str(x.dtype)
             raise DTypeError(f"{label} has dtype {got}, expected {s.dtype.value}; convert it first "
                              f"(e.g. .to(torch.{_TORCH_NAMES[s.dtype]}) or .astype)", "call")
-        if x.device is None and x.ptr and int(np.prod(x.shape, dtype=np.int64)):
+        if x.device is None and x.ptr and math.prod(x.shape):
             try:
                 x.device = ordinal_of(x.ptr)
             except Exception as e:  # noqa: BLE001 - the driver's reason, named for this input
@@ -259,7 +260,7 @@ def _contiguous_copy(x: Input, calls, stream: int, ordinal: int):
             c = cupy.ascontiguousarray(x.array) if not x.contiguous else x.array.copy()
         return int(c.data.ptr), c, False
     if x.contiguous:   # misaligned only: one device-to-device copy
-        nbytes = int(np.prod(x.shape, dtype=np.int64)) * _itemsize(x)
+        nbytes = math.prod(x.shape) * _itemsize(x)
         c = calls.new_array(x.shape, np.uint8 if x.dtype is None else x.dtype.np, stream)
         calls.copy(c.ptr, x.ptr, nbytes, stream)
         return c.ptr, c, True
@@ -317,7 +318,7 @@ def call(calls, args, specs, outputs, stream, name: str, stats: Stats):
     keep, sync = [], False    # temporaries that must live until the call's work is done
     ptrs = []
     for x in inputs:
-        empty = not int(np.prod(x.shape, dtype=np.int64))
+        empty = not math.prod(x.shape)
         if empty or (x.contiguous and x.ptr % ALIGN == 0):
             ptrs.append(x.ptr)
             continue
@@ -340,7 +341,7 @@ def call(calls, args, specs, outputs, stream, name: str, stats: Stats):
         arr, ptr = new_output(kind, tuple(o.shape), o.dtype, calls, handle, calls.ordinal)
         results.append(arr)
         out_ptrs.append(ptr)
-        out_bytes.append(int(np.prod(o.shape, dtype=np.int64)) * o.dtype.itemsize)
+        out_bytes.append(math.prod(o.shape) * o.dtype.itemsize)
     calls.run(ptrs, out_ptrs, out_bytes, handle)
     if sync:
         calls.synchronize(handle)

@@ -474,3 +474,16 @@ def test_cuda_attention_overloads_match_torch(causal):
     np.testing.assert_allclose(flash(q, k, v), want, rtol=1e-4, atol=1e-5)
     want_m = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=torch.from_numpy(mask)).numpy()
     np.testing.assert_allclose(eff(q, k, v, mask), want_m, rtol=1e-4, atol=1e-5)
+
+
+def test_hf_benchmark_table_lists_rows_skips_and_overhead():
+    from benchmarks import hf_models_gpu as hf
+    result = {"device": "GPU", "saturn_commit": "abc", "torch": "t", "transformers": "x", "budget": 2.0,
+              "max_schedules": 2, "repeat": 10, "warmup": 3,
+              "rows": [{"model": "gpt2-124M", "batch": 1, "seq": 512, "eager_ms": 2.0, "inductor_ms": 1.0,
+                        "saturn_ms": 1.6, "saturn_check": "ok", "inductor_check": "ok", "saturn_regions": 3},
+                       {"model": "llama-1.1B", "batch": 8, "seq": 2048, "skipped": "time limit 420 s"}],
+              "overhead": {"graphs_us": 9.5, "plain_us": 14.0, "eager_us": 6.0}}
+    md = hf.markdown(result)
+    assert "| gpt2-124M | 1 | 512 | ok / ok | 2 | 1 | 1.6 | 1.25× | 1.6 |" in md
+    assert "skipped: time limit 420 s" in md and "9.5 µs with CUDA graphs" in md
