@@ -224,14 +224,16 @@ def _torch_stream(handle: int, ordinal: int):
 
 
 class _TorchStream:
-    """torch's current stream set to `handle` for allocations and copies, if it differs."""
+    """torch's current stream set to `handle` for allocations and copies, if it differs
+    (`current`: torch's current stream handle when the caller already knows it)."""
 
-    def __init__(self, handle: int, ordinal: int):
-        self.handle, self.ordinal, self.ctx = handle, ordinal, None
+    def __init__(self, handle: int, ordinal: int, current: int | None = None):
+        self.handle, self.ordinal, self.ctx, self.current = handle, ordinal, None, current
 
     def __enter__(self):
         torch = _torch()
-        if torch.cuda.current_stream(self.ordinal).cuda_stream != self.handle:
+        current = self.current if self.current is not None else torch.cuda.current_stream(self.ordinal).cuda_stream
+        if current != self.handle:
             self.ctx = torch.cuda.stream(_torch_stream(self.handle, self.ordinal))
             self.ctx.__enter__()
         return self
@@ -282,11 +284,11 @@ def _itemsize(x: Input) -> int:
     return 2 if x.dtype is None else x.dtype.itemsize
 
 
-def new_output(kind: str, shape: tuple, dtype: DType, calls, stream: int, ordinal: int):
+def new_output(kind: str, shape: tuple, dtype: DType, calls, stream: int, ordinal: int, torch_current=None):
     """(array, address) of a fresh device array of `kind`."""
     if kind == TORCH:
         torch = _torch()
-        with _TorchStream(stream, ordinal):
+        with _TorchStream(stream, ordinal, torch_current):
             t = torch.empty(shape, dtype=getattr(torch, _TORCH_NAMES[dtype]), device=torch.device("cuda", ordinal))
         return t, t.data_ptr()
     if kind == CUPY and dtype != DType.bf16:   # CuPy has no bfloat16: those come back as DeviceArray
@@ -329,8 +331,9 @@ def call(calls, args, specs, outputs, stream, name: str, stats: Stats):
         stats.copied_inputs += 1
     for h in {x.stream for x in inputs if x.stream is not None and x.stream != handle}:
         calls.synchronize(h)   # another producer's stream (a __cuda_array_interface__ hint): wait for it
-    if stream is not None and any(x.kind == TORCH for x in inputs) and \
-            _torch().cuda.current_stream(calls.ordinal).cuda_stream != handle:
+    torch_current = _torch().cuda.current_stream(calls.ordinal).cuda_stream \
+        if any(x.kind == TORCH for x in inputs) else None
+    if stream is not None and torch_current is not None and torch_current != handle:
         s = _torch_stream(handle, calls.ordinal)   # torch's allocator must not reuse them before we are done
         for x in inputs:
             if x.kind == TORCH:
@@ -338,7 +341,7 @@ def call(calls, args, specs, outputs, stream, name: str, stats: Stats):
     kind = inputs[0].kind if inputs else CAI
     results, out_ptrs, out_bytes = [], [], []
     for o in outputs:
-        arr, ptr = new_output(kind, tuple(o.shape), o.dtype, calls, handle, calls.ordinal)
+        arr, ptr = new_output(kind, tuple(o.shape), o.dtype, calls, handle, calls.ordinal, torch_current)
         results.append(arr)
         out_ptrs.append(ptr)
         out_bytes.append(math.prod(o.shape) * o.dtype.itemsize)
