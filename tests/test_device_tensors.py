@@ -487,3 +487,25 @@ def test_hf_benchmark_table_lists_rows_skips_and_overhead():
     md = hf.markdown(result)
     assert "| gpt2-124M | 1 | 512 | ok / ok | 2 | 1 | 1.6 | 1.25× | 1.6 |" in md
     assert "skipped: time limit 420 s" in md and "9.5 µs with CUDA graphs" in md
+
+
+def test_library_steps_get_the_callers_stream_and_bound_pointers(fake_driver):
+    seen = []
+
+    class Call:
+        def run(self, ptrs, stream):
+            seen.append((ptrs, stream.handle))
+
+    steps = [device_run.LibraryStep("gemm", Call(), ["y", "x", "w"])]
+    r = device_run.DeviceRunner(device_run.DeviceProgram(b"", steps, ["x", "w"], ["y"], {}), graphs=False)
+    r.run([0x100, 0x200], [0x300], [64], stream=42)
+    assert seen == [([0x300, 0x100, 0x200], 42)]
+
+    class Failing:
+        def run(self, ptrs, stream):
+            raise RuntimeError("cublasGemmStridedBatchedEx failed with status 13")
+
+    bad = device_run.DeviceRunner(device_run.DeviceProgram(b"", [device_run.LibraryStep("gemm", Failing(), ["y", "x"])],
+                                                           ["x"], ["y"], {}), graphs=False)
+    with pytest.raises(driver.CUDAFailure, match="gemm: cublasGemmStridedBatchedEx failed"):
+        bad.run([0x100], [0x300], [64], stream=0)

@@ -40,6 +40,38 @@ class KernelStep:
 
 
 @dataclass
+class LibraryStep:
+    """A launch run by a library (`Launch.library`, e.g. backends/cuda/cublas.py's CublasCall,
+    whose `run(pointers, stream)` takes an object with the raw handle as `.handle`)."""
+    name: str
+    call: object
+    args: list
+
+    def make(self, module, pointers: list[int]) -> "_LibraryLaunch":
+        return _LibraryLaunch(self, pointers)
+
+
+class _Handle:
+    def __init__(self, handle: int):
+        self.handle = handle
+
+
+class _LibraryLaunch:
+    def __init__(self, step: LibraryStep, pointers: list[int]):
+        import ctypes
+        self.step = step
+        self.values = (ctypes.c_ulonglong * len(pointers))(*pointers)
+
+    def launch(self, stream: int) -> None:
+        try:
+            self.step.call.run(list(self.values), _Handle(stream))
+        except CUDAFailure:
+            raise
+        except RuntimeError as e:
+            raise CUDAFailure("launch", f"{self.step.name}: {e}") from None
+
+
+@dataclass
 class DeviceProgram:
     binary: bytes
     steps: list           # KernelStep (or another kind with make/args)

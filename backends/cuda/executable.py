@@ -22,7 +22,7 @@ import numpy as np
 
 from ir.graph import Graph
 from ir.node import Node
-from backends.cuda.device_run import DeviceProgram, KernelStep
+from backends.cuda.device_run import DeviceProgram, KernelStep, LibraryStep
 from backends.cuda.render import Launch
 from backends.cuda.runtime import CUDAFailure, Runtime
 
@@ -66,7 +66,8 @@ class CUDAExecutable:
 
     def device_program(self) -> DeviceProgram:
         """The launches over keys (graph nodes) for device-array calls (backends/cuda/device_run.py)."""
-        steps = [KernelStep(l.name, l.grid, l.block, l.shared, [l.output] + list(l.inputs)) for l in self.launches]
+        steps = [LibraryStep(l.name, l.library, [l.output] + list(l.inputs)) if l.library is not None else
+                 KernelStep(l.name, l.grid, l.block, l.shared, [l.output] + list(l.inputs)) for l in self.launches]
         return DeviceProgram(self.module.binary, steps, list(self.graph.inputs), list(self.graph.outputs),
                              {n: int(b) for n, b in self.buffers.items()})
 
