@@ -13,6 +13,7 @@ import numpy as np
 from backends import BackendUnavailable, checked, get_backend
 from compiler import arguments, device_args
 from compiler import cache as cache_mod
+from compiler.cluster import check_cluster
 from compiler.errors import DTypeError, OptionError, ShapeError, TargetError
 from compiler.progress import Progress
 from compiler.search import SearchOptions, SearchResult, ShapeVariant, same_interface, describe_schedule, search
@@ -164,7 +165,7 @@ def _odd_variant(fn, specs) -> ShapeVariant | None:
 
 
 def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet: bool = False,  # noqa: A001
-            cache=None, seed: int = 0, candidates=None, backend=None, **options) -> CompiledFunction:
+            cache=None, seed: int = 0, candidates=None, backend=None, cluster=None, **options) -> CompiledFunction:
     """Trace `fn` on inputs described by `specs` and build the fastest verified program for `target`.
 
     target: 'cpu', 'cuda' or 'reference' (the interpreter; no search).
@@ -175,6 +176,8 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     candidates: programs to search instead of the e-graph's (objects with .graph/.cost/.description).
     backend: a backend object to use instead of get_backend(target) (must be picklable for the
       isolated workers). Other keyword options set fields of `compiler.search.SearchOptions`.
+    cluster: None (this process's workers), "local" (all local cores and devices), "ray" or
+      "ray://host:port" (Ray actors; the `distributed` extra): see docs/distributed.md.
     """
     t0 = time.perf_counter()
     arguments.check_target(target)
@@ -187,6 +190,9 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     opts = SearchOptions(budget=float(DEFAULT_BUDGET.get(target, DEFAULT_BUDGET_OTHER) if budget is None else budget),
                          seed=int(seed), quiet=quiet)
     arguments.apply_options(opts, options)
+    opts.cluster = check_cluster(cluster)
+    if opts.cluster is not None and not opts.isolate:
+        raise OptionError("cluster needs isolated workers; drop isolate=False", "compile")
     specs = [as_spec(s) for s in specs]
     arguments.check_function(fn, specs)
     graph = trace(fn, *specs)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import os
-import select
 import shutil
 import tempfile
 import threading
@@ -60,6 +59,7 @@ class SearchOptions:
                                    # fastest one's is not timed
     min_repeat: int = 3
     max_repeat: int = 200
+    cluster: object = None         # None: this process's worker pool; else a compiler.cluster spec (Local, Ray)
 
 
 @dataclass
@@ -120,6 +120,7 @@ class SearchResult:
     cache: str = "off"                               # off | miss | hit | stored
     cache_path: str = ""
     original: Graph | None = None
+    cluster: object = None                           # where it ran (compiler.cluster.runner.ClusterLog), on a cluster
 
     @property
     def chosen_graph(self) -> Graph | None:
@@ -280,6 +281,9 @@ class _Runner:
                     w.start(("verify", self._msg(t, backend_spec)))
                     running[i] = (t, time.perf_counter())
                 except WorkerFailure as e:
+                    if self.retry(t, e, i):
+                        queue.appendleft(t)
+                        continue
                     t.status, t.reason = "rejected", f"worker failed before the candidate ran: {e.reason}"
                     on_done(t)
             if not running:
@@ -289,9 +293,7 @@ class _Runner:
             # grace period (killing a worker costs its restart), then is abandoned
             stop = hard_deadline + self.grace if any(x.status == "verified" for x in everything) else float("inf")
             wait = min(min(start + self.options.timeout for _, start in running.values()), stop) - now
-            fds = {self.pool.workers[i].fileno(): i for i in running}
-            ready, _, _ = select.select(list(fds), [], [], max(wait, 0.0))
-            done = [fds[f] for f in ready]
+            done = self.pool.wait(list(running), wait)
             now = time.perf_counter()
             if not done and now >= stop:
                 for i, (t, _) in running.items():
@@ -307,6 +309,9 @@ class _Runner:
                     self._record_check(t, w.finish(start + self.options.timeout - time.perf_counter(), self.options.timeout))
                     t.worker = i
                 except WorkerFailure as e:
+                    if self.retry(t, e, i):
+                        queue.appendleft(t)
+                        continue
                     t.status, t.reason = "rejected", e.reason
                 on_done(t)
         for t in queue:
@@ -344,6 +349,23 @@ class _Runner:
         t.source_hash = res.source_hash
         t.status, t.reason = ("verified", "") if res.ok else ("rejected", res.reason)
 
+    def retry(self, t: TrialRecord, e: WorkerFailure, worker: int) -> bool:
+        """Whether `t` is verified again elsewhere after `worker` failed on it (on a cluster)."""
+        return False
+
+    def time_each(self, trials, backend_spec, warmup: int, repeat: int) -> list:
+        """Each trial's run times, or the WorkerFailure that ended its timing."""
+        out = []
+        for t in trials:
+            try:
+                out.append(self.time(t, backend_spec, warmup, repeat))
+            except WorkerFailure as e:
+                out.append(e)
+        return out
+
+    def retime(self, t: TrialRecord, backend_spec) -> None:
+        """Time the winner on the device that runs it (here it was timed nowhere else)."""
+
     def time(self, t: TrialRecord, backend_spec, warmup: int, repeat: int) -> list[float]:
         req = ("time", self._msg(t, backend_spec), warmup, repeat)
         if self.local is not None:
@@ -376,7 +398,12 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
     main_key, odd_key = f"main-{_SEARCHES}", f"odd-{_SEARCHES}"
 
     with _ONE_SEARCH_AT_A_TIME:  # the workers are shared, and timings must not overlap
-        runner = _Runner(options, backend_spec)   # workers start and load the backend while the e-graph is explored
+        # workers start and load the backend while the e-graph is explored
+        if options.cluster is None:
+            runner = _Runner(options, backend_spec)
+        else:
+            from compiler.cluster.runner import ClusterRunner
+            runner = ClusterRunner(options, backend, backend_spec, result)
         try:
             return _search(graph, backend, target, backend_spec, candidates, options, progress, variant,
                            result, runner, t_start, deadline, main_key, odd_key)
@@ -493,6 +520,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
         if exe is not None:
             t.status = "chosen"
             result.winner, result.executable = t, exe
+            runner.retime(t, backend_spec)
             break
     result.seconds["final checks"] = time.perf_counter() - t_timing
     if result.winner is None:
@@ -638,13 +666,12 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
         for k in range(slices):
             n = repeat // slices + (1 if k < repeat % slices else 0)
             warmup = max(1, repeat // 5) if k == 0 else 1
-            for t in alive:
-                if t.status == "rejected":
-                    continue
-                try:
-                    runs[t.id] += runner.time(t, backend_spec, warmup, n)
-                except WorkerFailure as e:
-                    t.status, t.reason, t.rounds = "rejected", f"failed while timing: {e.reason}", []
+            batch = [t for t in alive if t.status != "rejected"]
+            for t, got in zip(batch, runner.time_each(batch, backend_spec, warmup, n)):
+                if isinstance(got, WorkerFailure):
+                    t.status, t.reason, t.rounds = "rejected", f"failed while timing: {got.reason}", []
+                else:
+                    runs[t.id] += got
         for t in alive:
             if t.status != "rejected":
                 t.rounds.append((repeat, median(runs[t.id])))

@@ -15,7 +15,11 @@ process, which decides which workers to keep.
 
 Requests: ("data", key, input_sets, expected_sets, out_dtypes) stores inputs once;
 ("verify", trial) builds and checks a candidate; ("verify_variant", trial) checks it at odd
-shapes; ("time", trial, warmup, repeat) times one.
+shapes; ("time", trial, warmup, repeat) times one; ("identity", backend) names the device this
+worker times on (compiler.cluster.devices).
+
+A worker may be pinned to one device by the environment it starts with (`Worker(env=...)`:
+CUDA_VISIBLE_DEVICES and SATURN_DEVICE), as the timing workers of a cluster are.
 """
 from __future__ import annotations
 
@@ -146,6 +150,11 @@ def handle(state: _WorkerState, request):
         return timing.measure(exe, args, warmup, repeat)
     if kind == "source":
         return getattr(state.build(request[1]), "source", "")
+    if kind == "identity":  # (device identity, host name, process id) of this worker
+        import socket
+
+        from compiler.cluster.devices import probe
+        return probe(state.backend(request[1])), socket.gethostname(), os.getpid()
     raise ValueError(f"unknown request {kind!r}")
 
 
@@ -240,15 +249,19 @@ def worker_main() -> None:
 # --- the parent side -----------------------------------------------------------------------
 
 class WorkerFailure(Exception):
-    """The worker died or missed its deadline; `reason` says which."""
+    """The worker died or missed its deadline; `reason` says which. `crashed`: the worker
+    process died (a crashing candidate, or a worker lost to its host), as opposed to a
+    timeout or an error the worker reported."""
 
-    def __init__(self, reason: str):
+    def __init__(self, reason: str, crashed: bool = False):
         super().__init__(reason)
         self.reason = reason
+        self.crashed = crashed
 
 
-def _child_env() -> dict:
+def _child_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
+    env.update(extra or {})
     paths = [os.path.abspath(p or os.curdir) for p in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(p for p in paths if os.path.isdir(p)))
     env.setdefault("PYTHONHASHSEED", "0")
@@ -256,12 +269,13 @@ def _child_env() -> dict:
 
 
 class Worker:
-    """One worker process; `start` a request, then `finish` it with a deadline."""
+    """One worker process; `start` a request, then `finish` it with a deadline. `env`: variables
+    set for it on top of this process's (e.g. the device it is pinned to)."""
 
-    def __init__(self):
+    def __init__(self, env: dict | None = None):
         self.log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen([sys.executable, "-m", "compiler.workers"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=_child_env())
+                                     stdout=subprocess.PIPE, stderr=self.log, env=_child_env(env))
         self.data_keys: set[str] = set()
         self.unanswered = 0   # requests sent with `post` whose answers are still to be read
         self.pending = 0      # requests sent (or being sent) whose answers are not read yet
@@ -294,7 +308,7 @@ class Worker:
         try:
             _send(self.proc.stdin, request)
         except (BrokenPipeError, OSError):
-            raise WorkerFailure(self._death_reason()) from None
+            raise WorkerFailure(self._death_reason(), crashed=True) from None
 
     def finish(self, timeout: float, limit: float | None = None):
         """The answer to the started request, waiting at most `timeout` more seconds
@@ -306,7 +320,7 @@ class Worker:
         try:
             status, value, self.retiring = _recv(self.proc.stdout)
         except (EOFError, OSError, pickle.UnpicklingError):
-            raise WorkerFailure(self._death_reason()) from None
+            raise WorkerFailure(self._death_reason(), crashed=True) from None
         self.pending -= 1
         if status == "error":
             raise WorkerFailure(f"error: {value}")
@@ -369,10 +383,12 @@ class Worker:
 
 
 class WorkerPool:
-    """A few workers, each replaced when it crashes or hangs."""
+    """A few workers, each replaced when it crashes or hangs. `env(i)`: the extra environment
+    of worker i (its device), if any."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, env=None):
         self.size = max(1, size)
+        self.env = env
         self.workers: list[Worker | None] = [None] * self.size
 
     def get(self, i: int) -> Worker:
@@ -380,8 +396,20 @@ class WorkerPool:
         if w is None or not w.alive():
             if w is not None:
                 w.close()
-            w = self.workers[i] = Worker()
+            w = self.workers[i] = Worker(self.env(i) if self.env is not None else None)
         return w
+
+    def where(self, i: int) -> str:
+        """Which process worker i is (for reports)."""
+        w = self.workers[i]
+        return f"pid {w.proc.pid}" if w is not None else "not started"
+
+    def wait(self, indices: list[int], timeout: float) -> list[int]:
+        """Those of the workers `indices` (each with a started request) that have answered,
+        waiting at most `timeout` seconds for the first."""
+        fds = {self.workers[i].fileno(): i for i in indices}
+        ready, _, _ = select.select(list(fds), [], [], max(timeout, 0.0))
+        return [fds[f] for f in ready]
 
     def ensure_data(self, i: int, data_request, timeout: float) -> Worker:
         w = self.get(i)
