@@ -2,13 +2,14 @@
 $SATURN_DEVICE of a list of models, so several CPU timing workers act as distinct devices and
 device assignment, identity matching and re-timing are tested without GPUs.
 
-`lose_once` simulates a lost worker: the first worker of the given role ("build" or "time")
+`build_delay` makes build workers slow, so a test can catch one busy; `lose_once` simulates a lost worker: the first worker of the given role ("build" or "time")
 to build (or, for "time", run) a candidate kills itself with SIGKILL, once per marker file.
 """
 from __future__ import annotations
 
 import os
 import signal
+import time
 
 from compiler.cluster.devices import DEVICE_ENV, DeviceIdentity
 
@@ -18,9 +19,11 @@ ROLE_ENV = "SATURN_WORKER_ROLE"   # "build" or "time", set by the cluster for it
 class FakeDevices:
     name = "fake-devices"
 
-    def __init__(self, models=("fake-A", "fake-A"), lose_once: tuple[str, str] | None = None):
+    def __init__(self, models=("fake-A", "fake-A"), lose_once: tuple[str, str] | None = None,
+                 build_delay: float = 0.0):
         self.models = tuple(models)
-        self.lose_once = lose_once   # (role, marker file path)
+        self.lose_once = lose_once       # (role, marker file path)
+        self.build_delay = build_delay   # seconds each build sleeps first (a slow compiler)
 
     def _cpu(self):
         from backends import get_backend
@@ -45,6 +48,8 @@ class FakeDevices:
 
     def build(self, graph, schedule=None):
         self._maybe_die("build")
+        if self.build_delay and os.environ.get(ROLE_ENV) == "build":
+            time.sleep(self.build_delay)
         exe = self._cpu().build(graph, schedule)
         return _Dying(exe, self) if self.lose_once and self.lose_once[0] == "time" else exe
 

@@ -51,7 +51,8 @@ def open_cluster(spec, backend) -> Cluster:
     if isinstance(spec, Ray):
         from compiler.cluster import ray_pool
         key = ray_pool.cluster_key(spec, backend)
-        for k in [k for k in _OPEN if k[0] == "ray" and k[1:3] != key[1:3]]:   # from an earlier Ray session
+        # one set of actors at a time: an earlier session's are gone, another backend's hold resources
+        for k in [k for k in _OPEN if k[0] == "ray" and k != key]:
             _OPEN.pop(k).close()
         if key not in _OPEN:
             _OPEN[key] = ray_pool.open_ray(spec, backend, key)

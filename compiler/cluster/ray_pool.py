@@ -92,6 +92,8 @@ class RayWorker:
 
     def kill(self) -> None:
         self.dead = True
+        if not ray.is_initialized():   # Ray was shut down: its actors went with it (and ray.kill would abort)
+            return
         try:
             ray.kill(self.actor, no_restart=True)
         except Exception:  # already gone
