@@ -48,7 +48,7 @@ def main(argv=None) -> None:
         import ray
         from compiler.cluster import Ray
         t0 = time.perf_counter()
-        ray.init(num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
+        ray.init(address="local", num_cpus=args.ray_cpus, include_dashboard=False, log_to_driver=False)
         print(f"ray.init (a local instance of {args.ray_cpus} CPUs): {time.perf_counter() - t0:.2f} s")
         paths.append(("ray", Ray(build_workers=args.ray_cpus)))
     except ImportError:

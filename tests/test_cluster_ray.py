@@ -22,7 +22,7 @@ from test_cluster import SPEC, _compile, _outputs, candidates, softmax  # noqa: 
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_instance():
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=4, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -98,9 +98,11 @@ def _cuda_identity() -> DeviceIdentity:
     import pycuda.driver as drv
     drv.init()
     dev = drv.Device(0)
-    bus = dev.pci_bus_id()
+    bus = dev.pci_bus_id()            # "0000:19:00.0"; nvidia-smi names the domain with 8 digits
+    domain, _, rest = bus.partition(":")
     fields = "driver_version,clocks.applications.graphics,clocks.applications.memory,clocks.max.sm"
-    row = _nvidia_smi(["-i", bus, f"--query-gpu={fields}", "--format=csv,noheader"]).strip().split(", ")
+    row = _nvidia_smi(["-i", f"{domain.zfill(8)}:{rest}", f"--query-gpu={fields}",
+                       "--format=csv,noheader"]).strip().split(", ")
     if len(row) == 4:
         driver, clocks = row[0], f"app {row[1]}/{row[2]}, max sm {row[3]}"
     else:
