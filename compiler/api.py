@@ -228,6 +228,8 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
 
     name = getattr(fn, "__name__", "function")
     variant = _odd_variant(fn, specs)
+    # the cost model learns where winners are cached, and not at all with the cache off
+    opts.cost_model_dir = directory if use_cache else ""
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
                     device=device, candidates=candidates, options=opts,
                     progress=Progress(f"{name} for {target}", quiet=quiet),

@@ -21,7 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from compiler import verify
+from compiler import cost_model, verify
 from compiler.explore import Candidate, Limits, Phase, explore
 from compiler.progress import Progress
 from compiler.timing import format_seconds, median
@@ -35,6 +35,7 @@ INTERLEAVE = 4      # slices each timing round is cut into, taken in turn by the
 PRUNE_FLOOR = 1e-3  # a verification run shorter than this is too short to prune on
 VERIFY_SHARE = 0.6  # of the budget left after exploration, after which no new trial starts verification
 GRACE_SHARE = 0.15  # of that budget, how much longer trials already being verified may then take
+HARD_FACTOR, HARD_SLACK = 1.1, 1.0   # the budget's hard end: budget x 1.1 or budget + 1 s, the later
 
 
 class SearchError(RuntimeError):
@@ -60,6 +61,7 @@ class SearchOptions:
     min_repeat: int = 3
     max_repeat: int = 200
     cluster: object = None         # None: this process's worker pool; else a compiler.cluster spec (Local, Ray)
+    cost_model_dir: str | None = None   # where the cost model is kept: None the cache root, "" not kept
 
 
 @dataclass
@@ -81,6 +83,8 @@ class TrialRecord:
     variant_graph: Graph | None = None           # this program at odd shapes, when known
     note: str = ""
     source_hash: str = ""
+    predicted: float = math.inf                  # the cost model's seconds for this program (inf: unknown)
+    features: tuple | None = None                # what the backend would run, counted (compiler/cost_model.py)
 
     @property
     def median(self) -> float:
@@ -121,6 +125,7 @@ class SearchResult:
     cache_path: str = ""
     original: Graph | None = None
     cluster: object = None                           # where it ran (compiler.cluster.runner.ClusterLog), on a cluster
+    cost_model: dict = field(default_factory=dict)   # source, rank correlations with measured times
 
     @property
     def chosen_graph(self) -> Graph | None:
@@ -253,6 +258,8 @@ class _Runner:
             self.tmpdir = None
 
     grace = 0.0
+    end = float("inf")    # the budget's hard end (perf_counter seconds)
+    baseline_id = -1      # the trial waited for past `end` while nothing has passed
 
     def verify_all(self, trials, backend_spec, deadline, on_done, everything=None, hard_deadline=None):
         """Build and verify `trials` on all workers at once; call on_done(trial) after each.
@@ -264,16 +271,22 @@ class _Runner:
         everything = trials if everything is None else everything
         if self.local is not None:
             while queue:
+                if time.perf_counter() > self.end and queue[0].id != self.baseline_id:
+                    break
                 t = queue.popleft()
                 self._record_check(t, handle(self._local(), ("verify", self._msg(t, backend_spec))))
                 on_done(t)
+            for t in queue:
+                t.status, t.reason = "skipped", "budget spent before it was verified"
             return
         running: dict[int, tuple[TrialRecord, float]] = {}
         while queue or running:
             for i in range(self.size):
                 if i in running or not queue:
                     continue
-                if time.perf_counter() > deadline and any(x.status == "verified" for x in everything):
+                now = time.perf_counter()
+                passed = any(x.status == "verified" for x in everything)
+                if (now > deadline and passed) or (now > self.end and queue[0].id != self.baseline_id):
                     break
                 t = queue.popleft()
                 try:
@@ -291,12 +304,17 @@ class _Runner:
             now = time.perf_counter()
             # once the budget is spent and something passed, what is still running gets a short
             # grace period (killing a worker costs its restart), then is abandoned
-            stop = hard_deadline + self.grace if any(x.status == "verified" for x in everything) else float("inf")
+            passed = any(x.status == "verified" for x in everything)
+            stop = hard_deadline + self.grace if passed else float("inf")
+            # the budget's hard end: past it only the baseline may still run, and only while
+            # nothing has passed (without it there is no result; its own timeout bounds it)
+            if passed or not any(t.id == self.baseline_id for t, _ in running.values()):
+                stop = min(stop, self.end)
             wait = min(min(start + self.options.timeout for _, start in running.values()), stop) - now
             done = self.pool.wait(list(running), wait)
             now = time.perf_counter()
             if not done and now >= stop:
-                for i, (t, _) in running.items():
+                for i, (t, _) in running.items():  # (the baseline too, once something passed)
                     self.pool.workers[i].kill()
                     t.status, t.reason = "skipped", "budget spent while it was being built or verified"
                 running.clear()
@@ -426,16 +444,21 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     result.seconds["explore"] = t_explore - t_start
     # an exploration that overran its share must not starve measurement: verification and
     # timing always get at least half the budget
-    rest = max(deadline - t_explore, 0.5 * options.budget)
+    hard_end = t_start + max(HARD_FACTOR * options.budget, options.budget + HARD_SLACK)
+    rest = max(min(max(deadline - t_explore, 0.5 * options.budget), hard_end - t_explore), 0.0)
     deadline = t_explore + rest
+    runner.end = hard_end
 
     trials = make_trials(graph, candidates, backend, options, notes)
     result.trials = trials
+    model = cost_model.load(target, result.device or target, options.cost_model_dir)
+    _predict(trials, backend, model, t_start + PREDICT_SHARE * options.budget)
     for t in trials:
         bad = same_interface(graph, t.graph)
         if bad:
             t.status, t.reason = "rejected", f"not a valid candidate: {bad}"
     todo = [t for t in trials if t.status == "pending"]
+    runner.baseline_id = todo[0].id if todo else -1   # the original under the default schedule, if a candidate
 
     runner.main_key, runner.odd_key = main_key, odd_key
     out_dtypes = [o.dtype for o in graph.outputs]
@@ -472,8 +495,10 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     firsts: dict[int, TrialRecord] = {}     # each rewritten program's first trial: its default schedule
     for t in later:
         firsts.setdefault(t.candidate, t)
-    defaults = list(firsts.values())
-    later = [t for t in later if firsts[t.candidate] is not t]
+    # rewritten programs by predicted time (stable: the static rank breaks ties), so the
+    # programs that can win are built first when the budget allows only a few
+    defaults = sorted(firsts.values(), key=lambda t: t.predicted)
+    later = sorted((t for t in later if firsts[t.candidate] is not t), key=lambda t: t.predicted)
     window = VERIFY_SHARE * rest
     # (the original's second schedule joins the first round: a backend lists there the
     # alternative that most often decides small programs, e.g. one CPU thread, whose pool
@@ -496,7 +521,9 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     result.seconds["build+verify"] = t_verify - t_explore
     survivors = _drop_duplicates([t for t in trials if t.status == "verified"])
     if not survivors:
-        raise SearchError("no candidate passed verification:\n" +
+        spent = time.perf_counter() >= hard_end
+        raise SearchError("no candidate passed verification" +
+                          (f" within the budget ({options.budget:g} s; pass a larger budget=)" if spent else "") + ":\n" +
                           "\n".join(f"  trial {t.id} ({t.description}, {t.schedule_text}): {t.status}: {t.reason}"
                                      for t in trials))
     progress.phase("timing")
@@ -523,6 +550,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
             runner.retime(t, backend_spec)
             break
     result.seconds["final checks"] = time.perf_counter() - t_timing
+    _learn(model, trials, result, notes, options.cost_model_dir)
     if result.winner is None:
         raise SearchError("every verified candidate failed when built in the compiling process:\n" + "\n".join(notes))
     result.seconds["total"] = time.perf_counter() - t_start
@@ -530,6 +558,43 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
                    f"{counts['tried']} tried, {counts['verified']} verified, {counts['rejected']} rejected, "
                    f"best {format_seconds(result.winner.median)}")
     return result
+
+
+PREDICT_SHARE = 0.05   # of the budget, at most, for the cost model's predictions
+
+
+def _predict(trials, backend, model, deadline) -> None:
+    """Each distinct program's predicted time (its trials share it); past `deadline` the rest
+    stay unknown (inf) and keep their static-rank order."""
+    by_program: dict[int, tuple] = {}
+    for t in trials:
+        if t.candidate not in by_program:
+            feats = cost_model.features(t.graph, backend) if time.perf_counter() <= deadline else None
+            by_program[t.candidate] = (feats, model.predict(feats))
+        t.features, t.predicted = by_program[t.candidate]
+
+
+def _learn(model, trials, result, notes, directory) -> None:
+    """Rank correlation of predicted and measured times (per trial, and per program at its best
+    schedule); then the measurements join the device's model for the next search."""
+    timed = [t for t in trials if t.rounds and math.isfinite(t.predicted)]
+    best: dict[int, TrialRecord] = {}
+    for t in timed:
+        if t.candidate not in best or t.median < best[t.candidate].median:
+            best[t.candidate] = t
+    result.cost_model = {
+        "source": model.source,
+        "trials": len(timed),
+        "rho_trials": cost_model.spearman([t.predicted for t in timed], [t.median for t in timed]),
+        "programs": len(best),
+        "rho_programs": cost_model.spearman([t.predicted for t in best.values()], [t.median for t in best.values()]),
+    }
+    try:
+        model.observe([(t.features, t.median) for t in best.values()])
+        if directory != "":
+            cost_model.save(model, directory)
+    except OSError as e:
+        notes.append(f"the cost model could not be saved ({e}); the next search starts from the same model")
 
 
 def _baseline_reference(runner: _Runner, graph: Graph, trials, variant, backend_spec, input_sets, notes):
@@ -678,6 +743,11 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
                 t.status = "timed"
                 best = min(best, t.median)
         progress.update(best=best)
+        # a trial that timed prune_factor times slower than the baseline is never timed again
+        if baseline is not None and baseline.rounds:
+            for t in alive:
+                if t is not baseline and t.status == "timed" and t.median > options.prune_factor * baseline.median:
+                    t.status, t.reason = "pruned", f"timed {t.median / baseline.median:.0f}x slower than the original"
         alive = sorted((t for t in alive if t.status == "timed"), key=lambda t: (t.median, t.id))
         rounds_left -= 1
         if len(alive) <= 1 or time.perf_counter() >= deadline:
@@ -734,7 +804,7 @@ def format_report(r: SearchResult) -> str:
             lines.append(f"  {p.name:<20} {p.iterations:>5} {p.enodes:>9} {p.eclasses:>9} {p.seconds:>8.2f}")
     n_prog = len({t.candidate for t in r.trials})
     lines.append(f"candidates: {n_prog} programs, {len(r.trials)} (program, schedule) trials")
-    lines.append(f"  {'#':>3} {'prog':>4} {'cost':>9} {'schedule':<24} {'status':<9} {'median':>10} {'runs':>5}  "
+    lines.append(f"  {'#':>3} {'prog':>4} {'cost':>9} {'predicted':>10} {'schedule':<24} {'status':<9} {'median':>10} {'runs':>5}  "
                  f"{'program / reason'}")
     skipped: dict[str, int] = {}
     for t in r.trials:
@@ -743,7 +813,7 @@ def format_report(r: SearchResult) -> str:
             continue
         runs = sum(n for n, _ in t.rounds)
         note = t.description if t.status in ("timed", "chosen", "verified") else f"{t.description}: {t.reason}"
-        lines.append(f"  {t.id:>3} {t.candidate:>4} {t.cost:>9.3g} {t.schedule_text:<24.24} {t.status:<9} "
+        lines.append(f"  {t.id:>3} {t.candidate:>4} {t.cost:>9.3g} {format_seconds(t.predicted):>10} {t.schedule_text:<24.24} {t.status:<9} "
                      f"{format_seconds(t.median):>10} {runs:>5}  {note}")
     if skipped:
         lines.append("  skipped: " + "; ".join(f"{n} trials ({why})" for why, n in skipped.items()))
@@ -755,5 +825,12 @@ def format_report(r: SearchResult) -> str:
         lines.append(f"chosen: trial {w.id} ({w.description}, schedule {w.schedule_text}), "
                      f"median {format_seconds(w.median)}{speed}; max relative error {w.max_error:.1e}"
                      + (f"; {w.note}" if w.note else ""))
+    cm = r.cost_model
+    if cm:
+        def rho(v):
+            return "n/a" if v is None else f"{v:+.2f}"
+        lines.append(f"cost model ({cm['source']}): Spearman rho predicted vs measured {rho(cm['rho_trials'])} over "
+                     f"{cm['trials']} timed trials, {rho(cm['rho_programs'])} over {cm['programs']} programs at their "
+                     "best schedule")
     lines += [f"note: {n}" for n in r.notes]
     return "\n".join(lines)

@@ -139,6 +139,11 @@ class CUDABackend:
             raise CUDAFailure("compile", res.error, res.log)
         return KIRExecutable(graph, program, launches, source, rt.load(res.binary), rt, res.log)
 
+    def features(self, graph: Graph) -> tuple[float, ...]:
+        """What the default plan runs for `graph`, counted for the cost model (plan_cost.py)."""
+        from backends.cuda.plan_cost import plan_features
+        return plan_features(graph)
+
     def try_build(self, graph: Graph, schedule: Schedule | None = None):
         """(executable, None) or (None, reason): failures as data."""
         from backends.cuda.runtime import CUDAFailure

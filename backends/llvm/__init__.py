@@ -75,6 +75,11 @@ class LLVMBackend:
             self._lowered[key] = program
         return program
 
+    def features(self, graph: Graph) -> tuple[float, ...]:
+        """The kernel program of `graph`, counted for the cost model (ir/kernel_cost.py)."""
+        from ir.kernel_cost import program_features
+        return program_features(self.lower(graph))
+
     def build(self, graph: Graph, schedule: Schedule | None = None, *, use_cache: bool = True):
         return self.build_program(self.lower(graph), schedule, use_cache=use_cache)
 

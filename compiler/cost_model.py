@@ -1,0 +1,150 @@
+"""Predicted run time of a candidate program, learned from the times the search measures.
+
+The e-graph's static cost (rewrites/cost.py) ranks programs inside the e-graph, before they are
+lowered; it cannot see which intermediates the lowering materializes. This model ranks the
+candidates the search will build and time: the backend counts what it would run
+(`backend.features(graph)`: bytes moved, product and other arithmetic, launches;
+ir/kernel_cost.py), on the kernel IR or on its own plan.
+
+The prediction is a weighted sum: seconds = sum_j coefficient_j * feature_j. Each target starts
+from roofline defaults; every search appends (features, best measured time of the program) to a
+per-device file in the cache and refits a scale per coefficient (ridge regression towards the
+defaults, relative error), so the ranking adapts to the machine. The search orders its trials by
+the prediction and reports the rank correlation between predicted and measured times.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+
+import numpy as np
+
+from ir.graph import Graph
+from ir.kernel_cost import FEATURES
+
+# seconds per unit of each feature, before any measurement on this machine
+DEFAULTS = {
+    "cuda": (1 / 3.5e12, 1 / 4e14, 1 / 4e13, 1 / 2e13, 5e-6),
+    "cpu": (1 / 1.5e10, 1 / 5e10, 1 / 1e11, 1 / 2e10, 3e-6),
+}
+MAX_OBSERVATIONS = 400  # per device, newest kept
+RIDGE = 0.05            # pull of the defaults against few measurements
+
+
+def features(graph: Graph, backend) -> tuple[float, ...] | None:
+    """What `backend` would run for `graph`, counted; None when it cannot say (an error in a
+    candidate that does not lower is the build's to report, not the ranking's)."""
+    fn = getattr(backend, "features", None)
+    if not callable(fn):
+        return None
+    try:
+        return fn(graph)
+    except Exception:
+        return None
+
+
+def spearman(xs, ys) -> float | None:
+    """Rank correlation (ties get their average rank); None for fewer than 3 pairs or no spread."""
+    if len(xs) < 3:
+        return None
+    rx, ry = _ranks(xs), _ranks(ys)
+    if np.std(rx) == 0 or np.std(ry) == 0:
+        return None
+    return float(np.corrcoef(rx, ry)[0, 1])
+
+
+def _ranks(v) -> np.ndarray:
+    v = np.asarray(v, dtype=float)
+    order = np.argsort(v, kind="stable")
+    ranks = np.empty(len(v))
+    i = 0
+    while i < len(v):
+        j = i
+        while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+            j += 1
+        ranks[order[i:j + 1]] = (i + j) / 2
+        i = j + 1
+    return ranks
+
+
+@dataclass
+class CostModel:
+    """Coefficients for one device, and the measurements they were fitted to."""
+    target: str
+    device: str
+    observations: list          # [features..., seconds]
+    scales: tuple[float, ...]   # coefficient / default, per feature
+
+    @property
+    def coefficients(self) -> tuple[float, ...]:
+        return tuple(d * s for d, s in zip(DEFAULTS.get(self.target, DEFAULTS["cpu"]), self.scales))
+
+    def predict(self, feats) -> float:
+        if feats is None:
+            return math.inf
+        return float(sum(c * f for c, f in zip(self.coefficients, feats)))
+
+    @property
+    def source(self) -> str:
+        n = len(self.observations)
+        return f"fitted to {n} measured programs on this device" if n else "roofline defaults (nothing measured yet)"
+
+    def observe(self, pairs) -> None:
+        """Add (features, measured seconds) pairs and refit."""
+        for feats, seconds in pairs:
+            if feats is not None and seconds > 0 and math.isfinite(seconds):
+                self.observations.append([float(f) for f in feats] + [float(seconds)])
+        del self.observations[:-MAX_OBSERVATIONS]
+        self.scales = fit_scales(self.target, self.observations)
+
+
+def fit_scales(target: str, observations) -> tuple[float, ...]:
+    """Ridge regression of relative error towards scale 1: minimize
+    sum_i (sum_j s_j d_j f_ij / t_i - 1)^2 + RIDGE * sum_j (s_j - 1)^2, scales kept positive."""
+    d = np.array(DEFAULTS.get(target, DEFAULTS["cpu"]))
+    if not observations:
+        return tuple([1.0] * len(d))
+    obs = np.array(observations, dtype=float)
+    a = obs[:, :-1] * d / obs[:, -1:]
+    lhs = a.T @ a + RIDGE * np.eye(len(d))
+    rhs = a.T @ np.ones(len(obs)) + RIDGE
+    s = np.linalg.solve(lhs, rhs)
+    return tuple(float(max(x, 1e-3)) for x in s)
+
+
+def _path(device: str, directory: str | None) -> str:
+    from backends.base import cache_root
+    root = directory or str(cache_root())
+    digest = hashlib.sha256(device.encode()).hexdigest()[:16]
+    return os.path.join(root, "costmodel", f"{digest}.json")
+
+
+def load(target: str, device: str, directory: str | None = None) -> CostModel:
+    """This device's model; a missing, damaged or foreign file gives the defaults ("": none kept)."""
+    obs = []
+    try:
+        if directory == "":
+            raise OSError("not kept")
+        with open(_path(device, directory)) as f:
+            data = json.load(f)
+        if data.get("device") == device and data.get("target") == target and data.get("features") == list(FEATURES):
+            obs = [[float(x) for x in row] for row in data["observations"] if len(row) == len(FEATURES) + 1]
+    except (OSError, ValueError, TypeError, KeyError):
+        obs = []
+    return CostModel(target, device, obs, fit_scales(target, obs))
+
+
+def save(model: CostModel, directory: str | None = None) -> None:
+    """Write atomically; raises OSError when the cache cannot be written."""
+    path = _path(model.device, directory)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = {"target": model.target, "device": model.device, "features": list(FEATURES),
+            "observations": model.observations}
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)

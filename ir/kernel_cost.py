@@ -1,0 +1,96 @@
+"""What a kernel program costs to run, as counts a cost model weighs (no timing here).
+
+    bytes      every buffer a kernel reads, once, plus what it writes
+    mm_half    multiply-accumulates of f16/bf16 matrix products (tensor cores / wide FMA units)
+    mm_f32     multiply-accumulates of f32 matrix products
+    scalar     other arithmetic (transcendental ops weigh 4)
+    kernels    launches (a fixed cost each)
+
+`program_features` counts them on the kernel IR; a backend with its own plan (CUDA) counts the
+same vocabulary on its plan. `compiler/cost_model.py` turns them into predicted seconds.
+"""
+from __future__ import annotations
+
+import math
+
+from ir.kernel import Compute, KernelProgram, Load, Online, Reduce, children
+from ir.ops import Op
+
+FEATURES = ("bytes", "mm_half", "mm_f32", "scalar", "kernels")
+HEAVY = {Op.EXP2: 4, Op.LOG2: 4, Op.SIN: 4, Op.SQRT: 4, Op.RECIP: 4}
+PRODUCT_MIN = 16        # a sum of products at least this long counts as a matrix product
+
+
+def _is_product(r: Reduce) -> bool:
+    body = r.body
+    while isinstance(body, Compute) and body.op == Op.CAST:
+        body = body.srcs[0]
+    extent = math.prod(v.extent for v in r.vars)
+    return r.op == Op.SUM and extent >= PRODUCT_MIN and isinstance(body, Compute) and body.op == Op.MUL
+
+
+def _count_value(e, times: float, acc: dict, seen: set | None = None) -> None:
+    """Add the arithmetic of evaluating `e` `times` times (sub-expressions in `seen` are
+    already counted: a kernel computes a shared value once)."""
+    seen = set() if seen is None else seen
+    stack = [(e, times, False)]
+    while stack:
+        x, n, in_product = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x, Reduce):
+            inner = n * math.prod(v.extent for v in x.vars)
+            if _is_product(x):
+                acc["mm_half" if _half_operands(x) else "mm_f32"] += inner
+                stack.extend((c, inner, True) for c in children(x.body))
+            else:
+                acc["scalar"] += inner
+                stack.append((x.body, inner, False))
+            continue
+        if isinstance(x, Compute) and not (in_product and x.op == Op.CAST):
+            acc["scalar"] += n * HEAVY.get(x.op, 1)
+        stack.extend((c, n, in_product and isinstance(x, Compute) and x.op == Op.CAST) for c in children(x))
+
+
+def _half_operands(r: Reduce) -> bool:
+    loads = [x for x in _loads(r.body)]
+    return bool(loads) and all(x.dtype.itemsize == 2 for x in loads)
+
+
+def _loads(e):
+    seen, stack = set(), [e]
+    while stack:
+        x = stack.pop()
+        if x in seen:
+            continue
+        seen.add(x)
+        if isinstance(x, Load):
+            yield x
+        stack.extend(children(x))
+
+
+def program_features(program: KernelProgram) -> tuple[float, ...]:
+    acc = dict.fromkeys(FEATURES, 0.0)
+    sizes = {b.name: b.size * b.dtype.itemsize for b in program.buffers}
+    for k in program.kernels:
+        acc["kernels"] += 1
+        acc["bytes"] += sum(sizes.get(b, 0) for b in k.reads() | k.writes())
+        extents = [v.extent for v in k.axes]
+        for let in k.lets:
+            outer = math.prod(extents[:let.depth])
+            if isinstance(let, Online):
+                # one step per tile: the score (tile max) once, shared with the terms; a lane
+                # sum (flash attention's P V) adds one multiply-accumulate per lane
+                steps, seen = outer * let.var.extent, set()
+                _count_value(let.tile_max, steps, acc, seen)
+                for term in let.terms:
+                    _count_value(term, steps, acc, seen)
+                    if let.lane is not None:
+                        half = any(x.dtype.itemsize == 2 for x in _loads(term))
+                        acc["mm_half" if half else "mm_f32"] += steps * let.lane.extent
+            else:
+                _count_value(let.value, outer, acc)
+        for s in k.stores:
+            _count_value(s.value, math.prod(extents), acc)
+    return tuple(acc[f] for f in FEATURES)

@@ -1,0 +1,183 @@
+"""The cost model that orders the search's trials: counting, prediction, learning, ranking."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import compiler as saturn
+from backends.cuda import CUDABackend
+from backends.llvm import LLVMBackend
+from compiler import cost_model
+from compiler.explore import explore
+from compiler.lower import lower
+from ir.kernel_cost import FEATURES, program_features
+from tests.test_search import BUILDS, Cand, FakeBackend, softmax, softmax_rewritten, SPEC
+
+
+def _feature(feats, name):
+    return feats[FEATURES.index(name)]
+
+
+def test_a_matrix_product_counts_its_multiply_accumulates_and_bytes_on_the_kernel_ir():
+    g = saturn.trace(lambda a, b: a @ b, saturn.spec((64, 48)), saturn.spec((48, 80)))
+    f = program_features(lower(g))
+    assert _feature(f, "mm_f32") == 64 * 48 * 80
+    assert _feature(f, "bytes") == 4 * (64 * 48 + 48 * 80 + 64 * 80)
+    assert _feature(f, "kernels") == 1
+
+
+def test_a_half_product_on_the_cuda_plan_counts_as_half():
+    g = saturn.trace(lambda a, b: a @ b, saturn.spec((64, 48), "f16"), saturn.spec((48, 80), "f16"))
+    f = CUDABackend().features(g)
+    assert _feature(f, "mm_half") == 64 * 48 * 80 and _feature(f, "mm_f32") == 0
+
+
+def _attention(q, k, v):
+    return ((q @ k.transpose(-1, -2)) * 0.125).softmax(-1) @ v
+
+
+def test_the_rules_flash_attention_is_predicted_faster_than_naive_attention_on_cuda():
+    """The ordering that matters: with a small budget the flash form must be built early."""
+    specs = [saturn.spec((1, 2, 2048, 64), "f16")] * 3
+    g = saturn.trace(_attention, *specs)
+    model = cost_model.CostModel("cuda", "test", [], cost_model.fit_scales("cuda", []))
+    backend = CUDABackend()
+    exp = explore(g, max_candidates=8)
+    predicted = {c.description: model.predict(cost_model.features(c.graph, backend)) for c in exp.candidates}
+    original = predicted["original program"]
+    # one candidate is planned as one flash kernel: no score tensor in memory
+    flash = [c for c in exp.candidates if _feature(backend.features(c.graph), "kernels") == 1]
+    assert flash, predicted
+    assert min(predicted[c.description] for c in flash) < original / 2, predicted
+
+
+def test_spearman_is_one_for_the_same_order_minus_one_reversed_and_handles_ties():
+    assert cost_model.spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert cost_model.spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert cost_model.spearman([1, 1, 2, 3], [5, 5, 6, 7]) == pytest.approx(1.0)
+    assert cost_model.spearman([1, 2], [1, 2]) is None
+    assert cost_model.spearman([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_the_model_learns_a_machine_whose_memory_is_slower_than_the_default():
+    rng = np.random.default_rng(0)
+    d = np.array(cost_model.DEFAULTS["cpu"])
+    truth = d * np.array([3.0, 1.0, 1.0, 1.0, 1.0])
+    model = cost_model.CostModel("cpu", "test", [], cost_model.fit_scales("cpu", []))
+    feats = [tuple(rng.uniform(0, 1, len(d)) / d) for _ in range(60)]
+    before = cost_model.spearman([model.predict(f) for f in feats], [float(truth @ f) for f in feats])
+    model.observe([(f, float(truth @ np.array(f))) for f in feats])
+    after = [model.predict(f) for f in feats]
+    assert model.scales[0] > 2.0
+    assert np.allclose(after, [truth @ f for f in feats], rtol=0.25)
+    assert cost_model.spearman(after, [float(truth @ f) for f in feats]) >= before
+
+
+def test_saved_model_round_trips_and_a_damaged_or_foreign_file_gives_the_defaults(tmp_path):
+    model = cost_model.load("cpu", "dev-a", str(tmp_path))
+    assert model.observations == [] and model.scales == (1.0,) * len(FEATURES)
+    model.observe([((1e6, 0, 1e6, 1e6, 1), 1e-3)] * 5)
+    cost_model.save(model, str(tmp_path))
+    again = cost_model.load("cpu", "dev-a", str(tmp_path))
+    assert again.observations == model.observations and again.scales == pytest.approx(model.scales)
+    assert cost_model.load("cpu", "dev-b", str(tmp_path)).observations == []   # another device
+    path = cost_model._path("dev-a", str(tmp_path))
+    with open(path, "w") as f:
+        f.write("{ not json")
+    assert cost_model.load("cpu", "dev-a", str(tmp_path)).observations == []
+    with open(path, "w") as f:
+        json.dump({"target": "cpu", "device": "dev-a", "features": ["other"], "observations": [[1, 2]]}, f)
+    assert cost_model.load("cpu", "dev-a", str(tmp_path)).observations == []
+
+
+class PredictingBackend(FakeBackend):
+    """Predicts the rewritten program far faster than the original and the third program."""
+
+    def __init__(self, plan, fast_hash):
+        super().__init__(plan)
+        self.fast_hash = fast_hash
+
+    def features(self, graph):
+        scale = 1.0 if graph.structural_hash() == self.fast_hash else 100.0
+        return (scale * 1e6, 0.0, 0.0, 0.0, 1.0)
+
+
+def _softmax_third(x):
+    e = (x - x.max(-1, keepdim=True)).exp() + 0.0
+    return e * e.sum(-1, keepdim=True).reciprocal()
+
+
+def test_rewritten_programs_are_built_in_predicted_order_and_the_report_shows_the_correlation(monkeypatch, tmp_path):
+    monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path))
+    original, rewritten = saturn.trace(softmax, SPEC), saturn.trace(softmax_rewritten, SPEC)
+    third = saturn.trace(_softmax_third, SPEC)
+    assert len({original.structural_hash(), rewritten.structural_hash(), third.structural_hash()}) == 3
+    BUILDS.clear()
+    backend = PredictingBackend(("ok",), rewritten.structural_hash())
+    f = saturn.compile(softmax, SPEC, target="fake", backend=backend, budget=20.0, timeout=3.0, quiet=True,
+                       isolate=False, cache=str(tmp_path / "c"),
+                       candidates=[Cand(original, 1.0, "original program"), Cand(third, 0.5, "third"),
+                                   Cand(rewritten, 0.6, "rewritten")])
+    names = {original.structural_hash(): "original", rewritten.structural_hash(): "rewritten",
+             third.structural_hash(): "third"}
+    order = []
+    for h, _ in BUILDS:
+        if h in names and names[h] not in order:
+            order.append(names[h])
+    assert order == ["original", "rewritten", "third"], order   # static rank alone would put "third" first
+    report = str(f.result)
+    assert "cost model (roofline defaults" in report and "Spearman rho" in report
+    assert f.result.cost_model["trials"] == 3
+    # the measurements joined this device's model, kept beside the cached winners
+    assert cost_model.load("fake", f.result.device or "fake", str(tmp_path / "c")).observations
+    assert not (tmp_path / "costmodel").exists()
+
+
+def test_a_trial_timed_far_slower_than_the_original_is_not_timed_again():
+    from compiler.search import SearchOptions, TrialRecord, _successive_halving
+
+    class Runner:
+        def __init__(self, speed):
+            self.speed, self.calls = speed, {}
+
+        def time(self, t, spec, warmup, n):
+            self.calls[t.id] = self.calls.get(t.id, 0) + 1
+            return [self.speed[t.id]] * n
+
+    g = saturn.trace(softmax, SPEC)
+    trials = [TrialRecord(i, i, "", 0.0, g, None, status="verified", run_s=1e-4) for i in range(4)]
+    runner = Runner({0: 1e-3, 1: 0.9e-3, 2: 30e-3, 3: 31e-3})
+    opts = SearchOptions(budget=5.0, min_repeat=3, max_repeat=3)
+
+    class Quiet:
+        def update(self, **kw):
+            pass
+    import time as _time
+    _successive_halving(runner, trials, None, _time.perf_counter() + 5.0, opts, Quiet(), [], baseline=trials[0])
+    assert trials[2].status == trials[3].status == "pruned"
+    assert runner.calls[2] == runner.calls[3] == 1 * min(4, 3)   # one round (cut into slices), never again
+    assert math.isfinite(trials[0].median) and trials[1].status == "timed"
+
+
+class SlowFailingBackend(FakeBackend):
+    """Every build takes a while and fails: nothing can pass verification."""
+
+    def build(self, graph, schedule=None):
+        import time as _time
+        _time.sleep(0.4)
+        raise RuntimeError("planted compile error")
+
+
+def test_when_every_candidate_fails_the_search_stops_at_the_budgets_hard_end():
+    from compiler.search import SearchError
+    plan = tuple(f"s{i}" for i in range(8))
+    with pytest.raises(SearchError, match="within the budget") as err:
+        saturn.compile(softmax, SPEC, target="fake", backend=SlowFailingBackend(plan), budget=0.5, timeout=3.0,
+                       quiet=True, isolate=False, cache=False,
+                       candidates=[Cand(saturn.trace(softmax, SPEC), 1.0, "original program")])
+    text = str(err.value)
+    assert "trial 0 (original program, s0): rejected: " in text        # the baseline is always tried
+    assert "skipped: budget spent before it was verified" in text      # the rest is not, past the end
