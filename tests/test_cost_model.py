@@ -147,6 +147,9 @@ def test_a_trial_timed_far_slower_than_the_original_is_not_timed_again():
             self.calls[t.id] = self.calls.get(t.id, 0) + 1
             return [self.speed[t.id]] * n
 
+        def time_each(self, trials, spec, warmup, n):
+            return [self.time(t, spec, warmup, n) for t in trials]
+
     g = saturn.trace(softmax, SPEC)
     trials = [TrialRecord(i, i, "", 0.0, g, None, status="verified", run_s=1e-4) for i in range(4)]
     runner = Runner({0: 1e-3, 1: 0.9e-3, 2: 30e-3, 3: 31e-3})
