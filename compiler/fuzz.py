@@ -466,27 +466,46 @@ print(check(prog, {target!r}, budget=1.0))
 
 
 def fuzz(n: int, target: str, seed: int, budget: float, timeout: float, out_dir: str | None,
-         minimize_failures: bool = True, say=print) -> dict:
-    """Run cases seed, seed + 1, ..., seed + n - 1; returns counts and the distinct failures."""
+         minimize_failures: bool = True, say=print, jobs: int = 1) -> dict:
+    """Run cases seed, seed + 1, ..., seed + n - 1 on `jobs` processes at a time; returns counts and
+    the distinct failures. Each case is its own subprocess either way, and results are taken in
+    seed order, so the report for a seed range does not depend on `jobs`."""
+    from concurrent.futures import ThreadPoolExecutor
     counts = {"ok": 0, "invalid": 0, "mismatch": 0, "error": 0, "crash": 0, "hang": 0}
     failures = {}
     t0 = time.perf_counter()
-    for s in range(seed, seed + n):
-        prog = random_program(s)
-        res = run_isolated(prog, target, budget, timeout)
-        counts[res["status"]] = counts.get(res["status"], 0) + 1
-        if res["status"] in ("mismatch", "error", "crash", "hang"):
-            kind = _kind(res)
-            say(f"case {s}: {res['status']}: {res.get('reason', '')}")
-            if kind not in failures:
-                small = minimize(prog, target, budget, timeout, res) if minimize_failures else prog
-                failures[kind] = {"seed": s, "result": res, "repro": reproduction(small, target, res)}
-                if out_dir:
-                    os.makedirs(out_dir, exist_ok=True)
-                    with open(os.path.join(out_dir, f"case-{s}.py"), "w") as fh:
-                        fh.write(failures[kind]["repro"])
+    seeds = range(seed, seed + n)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:   # threads only wait on subprocesses
+        results = pool.map(lambda s: run_isolated(random_program(s), target, budget, timeout), seeds)
+        for s, res in zip(seeds, results):                       # in seed order, as they finish
+            counts[res["status"]] = counts.get(res["status"], 0) + 1
+            if res["status"] in FAILED:
+                say(f"case {s}: {res['status']}: {res.get('reason', '')}")
+                failures.setdefault(_kind(res), {"seed": s, "result": res})
+    for kind, f in failures.items():                             # minimized after the run, one by one
+        prog = random_program(f["seed"])
+        small = minimize(prog, target, budget, timeout, f["result"]) if minimize_failures else prog
+        f["repro"] = reproduction(small, target, f["result"])
+        if out_dir:
+            os.makedirs(out_dir, exist_ok=True)
+            with open(os.path.join(out_dir, f"case-{f['seed']}.py"), "w") as fh:
+                fh.write(f["repro"])
     return {"counts": counts, "failures": failures, "seconds": time.perf_counter() - t0,
-            "seeds": [seed, seed + n - 1], "target": target}
+            "seeds": [seed, seed + n - 1], "target": target, "jobs": max(1, jobs)}
+
+
+FAILED = ("mismatch", "error", "crash", "hang")
+
+
+def summary(report: dict) -> str:
+    """One line: seeds, counts, time and rate."""
+    c, n = report["counts"], sum(report["counts"].values())
+    lo, hi = report["seeds"]
+    minutes = report["seconds"] / 60
+    return (f"saturn fuzz: target {report['target']}, seeds {lo}..{hi}, {n} programs, "
+            f"{c['ok']} ok, {c['mismatch']} mismatches, {c['error']} errors, {c['crash']} crashes, "
+            f"{c['hang']} hangs, {c['invalid']} rejected as invalid; {report['seconds']:.0f} s with "
+            f"--jobs {report['jobs']} ({n / minutes if minutes else 0:.1f} programs/min)")
 
 
 # --- command line ----------------------------------------------------------------------------
@@ -499,13 +518,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     parser.add_argument("--out", default=None, help="directory for the minimized reproductions")
     parser.add_argument("--no-minimize", action="store_true", help="report failures as found")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at once, each in its own process (default 1)")
 
 
 def run(args) -> int:
-    report = fuzz(args.n, args.target, args.seed, args.budget, args.timeout, args.out, not args.no_minimize)
-    c = report["counts"]
-    print(f"saturn fuzz: {args.n} programs on {args.target}, seeds {args.seed}..{args.seed + args.n - 1}, "
-          f"{report['seconds']:.0f} s: " + ", ".join(f"{k} {v}" for k, v in c.items()))
+    from compiler.errors import SaturnError
+    if args.n < 1 or args.jobs < 1:
+        raise SaturnError(f"--n and --jobs must be at least 1 (got --n {args.n}, --jobs {args.jobs})")
+    report = fuzz(args.n, args.target, args.seed, args.budget, args.timeout, args.out, not args.no_minimize,
+                  say=lambda line: print(line, flush=True), jobs=args.jobs)
+    print(summary(report), flush=True)
     for kind, f in report["failures"].items():
         print(f"\n--- {kind} (first at seed {f['seed']}) ---\n{f['repro']}")
     return 1 if report["failures"] else 0
