@@ -246,7 +246,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
             result.cache_path = cache_mod.store(key, cache_mod.Entry(w.graph, w.schedule, w.description, w.median,
                                                                      str(result), program=program), directory)
             state = "stored"
-        except Exception as e:  # unwritable directory, or a schedule/program that does not pickle
+        except Exception as e:  # unwritable directory, or a schedule/program the cache cannot store
             result.notes.append(f"could not write the cache entry: {type(e).__name__}: {e}")
             checked.warn_write_failure("compile", directory or cache_mod.cache_dir(), e)
     timings = {"trace": t_trace - t0, "search": time.perf_counter() - t_trace}

@@ -5,30 +5,31 @@ the device and the Saturn version. It stores the winning candidate program (a Gr
 schedule, plus the search report for explain(). Files are written atomically (temp file +
 rename) in the checked format of backends/checked.py. On load an entry is checked before
 anything in it is used: magic, the payload size and SHA-256 (a truncated or corrupted entry is
-ignored), format version, the full key (a foreign entry is ignored), and the payload is
-unpickled by a restricted unpickler that can only build Saturn's IR types and backend schedule
-classes. A checksum detects accidents, not attacks: the cache directory is trusted like any
-other user-owned cache.
+ignored), format version (older formats are ignored and rebuilt), the full key (a foreign entry
+is ignored). The payload is data only, JSON written by `compiler/codec.py`: decoding builds
+nothing but Saturn's IR nodes and the dataclasses in codec's explicit type table, so a file
+cannot run code when it is loaded. A checksum detects accidents, not attacks: the cache
+directory is trusted like any other user-owned cache.
 
 Location: $SATURN_CACHE_DIR, else $XDG_CACHE_HOME/saturn, else ~/.cache/saturn.
 """
 from __future__ import annotations
 
-import builtins
 import hashlib
-import io
 import json
 import os
-import pickle
 import platform
 import time
 from dataclasses import dataclass
 
 from backends import checked
 from backends.base import cache_root
+from compiler import codec
+from ir.graph import Graph
 
 MAGIC = b"SATURN-CACHE\n"
-FORMAT = 1
+InvalidEntry = checked.InvalidEntry
+FORMAT = 2        # 1: pickled payloads (ignored now, rebuilt on the next compile)
 
 
 def cache_dir() -> str:
@@ -80,64 +81,28 @@ class Entry:
                             # exposes one: rebuilding from it skips lowering, the slow part of a hit
 
 
-# --- restricted unpickling -----------------------------------------------------------------
+# --- the payload: data only ------------------------------------------------------------------
 
-_SAFE_BUILTINS = {"tuple", "list", "dict", "set", "frozenset", "int", "float", "bool", "str", "bytes",
-                  "complex", "slice", "range", "NoneType"}
-_SAFE_NUMPY = {("numpy", "dtype"), ("numpy", "ndarray"), ("numpy.core.multiarray", "_reconstruct"),
-               ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.multiarray", "scalar"),
-               ("numpy._core.multiarray", "scalar")}
+_ENTRY_FIELDS = ("graph", "schedule", "description", "median", "report", "created", "program")
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    """Builds only IR types, backend classes, plain containers and numpy scalars/arrays."""
-
-    def find_class(self, module: str, name: str):
-        if module == "builtins" and name in _SAFE_BUILTINS:
-            return getattr(builtins, name)
-        if (module, name) in _SAFE_NUMPY:
-            return super().find_class(module, name)
-        if module == "compiler.cache" and name == "Entry":
-            return Entry
-        if (module.startswith("ir.") or module.startswith("backends.")) and "." not in name:
-            obj = super().find_class(module, name)
-            # a class defined there, not one the module imported (runtime's ThreadPoolExecutor)
-            if isinstance(obj, type) and obj.__module__ == module:
-                return obj
-        raise pickle.UnpicklingError(f"cache entry refers to {module}.{name}, which a cache entry may not contain")
+def dumps_entry(entry: Entry) -> bytes:
+    """The entry as JSON (compiler/codec.py); CodecError if it holds something that is not data."""
+    return codec.dumps({name: getattr(entry, name) for name in _ENTRY_FIELDS})
 
 
-def _loads(data: bytes):
-    return _drop_cached_hashes(_RestrictedUnpickler(io.BytesIO(data)).load())
-
-
-def _drop_cached_hashes(root):
-    """Forget hashes that objects cached in their __dict__ (ir.kernel's Struct does): they were
-    computed under the writing process's string-hash seed, so after loading they would not
-    match equal objects built here, and sets and dicts of them would misbehave."""
-    seen, stack, containers = set(), [root], []
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen or obj is None or isinstance(obj, (str, bytes, int, float, bool)):
-            continue
-        seen.add(id(obj))
-        d = getattr(obj, "__dict__", None)
-        if isinstance(d, dict):
-            d.pop("_hash", None)
-            stack.extend(d.values())
-        if isinstance(obj, dict):
-            stack.extend(obj.keys())
-            stack.extend(obj.values())
-            containers.append(obj)
-        elif isinstance(obj, (list, tuple, set, frozenset)):
-            stack.extend(obj)
-            if isinstance(obj, set):
-                containers.append(obj)
-    for c in containers:  # re-insert under the fresh hashes
-        items = list(c.items()) if isinstance(c, dict) else list(c)
-        c.clear()
-        c.update(items)
-    return root
+def loads_entry(payload: bytes) -> Entry:
+    """The Entry `dumps_entry` wrote; InvalidEntry if the payload is anything else."""
+    try:
+        d = codec.loads(payload)
+    except codec.CodecError as e:
+        raise InvalidEntry(f"payload rejected: {e}") from None
+    if not isinstance(d, dict) or set(d) != set(_ENTRY_FIELDS):
+        raise InvalidEntry("payload is not a cache entry")
+    if not isinstance(d["graph"], Graph) or not all(isinstance(d[k], str) for k in ("description", "report")) \
+            or not all(isinstance(d[k], (int, float)) and not isinstance(d[k], bool) for k in ("median", "created")):
+        raise InvalidEntry("payload is not a cache entry (ill-typed fields)")
+    return Entry(**d)
 
 
 # --- store and load ------------------------------------------------------------------------
@@ -150,12 +115,10 @@ def store(key: dict, entry: Entry, directory: str | None = None) -> str:
     """Write `entry` atomically; return its path."""
     path = entry_path(key, directory)
     entry.created = entry.created or time.time()
-    payload = pickle.dumps(entry, protocol=4)
+    payload = dumps_entry(entry)
     checked.write_atomic(path, checked.pack(MAGIC, {"format": FORMAT, "key": key}, payload))
     return path
 
-
-InvalidEntry = checked.InvalidEntry
 
 
 def read_entry(path: str, key: dict) -> Entry:
@@ -166,13 +129,7 @@ def read_entry(path: str, key: dict) -> Entry:
         raise InvalidEntry(f"format {header.get('format')}, expected {FORMAT}")
     if header.get("key") != key:
         raise InvalidEntry("made for a different program, device or version")
-    try:
-        entry = _loads(payload)
-    except Exception as e:
-        raise InvalidEntry(f"payload rejected: {type(e).__name__}: {e}") from None
-    if not isinstance(entry, Entry):
-        raise InvalidEntry("payload is not a cache entry")
-    return entry
+    return loads_entry(payload)
 
 
 def load(key: dict, directory: str | None = None) -> tuple[Entry | None, str, str]:

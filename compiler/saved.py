@@ -3,11 +3,12 @@
 A saved file is a winners'-cache entry (`compiler.cache`) written to a path of the caller's
 choice: the chosen program, its schedule and the backend's lowered program, under a header
 with the function's key (program hash, input and output shapes and dtypes, target, device,
-Saturn version), the payload's size and its SHA-256. Loading reads it with the cache's own
-checks (magic, format, size, checksum, and a restricted unpickler that builds only Saturn's IR
-and backend types); a file that fails any of them, or whose program does not take and return
-what its key says, raises `SavedFileError` and nothing in it is built or run. Like the cache, a
-checksum detects accidents, not attacks: load files you trust.
+Saturn version), the payload's size and its SHA-256. The payload is data only (JSON written by
+`compiler/codec.py`, which builds nothing but Saturn's IR and the schedule classes in its type
+table), so loading a file cannot run code from it. Loading applies the cache's checks (magic,
+format, size, checksum, a well-formed payload); a file that fails any of them, or whose program
+does not take and return what its key says, raises `SavedFileError` and nothing in it is built
+or run. Like the cache, a checksum detects accidents, not attacks.
 """
 from __future__ import annotations
 

@@ -114,17 +114,19 @@ class _Evil:
         return (os.system, ("echo owned > /dev/null",))
 
 
-def test_entry_with_a_valid_checksum_but_foreign_code_is_not_unpickled(tmp_path):
+def test_entry_with_a_valid_checksum_but_foreign_code_is_not_unpickled(tmp_path, monkeypatch):
+    payload = pickle.dumps(_Evil(), protocol=4)
+    calls = []
+    monkeypatch.setattr(os, "system", lambda *a: calls.append(a))
     _compile(softmax, tmp_path)
     path = _entry_file(tmp_path)
     data = open(path, "rb").read()
     end = data.index(b"\n", len(cache.MAGIC))
     header = json.loads(data[len(cache.MAGIC):end])
-    payload = pickle.dumps(_Evil(), protocol=4)
     header.update(size=len(payload), sha256=hashlib.sha256(payload).hexdigest())
     open(path, "wb").write(cache.MAGIC + json.dumps(header).encode() + b"\n" + payload)
     entry, _, why = cache.load(header["key"], str(tmp_path))
-    assert entry is None and "payload rejected" in why and "system" in why
+    assert entry is None and "payload rejected: not JSON" in why and not calls   # never unpickled
 
 
 def test_key_covers_shapes_dtypes_target_device_version():

@@ -173,11 +173,15 @@ def test_damaged_cuda_binary_is_rebuilt(tmp_path, fake_nvcc, how):
 
 def test_entry_may_not_build_classes_a_module_only_imports(tmp_path):
     """backends.llvm.runtime imports ThreadPoolExecutor: an entry (with a valid checksum) naming
-    it there is rejected; only classes defined in Saturn's modules can be built."""
+    it, as a pickle or as a type tag of the data format, is rejected; only the codec's table of
+    Saturn classes can be built."""
     from compiler import cache
     key = {"k": 1}
-    payload = b"\x80\x02cbackends.llvm.runtime\nThreadPoolExecutor\n)R."   # GLOBAL, empty tuple, REDUCE
-    path = cache.entry_path(key, str(tmp_path))
-    checked.write_atomic(path, checked.pack(cache.MAGIC, {"format": cache.FORMAT, "key": key}, payload))
-    entry, _, why = cache.load(key, str(tmp_path))
-    assert entry is None and "payload rejected" in why and "ThreadPoolExecutor" in why
+    pickled = b"\x80\x02cbackends.llvm.runtime\nThreadPoolExecutor\n)R."   # GLOBAL, empty tuple, REDUCE
+    tagged = b'{"format":1,"objects":[["backends.llvm.runtime.ThreadPoolExecutor",{}]],"value":{"ref":0}}'
+    for payload, why_expected in ((pickled, "not JSON"), (tagged, "unknown type 'backends.llvm.runtime.ThreadPoolExecutor'")):
+        path = cache.entry_path(key, str(tmp_path))
+        checked.write_atomic(path, checked.pack(cache.MAGIC, {"format": cache.FORMAT, "key": key}, payload))
+        entry, _, why = cache.load(key, str(tmp_path))
+        assert entry is None and "payload rejected" in why and why_expected in why
+

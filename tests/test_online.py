@@ -138,7 +138,7 @@ def test_kernel_ir_cuda_rendering_of_online_runs_on_host():
 
 def test_online_program_round_trips_through_the_cache(tmp_path):
     """A winner whose lowered program holds an Online loop is stored and rebuilt on a hit
-    (the cache keeps the kernel program; the restricted unpickler must accept Online)."""
+    (the cache keeps the kernel program; the cache's data format must carry Online)."""
     import compiler as saturn
     from compiler.explore import explore
 
