@@ -266,8 +266,10 @@ def _np_step(t, dt, kind, p, xs, prog):
             a, b = t.astype(np.float64), o.astype(np.float64)
             return a / b, _float_of(dt)
         if dt == "bool":
+            if op == "sub":                       # as in numpy and PyTorch: the frontend rejects it
+                raise ValueError("bool subtraction")
             t, o = t.astype(bool), o.astype(bool)
-            return {"add": lambda: t | o, "mul": lambda: t & o, "sub": lambda: t ^ o}[op](), dt
+            return {"add": lambda: t | o, "mul": lambda: t & o}[op](), dt
         if dt == "i32":
             a, b = t.astype(np.int64), o.astype(np.int64)
             return _i32({"add": a + b, "sub": a - b, "mul": a * b}[op]), dt

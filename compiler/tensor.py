@@ -24,6 +24,12 @@ LN2 = math.log(2.0)
 _as_scalar, _half_in_f32, _norm_axis, _norm_axes = as_scalar, half_in_f32, norm_axis, norm_axes
 
 
+def _no_bool_sub(a: "Tensor") -> None:
+    # operands already share a dtype: bool - bool is rejected as in PyTorch and numpy
+    if a.dtype == DType.bool:
+        raise DTypeError("subtraction (-) is not defined on bool; use logical_xor()", "sub")
+
+
 class Tensor(MathOps, ReduceOps, MovementOps):
     """A lazy tensor. Build programs with it inside a function passed to `compiler.trace`.
     The methods in this file are the core; `MathOps`, `ReduceOps` and `MovementOps` add the rest."""
@@ -159,6 +165,8 @@ class Tensor(MathOps, ReduceOps, MovementOps):
     __hash__ = object.__hash__
 
     def __neg__(self):
+        if self.dtype == DType.bool:   # as in PyTorch and numpy (it would silently become i32)
+            raise DTypeError("negation (-) is not defined on bool; use logical_not()", "neg")
         return self * -1
 
     def isnan(self) -> "Tensor":
@@ -180,10 +188,12 @@ class Tensor(MathOps, ReduceOps, MovementOps):
 
     def __sub__(self, o):
         a, b = self._coerce(o, "sub")
+        _no_bool_sub(a)
         return a + (-b)
 
     def __rsub__(self, o):
         a, b = self._coerce(o, "sub")
+        _no_bool_sub(a)
         return b + (-a)
 
     def __truediv__(self, o):

@@ -1,0 +1,26 @@
+"""Failures `saturn fuzz` found, each kept as the smallest program that showed it."""
+from __future__ import annotations
+
+import pytest
+
+import compiler as saturn
+from compiler import fuzz
+from compiler.errors import DTypeError
+
+
+@pytest.mark.parametrize("fn", [lambda a, b: a - b, lambda a, b: -a, lambda a, b: a.__rsub__(b)])
+def test_bool_subtraction_and_negation_are_rejected(fn):
+    # seeds 100173, 100250, 100257: bool - bool traced to an i32 difference (-1, 0, 1), where
+    # PyTorch and numpy refuse; a later log_softmax or cast then computed on those values
+    with pytest.raises(DTypeError, match="not defined on bool"):
+        saturn.trace(fn, saturn.spec((3,), "bool"), saturn.spec((3,), "bool"))
+
+
+def test_subtracting_an_int_from_bool_is_integer_arithmetic():
+    g = saturn.trace(lambda a: 1 - a, saturn.spec((3,), "bool"))
+    assert g.outputs[0].dtype.value == "i32"
+
+
+@pytest.mark.parametrize("seed", [100173, 100250, 100257])
+def test_found_programs_are_rejected_as_invalid(seed):
+    assert fuzz.check(fuzz.random_program(seed), "reference", 0.5)["status"] == "invalid"
