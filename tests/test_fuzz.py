@@ -54,3 +54,16 @@ def test_a_hang_is_reported_not_suffered():
     t = np.float64(0.5)                     # far too short for a compile: counts as a hang
     res = fuzz.run_isolated(fuzz.random_program(3), "cpu", budget=0.5, timeout=float(t))
     assert res["status"] == "hang"
+
+
+def test_jobs_do_not_change_the_report():
+    # the reference target in subprocesses, 1 and 3 at a time: the same counts and first failures
+    one = fuzz.fuzz(4, "reference", 40, budget=0.5, timeout=120, out_dir=None, minimize_failures=False,
+                    say=lambda s: None, jobs=1)
+    three = fuzz.fuzz(4, "reference", 40, budget=0.5, timeout=120, out_dir=None, minimize_failures=False,
+                      say=lambda s: None, jobs=3)
+    assert one["counts"] == three["counts"] and sum(one["counts"].values()) == 4
+    assert {k: f["seed"] for k, f in one["failures"].items()} == {k: f["seed"] for k, f in three["failures"].items()}
+    line = fuzz.summary(three)
+    assert "seeds 40..43, 4 programs" in line and "--jobs 3" in line and "rejected as invalid" in line
+    assert "programs/min" in line
