@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from compiler.tensor_args import half_in_f32, norm_axes
-from ir.dtypes import DType
+from ir.dtypes import HALVES, DType
 
 
 class ReduceOps:
@@ -45,8 +45,12 @@ class ReduceOps:
         return self._keep_shape(x.reshape(x.shape[:-1]), axes, keepdim)
 
     def std(self, axis=None, keepdim: bool = False, correction: int = 1):
-        """sqrt(var): `correction` 1 is the unbiased estimate, like torch.std."""
-        return self.var(axis, keepdim, correction).sqrt()
+        """sqrt(var): `correction` 1 is the unbiased estimate, like torch.std. Halves compute in
+        f32 and round once, so the std of f16 values near 3e4 is finite though their variance is not."""
+        x = self._float()
+        if x.dtype in HALVES:
+            return x.astype(DType.f32).var(axis, keepdim, correction).sqrt().astype(x.dtype)
+        return x.var(axis, keepdim, correction).sqrt()
 
     def _truth(self):
         return self if self.dtype == DType.bool else self != 0   # NaN is true, as in torch

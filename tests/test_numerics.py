@@ -9,7 +9,7 @@ import compiler as saturn
 from compiler import verify
 from ir import numerics
 from ir.bounds import allowed, evaluate_bounded, mismatches
-from ir.dtypes import DType
+from ir.dtypes import DType, as_dtype
 from ir.interpreter import evaluate
 
 N = 256
@@ -114,32 +114,154 @@ def test_families_expose_what_they_promise():
     assert np.isfinite(mild).all()                                      # weights: zeros and subnormals only
 
 
-# every form on the reference target and layer_norm / softmax on the CPU in the default run
-# (each CPU case is three searches); the other CPU cases with -m slow
+# --- the programs the search chooses, against float64 numpy ------------------------------------
+
+def _op64(name, x):
+    """Each form written directly in float64 numpy (independent of the tracer and interpreter)."""
+    if name == "layer_norm":
+        d = x - x.mean(-1, keepdims=True)
+        return d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5)
+    if name == "rms_norm":
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+    if name in ("var", "std"):
+        d = x - x.mean(-1, keepdims=True)
+        v = (d * d).sum(-1, keepdims=True) / (x.shape[-1] - 1)
+        return np.sqrt(v) if name == "std" else v
+    m = x.max(-1, keepdims=True)
+    e = np.exp(x - m)
+    if name == "softmax":
+        return e / e.sum(-1, keepdims=True)
+    if name == "log_softmax":
+        return (x - m) - np.log(e.sum(-1, keepdims=True))
+    return np.log(e.sum(-1, keepdims=True)) + m
+
+
+def _reference64(name, x, w, b):
+    """(the test function `_norms` in float64, what the roundings after the form may add).
+    Results round where the program rounds: layer_norm applies w and b in f32 before its one
+    rounding to x's dtype, rms_norm applies w; the rest round the form, then `* w + b` is f32."""
+    def to(a, dtype):
+        with np.errstate(over="ignore"):
+            return np.asarray(a).astype(dtype.np).astype(np.float64)
+    dt, u, u32 = as_dtype(x.dtype), numerics.rounding(as_dtype(x.dtype)), numerics.rounding(DType.f32)
+    with np.errstate(all="ignore"):
+        y = _op64(name, x.astype(np.float64))
+        f32_ops = 4 * u32 * (np.abs(y * w) + np.abs(b))          # * w and + b in f32
+        u = 2 * u                  # the program's rounding to x's dtype and this reference's own
+        if name == "layer_norm":
+            return to(y * w + b, dt), u * np.abs(y * w + b) + f32_ops
+        if name == "rms_norm":
+            return to(to(y * w, dt) + b, DType.f32), u * np.abs(y * w) + f32_ops
+        return to(to(to(y, dt) * w, DType.f32) + b, DType.f32), u * np.abs(y * w) + f32_ops
+
+
+def _condition(name, x, trials=4):
+    """Per row: how much the form's output moves, relative to the row's largest output, per unit
+    of relative perturbation of the inputs (estimated in float64 with random signs)."""
+    x64 = x.astype(np.float64)
+    rows = x64.reshape(-1, x64.shape[-1]).shape[0]
+    base = _op64(name, x64).reshape(rows, -1)
+    scale = np.abs(base).max(1)
+    rng, u, worst = np.random.default_rng(0), 2.0 ** -40, np.zeros(rows)
+    with np.errstate(all="ignore"):
+        for _ in range(trials):
+            moved = _op64(name, x64 * (1 + u * rng.choice([-1.0, 1.0], x.shape))).reshape(rows, -1)
+            worst = np.fmax(worst, np.abs(moved - base).max(1) / (u * scale))
+    return np.where(np.isfinite(worst), worst, 0.0)
+
+
+def assert_close_to_float64(name, x, w, b, got):
+    """Every element of `got` within f32's rounding times the row's condition (64 roundings of
+    slack for sums of N terms and the transcendentals), one rounding of x's dtype where the
+    program rounds to it, and the f32 roundings of `* w + b`; infinities and NaNs where float64
+    has them."""
+    want, rounded = _reference64(name, x, w, b)
+    got = np.asarray(got, np.float64)
+    assert got.shape == want.shape
+    rows = want.reshape(-1, want.shape[-1]).shape[0]
+    with np.errstate(all="ignore"):
+        form = np.abs(_op64(name, x.astype(np.float64))).reshape(rows, -1)
+        scale = np.nanmax(np.where(np.isfinite(form), form, 0.0), 1, keepdims=True)
+    g, t = got.reshape(rows, -1), want.reshape(rows, -1)              # (rows, N): every form is * w + b
+    computed = 64 * 2.0 ** -24 * np.maximum(_condition(name, x), 1.0)[:, None] * scale * np.abs(w)
+    tol = computed + rounded.reshape(rows, -1)
+    special = ~np.isfinite(t)
+    np.testing.assert_array_equal(np.isnan(g[special]), np.isnan(t[special]), err_msg=f"{name}: NaN where float64 is")
+    np.testing.assert_array_equal(g[special & ~np.isnan(t)], t[special & ~np.isnan(t)], err_msg=f"{name}: inf")
+    with np.errstate(invalid="ignore"):
+        err = np.where(special, 0.0, np.abs(g - t))
+    bad = ~(err <= tol)
+    assert not bad.any(), (f"{name} {x.dtype}: {int(bad.sum())} of {bad.size} elements off float64; worst "
+                           f"{np.nanmax(err / np.where(tol > 0, tol, np.inf)):.3g}x the tolerance")
+
+
+def _target(name):
+    return pytest.param(name, marks=pytest.mark.gpu) if name == "cuda" else name
+
+
+# every form on the reference target, layer_norm and softmax on the CPU in the default run (each
+# case is three searches), the other CPU cases with -m slow, every form on CUDA with -m gpu
 CASES = [(n, "reference") for n in _norms()] + [
-    (n, "cpu") if n in ("layer_norm", "softmax") else pytest.param(n, "cpu", marks=pytest.mark.slow) for n in _norms()]
+    (n, "cpu") if n in ("layer_norm", "softmax") else pytest.param(n, "cpu", marks=pytest.mark.slow) for n in _norms()] + [
+    pytest.param(n, "cuda", marks=pytest.mark.gpu) for n in _norms()]
 
 
 @pytest.mark.parametrize("name,target", CASES)
 def test_norms_on_mean_1e4_and_near_max_inputs_are_within_the_bound(name, target, tmp_path):
     """The program the search chooses for each norm / softmax form, on inputs with mean 1e4 and
-    std 1 (f32) and on f16/bf16 inputs near their max, is within its float64 error bound."""
+    std 1 (f32) and on f16/bf16 inputs near their max, matches float64 numpy to f32 rounding
+    times the problem's condition, and is within its propagated error bound."""
     fn = _norms()[name]
-    for dtype, family in ((DType.f32, numerics.OFFSET), (DType.f16, numerics.NEAR_MAX), (DType.bf16, numerics.NEAR_MAX)):
+    families = [(DType.f32, numerics.OFFSET), (DType.f16, numerics.NEAR_MAX)]
+    if name not in SQUARES:
+        families.append((DType.bf16, numerics.NEAR_MAX))
+    for dtype, family in families:
         specs = [saturn.spec((4, N), dtype), saturn.spec((N,)), saturn.spec((N,))]
-        f = saturn.compile(fn, *specs, target=target, budget=1.0, quiet=True, cache=str(tmp_path))
+        f = saturn.compile(fn, *specs, target=target, budget=2.0 if target == "cuda" else 1.0, quiet=True,
+                           cache=str(tmp_path))
         args = _args((4, N), dtype, family, seed=7)
         graph = saturn.trace(fn, *specs)
         got = np.asarray(f(*args))
+        assert_close_to_float64(name, *args, got)
         ref = evaluate_bounded(graph, args)[0]
-        if dtype != DType.bf16 and not (dtype == DType.f16 and name in ("var", "std")):
-            # in range here (bf16 near its max squares past f32; an f16 variance of values
-            # near 3e4 is past f16): the reference is finite, not NaN-for-NaN
+        if dtype != DType.bf16 and not (dtype == DType.f16 and name == "var"):
+            # in range here (an f16 variance of values near 3e4 is past f16): the reference is
+            # finite, not NaN-for-NaN
             assert np.isfinite(ref.value).all(), (name, dtype)
         _within_bound(graph, args, got)
-        if dtype == DType.f32 and name in ("softmax", "log_softmax", "logsumexp"):
-            # these are well conditioned here: also within 1e-4 relative of the largest value
-            assert np.abs(got - ref.value).max() <= 1e-4 * np.abs(ref.value).max()
+
+
+SQUARES = ("layer_norm", "rms_norm", "var", "std")
+
+
+@pytest.mark.xfail(strict=True, reason="halves compute in f32, where the squares (and partial sums) of bf16 "
+                   "values near 3e38 overflow: on the CPU layer_norm and var give NaN (var's true value is inf "
+                   "in bf16), std inf, rms_norm 0 * w + b; a correct program needs a form scaled by the "
+                   "row's largest magnitude")
+@pytest.mark.parametrize("name", SQUARES)
+def test_square_based_norms_of_bf16_near_its_max(name):
+    fn = _norms()[name]
+    specs = [saturn.spec((4, N), DType.bf16), saturn.spec((N,)), saturn.spec((N,))]
+    f = saturn.compile(fn, *specs, target="cpu", budget=0, quiet=True, cache=False)
+    args = _args((4, N), DType.bf16, numerics.NEAR_MAX, seed=7)
+    assert_close_to_float64(name, *args, np.asarray(f(*args)))
+
+
+def test_the_float64_check_rejects_the_single_pass_variance():
+    x, w, b = _args((4, N), DType.f32, numerics.OFFSET, seed=7)
+    x32 = x.astype(np.float32)
+    m = x32.mean(-1, keepdims=True, dtype=np.float32)
+    v = (x32 * x32).mean(-1, keepdims=True, dtype=np.float32) - m * m          # E[x^2] - E[x]^2
+    with np.errstate(invalid="ignore"):
+        bad = ((x32 - m) / np.sqrt(np.abs(v) + np.float32(1e-5))) * w + b          # abs: no NaN, still wrong
+    with pytest.raises(AssertionError, match="off float64"):
+        assert_close_to_float64("layer_norm", x, w, b, bad.astype(np.float32))
+    d = x32 - m
+    good = d / np.sqrt((d * d).mean(-1, keepdims=True, dtype=np.float32) + np.float32(1e-5)) * w + b
+    assert_close_to_float64("layer_norm", x, w, b, good.astype(np.float32))
+    off = np.asarray(_reference64("softmax", x, w, b)[0], np.float32) * np.float32(1 + 1e-4)   # a 1e-4 error
+    with pytest.raises(AssertionError, match="off float64"):
+        assert_close_to_float64("softmax", x, w, b, off)
 
 
 @pytest.mark.parametrize("op", ["softmax", "log_softmax", "logsumexp"])
