@@ -253,7 +253,7 @@ def _np_step(t, dt, kind, p, xs, prog):
         t, dt = _as_float(t, dt)
         op = p["op"]
         return {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "abs": np.abs, "neg": np.negative,
-                "relu": lambda a: np.where(a > 0, a, 0.0 * a), "sigmoid": lambda a: 1 / (1 + np.exp(-a)),
+                "relu": lambda a: np.where(a < 0, 0.0, a), "sigmoid": lambda a: 1 / (1 + np.exp(-a)),
                 "tanh": np.tanh, "sin": np.sin, "square": lambda a: a * a, "recip": lambda a: 1 / a}[op](t), dt
     if kind == "binary":
         o = xs[p["input"]]

@@ -1,6 +1,7 @@
 """Failures `saturn fuzz` found, each kept as the smallest program that showed it."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import compiler as saturn
@@ -24,3 +25,12 @@ def test_subtracting_an_int_from_bool_is_integer_arithmetic():
 @pytest.mark.parametrize("seed", [100173, 100250, 100257])
 def test_found_programs_are_rejected_as_invalid(seed):
     assert fuzz.check(fuzz.random_program(seed), "reference", 0.5)["status"] == "invalid"
+
+
+def test_relu_of_minus_inf_is_zero_in_the_reference():
+    # seed 100589: the reference computed relu as where(x > 0, x, 0 * x), NaN at -inf; Saturn's 0 was right
+    prog = fuzz.Program([((), "f32")], [("unary", {"op": "relu"}), ("move", {"op": "flatten"})], special=True,
+                        seed=100589)
+    assert float(fuzz.inputs_for(prog)[0]) == -np.inf
+    assert fuzz.check(prog, "reference", 0.5)["status"] == "ok"
+    assert fuzz.check(fuzz.random_program(100589), "reference", 0.5)["status"] == "ok"
