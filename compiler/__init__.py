@@ -9,6 +9,7 @@ from compiler.saved import load
 from compiler.errors import DTypeError, SaturnError, ShapeError, UnsupportedError
 from compiler.tensor import Tensor, cat, maximum, where
 from compiler.tensor import stack
+from compiler.creation import arange, eye
 from compiler.einsum import einsum
 from compiler import functional
 from compiler.trace import Spec, spec, trace
@@ -29,4 +30,4 @@ def explain(compiled=None):
 __version__ = "0.1.0"
 __all__ = ["compile", "trace", "spec", "Spec", "Tensor", "cat", "where", "maximum", "dtypes",
            "CompiledFunction", "SaturnError", "ShapeError", "DTypeError", "UnsupportedError"]
-__all__ += ["stack", "einsum", "functional", "explain", "load"]
+__all__ += ["stack", "einsum", "functional", "explain", "load", "arange", "eye"]

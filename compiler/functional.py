@@ -217,20 +217,46 @@ def kl_div(x, y, reduction: str = "mean", log_target: bool = False):
     return _reduce(loss, reduction, op)
 
 
-def _class_probs(target: Tensor, c: int, op: str) -> Tensor:
-    """Class-index targets as one-hot rows (needs an index primitive to compare against)."""
-    try:
-        from compiler.creation import arange   # an index (iota) primitive, where available
-    except ImportError:
-        raise UnsupportedError("class-index targets need a one-hot, which needs an index (iota) primitive; "
-                               "pass probability targets of the input's shape instead", op) from None
-    return (target.unsqueeze(1) == arange(c).reshape((c,) + (1,) * (target.ndim - 1))).astype(DType.f32)
+def one_hot(x, num_classes: int = -1):
+    """torch.nn.functional.one_hot: i32 (torch: int64) with a new last axis of `num_classes`;
+    the number of classes must be given (inferring it from the data would make the shape
+    data-dependent). An index outside [0, num_classes) gives a row of zeros (torch raises)."""
+    from compiler.creation import positions
+    x = _tensor(x, "input", "one_hot")
+    if x.dtype.is_float or x.dtype == DType.bool:
+        raise DTypeError(f"one_hot takes integer class indices, got {x.dtype.value}", "one_hot")
+    if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+        raise UnsupportedError(f"num_classes must be given as a non-negative int, got {num_classes!r} "
+                               "(inferring it makes the shape depend on the data)", "one_hot")
+    classes = positions(num_classes).reshape((1,) * x.ndim + (num_classes,))
+    return (x.unsqueeze(-1) == classes).astype(DType.i32)
+
+
+def embedding(input, weight, padding_idx=None, max_norm=None):
+    """torch.nn.functional.embedding: the rows of `weight` (V, D) at the integer `input`, shape
+    input.shape + (D,); `padding_idx` only matters for gradients."""
+    op = "embedding"
+    input, weight = _tensor(input, "input", op), _tensor(weight, "weight", op)
+    if weight.ndim != 2:
+        raise ShapeError(f"weight must be 2-D (num_embeddings, dim), got {weight.shape}", op)
+    if max_norm is not None:
+        raise UnsupportedError("max_norm renormalizes the weight in place", op)
+    rows = weight.index_select(0, input.reshape(input.numel))
+    return rows.reshape(input.shape + (weight.shape[1],))
+
+
+def _class_mask(target: Tensor, c: int, axis: int) -> Tensor:
+    """bool, True where the class axis (inserted at `axis`) equals the target's class."""
+    from compiler.creation import positions
+    classes = positions(c).reshape((c,) + (1,) * (target.ndim - axis))
+    return target.unsqueeze(axis) == classes
 
 
 def cross_entropy(x, target, weight=None, reduction: str = "mean", label_smoothing: float = 0.0,
                   ignore_index: int = -100):
-    """Cross entropy over the class axis 1 (or 0 for an unbatched (C,) input). Probability
-    targets (the input's shape, float) are expressible; class indices need an index primitive."""
+    """Cross entropy over the class axis 1 (or 0 for an unbatched (C,) input): class-index
+    targets (integers, the input's shape without the class axis) or probability targets (the
+    input's shape, float)."""
     op = "cross_entropy"
     x, target = _tensor(x, "input", op), _tensor(target, "target", op)
     axis = 0 if x.ndim == 1 else 1
@@ -261,16 +287,16 @@ def nll_loss(x, target, weight=None, ignore_index: int = -100, reduction: str = 
     if target.dtype.is_float or target.shape != x.shape[:axis] + x.shape[axis + 1:]:
         raise ShapeError(f"targets must be class indices of shape {x.shape[:axis] + x.shape[axis + 1:]}, "
                          f"got {target.dtype.value}{target.shape}", op)
-    onehot = _class_probs(target.reshape((1,) + target.shape) if axis == 0 else target, c, op)
-    if axis == 0:
-        onehot = onehot.reshape(onehot.shape[1:])
-    w = _channel_param(weight, c, x.ndim - axis - 1, "weight", op) if weight is not None else 1.0
-    keep = (target != ignore_index).astype(x.dtype)
-    picked = -(onehot * x * w).sum(axis) * keep
+    hit = _class_mask(target, c, axis)
+    w = _channel_param(weight, c, x.ndim - axis - 1, "weight", op) if weight is not None else None
+    keep = target != ignore_index
+    # where, not a one-hot product: 0 * -inf would be NaN for the classes not picked
+    chosen = hit.where(x * w if w is not None else x, 0.0).sum(axis)
+    picked = keep.where(-chosen, 0.0)
     if _smoothing:
-        smooth = -(x * w).sum(axis) * keep / c
+        smooth = keep.where(-(x * w if w is not None else x).sum(axis) / c, 0.0)
         picked = picked * (1 - _smoothing) + smooth * _smoothing
-    wsum = (onehot * w).sum(axis) * keep
+    wsum = keep.where(hit.where(w, 0.0).sum(axis) if w is not None else 1.0, 0.0)
     if reduction == "mean":
         return picked.sum() / wsum.sum()
     return _reduce(picked, reduction, op)

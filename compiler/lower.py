@@ -10,7 +10,8 @@ in a way that costs real work:
     scores of attention, read by a max, a sum and the output);
   - an elementwise subtree with transcendental work (weight >= 4) evaluated at least four times
     per element is materialized (for example, a GELU read through a broadcast by a matmul);
-  - a padded (masked) read of something that is not a buffer materializes that thing;
+  - a padded (masked) read of something that is not a buffer materializes that thing, and so
+    does a gather (its loads are at positions computed from data);
   - a whole-tensor reduction feeding a kernel with output axes gets its own scalar kernel
     (otherwise every parallel chunk would recompute it).
   - a second full-depth product in one kernel that the last does not read gets its own kernel
@@ -29,8 +30,8 @@ from collections import defaultdict
 
 from ir.graph import Graph
 from compiler.online import fuse_online
-from ir.kernel import (Buffer, Compute, Const, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce, Ref,
-                       Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
+from ir.kernel import (Buffer, Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
+                       Ref, Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
 from ir.node import Node
 from ir.ops import ELEMENTWISE, REDUCE, Op
 
@@ -172,6 +173,10 @@ class _KernelBuilder:
             return Load(self.buffers[n], n.dtype, to_flat(n.shape, idx))
         if n.op == Op.CONST:
             return Const(n.arg, n.dtype)
+        if n.op == Op.IOTA:
+            return Iota(to_flat(n.shape, idx), n.dtype)
+        if n.op == Op.GATHER:
+            return (yield from self._gather(n, idx))
         if n.op == Op.VIEW:
             return (yield from self._view(n, idx))
         if n.op == Op.CONTIGUOUS:
@@ -212,6 +217,21 @@ class _KernelBuilder:
                         _fill_value(st.fill, n.dtype))
         self.needs.add(src)            # a padded read of a computed value: materialize it
         return Const(_fill_value(st.fill, n.dtype), n.dtype)
+
+    def _gather(self, n: Node, idx: Index):
+        """A load of the gathered buffer at a computed position (the source is materialized)."""
+        x, at = n.srcs
+        position = yield at, idx
+        zero = Const(_fill_value(0.0, n.dtype), n.dtype)
+        if x.numel == 0:
+            return zero
+        if x not in self.buffers:
+            self.needs.add(x)
+            return zero
+        multi = list(to_multi(n.shape, idx))
+        multi[n.arg] = Lin()
+        base = to_flat(x.shape, ("multi", tuple(multi)))
+        return Gather(self.buffers[x], x.dtype, base, row_strides(x.shape)[n.arg], x.shape[n.arg], position)
 
     def _reduce(self, n: Node, idx: Index):
         src = n.srcs[0]

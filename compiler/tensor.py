@@ -11,6 +11,7 @@ from typing import Sequence
 
 from compiler.errors import DTypeError, ShapeError, UnsupportedError
 from compiler.tensor_args import Scalar, as_scalar, broadcast_shapes, half_in_f32, norm_axes, norm_axis
+from compiler.tensor_index import IndexOps
 from compiler.tensor_math import MathOps
 from compiler.tensor_movement import PAD_MODES, MovementOps
 from compiler.tensor_reduce import ReduceOps
@@ -30,9 +31,10 @@ def _no_bool_sub(a: "Tensor") -> None:
         raise DTypeError("subtraction (-) is not defined on bool; use logical_xor()", "sub")
 
 
-class Tensor(MathOps, ReduceOps, MovementOps):
+class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
     """A lazy tensor. Build programs with it inside a function passed to `compiler.trace`.
-    The methods in this file are the core; `MathOps`, `ReduceOps` and `MovementOps` add the rest."""
+    The methods in this file are the core; `MathOps`, `ReduceOps`, `MovementOps` and `IndexOps`
+    add the rest."""
     __slots__ = ("node",)
     __array_priority__ = 1000  # numpy scalars on the left defer to our operators
 

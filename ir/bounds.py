@@ -23,7 +23,7 @@ import numpy as np
 
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
-from ir.interpreter import apply_view, elementwise, typed_fill
+from ir.interpreter import apply_view, elementwise, gather, typed_fill
 from ir.node import Node
 from ir.numerics import BOUND_SAFETY, MAX_FINITE, SMALLEST_NORMAL, UNIT_ROUNDOFF
 from ir.ops import Op
@@ -133,6 +133,12 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     if op == Op.CONST:
         v = np.full(n.shape, n.arg, dtype=dt.np)
         return Bounded(v.astype(F64) if dt.is_float else v, EXACT)
+    if op == Op.IOTA:
+        return Bounded(np.arange(n.numel, dtype=np.int32).reshape(n.shape), EXACT)
+    if op == Op.GATHER:   # integer indices are exact: each element keeps its source's bound
+        x, idx = srcs
+        bound = x.bound if _exact(x.bound) else gather(np.broadcast_to(x.bound, x.value.shape), idx.value, n.arg)
+        return Bounded(gather(x.value, idx.value, n.arg), bound)
     if op == Op.VIEW:
         s = srcs[0]
         fill = n.arg.fill if dt.is_float else typed_fill(n.arg.fill, dt.np)

@@ -34,6 +34,8 @@ def format_arg(n: Node) -> str:
         return f"axes={n.arg}"
     if n.op == Op.VIEW:
         return str(n.arg)
+    if n.op == Op.GATHER:
+        return f"axis={n.arg}"
     return ""
 
 

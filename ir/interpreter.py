@@ -73,6 +73,10 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
     with np.errstate(all="ignore"):
         if op == Op.CONST:
             return np.full(n.shape, n.arg, dtype=dt.np)
+        if op == Op.IOTA:
+            return np.arange(n.numel, dtype=np.int32).reshape(n.shape)
+        if op == Op.GATHER:
+            return gather(vals[0], vals[1], n.arg)
         if op == Op.VIEW:
             return apply_tracker(n.arg, vals[0])
         if op == Op.CONTIGUOUS:
@@ -88,6 +92,17 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
                     np.full(n.shape, typed_fill(-np.inf, dt.np), dt.np)
             return r.astype(dt.np)
         return elementwise(op, dt, n.srcs[0].dtype, vals)
+
+
+def gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
+    """take_along_axis, reading 0 (False for bool) where an index is outside [0, n): no target
+    ever reads outside its buffer, and the frontend wraps negative indices before this."""
+    n = x.shape[axis]
+    ok = (idx >= 0) & (idx < n)
+    if n == 0 or idx.size == 0:
+        return np.zeros(idx.shape, x.dtype)
+    got = np.take_along_axis(x, np.where(ok, idx, 0).astype(np.intp), axis)
+    return np.where(ok, got, np.zeros((), x.dtype)).astype(x.dtype)
 
 
 def int_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -4,7 +4,8 @@ A `KernelProgram` is a list of `Kernel`s over named `Buffer`s. A kernel is a loo
 output index space (`axes`, outer to inner). Per iteration it evaluates value expressions and
 stores them. Values are small trees: `Load` (through an index expression, guarded by bounds),
 `Const`, `Compute` (an elementwise primitive op), `Reduce` (a loop over its own reduction
-variables) and `Ref` (a named `Let`). A `Let` is computed once per iteration of the first
+variables), `Ref` (a named `Let`), `Iota` (an index expression's own value) and `Gather` (a
+load at a position computed from data). A `Let` is computed once per iteration of the first
 `depth` axes and reused by everything deeper: that is how a softmax's row max and row sum are
 computed once per row inside the same kernel that writes the normalized row.
 
@@ -327,13 +328,32 @@ class Reduce(Struct):
 
 
 @struct
+class Iota(Struct):
+    """The integer value of an index expression (an IOTA node read at that position)."""
+    index: Lin
+    dtype: DType
+
+
+@struct
+class Gather(Struct):
+    """buffer[base + stride * index] where 0 <= index < extent, else 0 (False for bool): a load
+    at a position computed from data (`index`, an i32 value). dtype: the buffer's."""
+    buffer: str
+    dtype: DType
+    base: Lin
+    stride: int
+    extent: int
+    index: "Value"
+
+
+@struct
 class Ref(Struct):
     """The value of the kernel's `Let` called `name`."""
     name: str
     dtype: DType
 
 
-Value = Load | Const | Compute | Reduce | Ref
+Value = Load | Const | Compute | Reduce | Ref | Iota | Gather
 
 
 @struct
@@ -417,7 +437,7 @@ class Kernel(Struct):
         out: set[str] = set()
         for e in self.values():
             for node in walk(e):
-                if isinstance(node, Load):
+                if isinstance(node, (Load, Gather)):
                     out.add(node.buffer)
         return out
 
@@ -524,6 +544,8 @@ def children(e: Value) -> tuple[Value, ...]:
         return e.srcs
     if isinstance(e, Reduce):
         return (e.body,)
+    if isinstance(e, Gather):
+        return (e.index,)
     return ()
 
 
@@ -575,6 +597,10 @@ def value_vars(e: Value, let_vars: dict[str, set[Var]] | None = None, _memo=None
                 out |= b.expr.vars()
         elif isinstance(x, Ref):
             out = set(let_vars.get(x.name, ())) if let_vars else set()
+        elif isinstance(x, Iota):
+            out = set(x.index.vars())
+        elif isinstance(x, Gather):
+            out = x.base.vars() | memo[x.index]
         elif isinstance(x, Reduce):
             out = memo[x.body] - set(x.vars)
         else:
@@ -609,6 +635,10 @@ def format_value(e: Value) -> str:
                 t += " if " + " and ".join(map(str, x.valid)) + f" else {x.fill}"
         elif isinstance(x, Const):
             t = repr(x.value)
+        elif isinstance(x, Iota):
+            t = f"iota({x.index})"
+        elif isinstance(x, Gather):
+            t = f"{x.buffer}[{x.base} + {x.stride}*{text[x.index]} if 0 <= . < {x.extent} else 0]"
         elif isinstance(x, Ref):
             t = x.name
         elif isinstance(x, Reduce):
@@ -740,6 +770,14 @@ def _eval_value(e: Value, ev, lin, env, bufs, pos, ndim):
             return np.asarray(e.value, dtype=e.dtype.np)
         if isinstance(e, Ref):
             return env[e.name]
+        if isinstance(e, Iota):
+            return np.asarray(lin(e.index)).astype(np.int32)
+        if isinstance(e, Gather):
+            j = np.asarray(ev(e.index)).astype(np.int64)
+            ok = (j >= 0) & (j < e.extent)
+            buf = bufs[e.buffer]
+            got = buf[np.where(ok, lin(e.base) + e.stride * j, 0)] if buf.size else np.zeros(j.shape, buf.dtype)
+            return np.where(ok, got, np.zeros((), buf.dtype))
         if isinstance(e, Load):
             idx = lin(e.index)
             buf = bufs[e.buffer]
@@ -798,6 +836,8 @@ def map_leaves(e: Value, leaf, _memo=None) -> Value:
             memo[x] = Compute(x.op, x.dtype, tuple(memo[s] for s in x.srcs))
         elif isinstance(x, Reduce):
             memo[x] = Reduce(x.op, x.dtype, x.vars, memo[x.body])
+        elif isinstance(x, Gather):
+            memo[x] = leaf(Gather(x.buffer, x.dtype, x.base, x.stride, x.extent, memo[x.index]))
         else:
             memo[x] = leaf(x)
     return memo[e]
@@ -806,6 +846,10 @@ def map_leaves(e: Value, leaf, _memo=None) -> Value:
 def substitute(e: Value, mapping: dict[Var, Lin], _memo=None) -> Value:
     """e with loop variables replaced in every index and bound."""
     def leaf(x):
+        if isinstance(x, Iota):
+            return Iota(substitute_lin(x.index, mapping), x.dtype)
+        if isinstance(x, Gather):
+            return Gather(x.buffer, x.dtype, substitute_lin(x.base, mapping), x.stride, x.extent, x.index)
         if not isinstance(x, Load):
             return x
         return Load(x.buffer, x.dtype, substitute_lin(x.index, mapping),
@@ -827,6 +871,8 @@ def canonical(e: Value, _counter=None) -> Value:
         return Reduce(e.op, e.dtype, tuple(new), canonical(substitute(e.body, mapping), n))
     if isinstance(e, Compute):
         return Compute(e.op, e.dtype, tuple(canonical(s, n) for s in e.srcs))
+    if isinstance(e, Gather):
+        return Gather(e.buffer, e.dtype, e.base, e.stride, e.extent, canonical(e.index, n))
     return e
 
 

@@ -5,6 +5,7 @@ equality is identity and common sub-expressions are shared for free.
 """
 from __future__ import annotations
 
+import math
 import struct
 import weakref
 
@@ -79,6 +80,26 @@ def const(value, shape: Shape, dtype: DType) -> Node:
     else:
         value = int(value)
     return Node(Op.CONST, dtype, tuple(shape), (), value)
+
+
+def iota(shape: Shape) -> Node:
+    """i32 whose every element is its own row-major position (arange(n) for a 1-D shape)."""
+    shape = tuple(shape)
+    if math.prod(shape) > 2 ** 31:
+        raise IRError(f"iota of shape {shape} does not fit i32")
+    return Node(Op.IOTA, DType.i32, shape, (), None)
+
+
+def gather(x: Node, idx: Node, axis: int) -> Node:
+    """x read along `axis` at the positions in idx (i32, x's rank, x's sizes on every other
+    axis); positions outside [0, x.shape[axis]) read 0."""
+    if idx.dtype != DType.i32:
+        raise IRError(f"gather needs i32 indices, got {idx.dtype.value}")
+    if len(idx.shape) != len(x.shape) or not 0 <= axis < len(x.shape):
+        raise IRError(f"gather along axis {axis} needs indices of rank {len(x.shape)}, got {idx!r}")
+    if any(a != b for i, (a, b) in enumerate(zip(x.shape, idx.shape)) if i != axis):
+        raise IRError(f"gather along axis {axis}: {x!r} and indices {idx!r} differ on another axis")
+    return Node(Op.GATHER, x.dtype, idx.shape, (x, idx), axis)
 
 
 def unary(op: Op, x: Node) -> Node:

@@ -1,6 +1,6 @@
 """The primitive ops. Every program Saturn compiles is built from these and nothing else.
 
-Thirteen compute ops (exact meaning in `ir.interpreter`), two leaves, and two structural ops:
+Fourteen compute ops (exact meaning in `ir.interpreter`), three leaves, and two structural ops:
 VIEW carries movement metadata (reshape/permute/expand/slice/pad) on an edge and never
 computes; CONTIGUOUS marks a value to be materialized in memory.
 """
@@ -13,6 +13,7 @@ class Op(enum.Enum):
     # leaves
     INPUT = "input"        # arg: (index, name)
     CONST = "const"        # arg: python scalar, broadcast to the node's shape
+    IOTA = "iota"          # i32: each element's own flat (row-major) position
     # unary
     EXP2 = "exp2"
     LOG2 = "log2"
@@ -27,6 +28,8 @@ class Op(enum.Enum):
     CMPLT = "cmplt"        # a < b -> bool
     # ternary
     WHERE = "where"        # cond ? a : b
+    # indexing: arg = axis; out[..., j, ...] = a[..., idx[..., j, ...], ...] (0 out of range)
+    GATHER = "gather"
     # reductions: arg = tuple of axes reduced; reduced axes keep size 1
     SUM = "sum"
     MAX = "max"
@@ -38,14 +41,15 @@ class Op(enum.Enum):
         return f"Op.{self.name}"
 
 
-LEAF = frozenset({Op.INPUT, Op.CONST})
+LEAF = frozenset({Op.INPUT, Op.CONST, Op.IOTA})
 UNARY = frozenset({Op.EXP2, Op.LOG2, Op.SIN, Op.SQRT, Op.RECIP, Op.CAST})
 BINARY = frozenset({Op.ADD, Op.MUL, Op.MOD, Op.CMPLT})
 TERNARY = frozenset({Op.WHERE})
 ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE = frozenset({Op.SUM, Op.MAX})
+INDEXING = frozenset({Op.GATHER})
 STRUCTURAL = frozenset({Op.VIEW, Op.CONTIGUOUS})
-COMPUTE = ELEMENTWISE | REDUCE
+COMPUTE = ELEMENTWISE | REDUCE | INDEXING
 # algebraic properties, used by rewrite rules and the fuser
 COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
 ASSOCIATIVE = frozenset({Op.ADD, Op.MUL, Op.SUM, Op.MAX})
@@ -53,7 +57,7 @@ ASSOCIATIVE = frozenset({Op.ADD, Op.MUL, Op.SUM, Op.MAX})
 REDUCE_IDENTITY = {Op.SUM: 0.0, Op.MAX: float("-inf")}
 
 ARITY = {**{o: 0 for o in LEAF}, **{o: 1 for o in UNARY | REDUCE | STRUCTURAL},
-         **{o: 2 for o in BINARY}, Op.WHERE: 3}
+         **{o: 2 for o in BINARY}, Op.WHERE: 3, Op.GATHER: 2}
 
 # name, arity, dtype rule, numpy meaning of the compute ops (rendered into docs/ir.md by
 # `op_table_markdown`; a test checks the doc against it). Halves compute in f32, round on store.
@@ -71,12 +75,15 @@ OP_TABLE = [
     ("where", 3, "bool, T, T -> T", "np.where(c, a, b)"),
     ("sum", 1, "T -> T (not bool); accumulates in >= f32", "a.sum(axes, keepdims=True)"),
     ("max", 1, "T -> T; NaN propagates", "a.max(axes, keepdims=True)"),
+    ("gather", 2, "T, i32 -> T; arg axis; shape of idx; 0 where idx is outside [0, n)",
+     "np.take_along_axis(a, idx, axis)"),
 ]
 
 # the leaves and structural ops, same columns
 OTHER_OP_TABLE = [
     ("input", 0, "-> declared dtype; arg (index, name)", "args[index]"),
     ("const", 0, "-> declared dtype; arg value", "np.full(shape, value, dtype)"),
+    ("iota", 0, "-> i32; each element's flat position", "np.arange(size).reshape(shape)"),
     ("view", 1, "T -> T; arg ShapeTracker", "apply_tracker(tracker, a)"),
     ("contiguous", 1, "T -> T; materializes", "a.copy()"),
 ]

@@ -2,8 +2,8 @@
 rules, bounded saturation, and the serialized e-graph handed back as plain Python data.
 
 Term language (one egglog sort `Term`): the pattern ops of `rewrites.pattern.OPS`, plus three
-leaves the rules never build: `Inp(i)` (graph input i), `Lit(k)` (a shaped constant, kept in a
-Python table) and `View(x, k)` (a view the structured ops cannot express, e.g. a transpose or
+leaves the rules never build: `Inp(i)` (graph input i), `Lit(k)` (a shaped constant, an iota or
+a whole gather, kept in a Python table) and `View(x, k)` (a view the structured ops cannot express, e.g. a transpose or
 slice; its ShapeTracker is kept in a Python table). Shapes live in a `dim(term, axis)` table
 filled by an analysis ruleset, never in the terms.
 """
@@ -342,7 +342,9 @@ class Importer:
         if op == Op.INPUT:
             return self._let(Inp(i64(self.tables.inputs.index(n))), n.shape, n.dtype.is_float,
                              n.dtype == DType.f32)
-        if op == Op.CONST:
+        if op in (Op.CONST, Op.IOTA, Op.GATHER):
+            # an iota or a gather (with its operands) is a leaf to the rules: no rule reads
+            # through data-dependent positions; the extracted program keeps the node as it is
             key = self.lit_keys.setdefault(n, len(self.tables.lits))
             if key == len(self.tables.lits):
                 self.tables.lits.append(n)

@@ -42,9 +42,11 @@ class CUDABackend:
 
     def schedules(self, graph: Graph) -> list[Schedule]:
         """Candidate schedules; the first is the default heuristic."""
-        from backends.cuda.plan import plan
+        from backends.cuda.plan import needs_kernel_ir, plan
         from backends.cuda.templates.attention import ATTN_CONFIGS
         from backends.cuda.templates.gemm_tc import TC_CONFIGS
+        if needs_kernel_ir(graph):
+            return [Schedule(lowering="kernel_ir", name="kernel_ir")]
         kinds = {s.kind for s in plan(graph)}
         out = [Schedule()]
         if "gemm" in kinds:
@@ -111,7 +113,8 @@ class CUDABackend:
         schedule = schedule or Schedule()
         if schedule.arch is None:
             schedule = dataclasses.replace(schedule, arch=rt.info.arch)
-        if schedule.lowering == "kernel_ir":
+        from backends.cuda.plan import needs_kernel_ir
+        if schedule.lowering == "kernel_ir" or needs_kernel_ir(graph):
             return self._build_kernel_ir(graph, rt)
         source, launches = render(graph, schedule)
         if any(l.kind.startswith("gemm") for l in launches) and self._cublas_reason() is not None:

@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass
 
 from ir.dtypes import DType
-from ir.kernel import Compute, Const, Div, Kernel, KernelProgram, Let, Lin, Load, Mod, Online, Reduce, Ref, Var
+from ir.kernel import (Compute, Const, Div, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Mod, Online, Reduce,
+                       Ref, Var)
 from ir.ops import Op
 from backends.cuda.cexpr import (C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, reduce_combine, reduce_identity,
                                  round_to, store_value)
@@ -85,6 +86,13 @@ class _ValueEmitter:
             cond = " && ".join(f"({_lin(b.expr)} >= {b.lo}LL && {_lin(b.expr)} < {b.hi}LL)" for b in e.valid)
             fill = c_literal(e.fill if e.dtype.is_float else int(e.fill), e.dtype)
             return self.tmp(C_COMPUTE[e.dtype], f"(({cond}) ? {load} : {fill})")
+        if isinstance(e, Iota):
+            return self.tmp("int", f"((int){_lin(e.index)})")
+        if isinstance(e, Gather):   # the load runs only for an index inside [0, extent)
+            j = self.value(e.index)
+            load = load_expr(e.buffer, f"({_lin(e.base)} + {e.stride}LL * (long long){j})", e.dtype)
+            zero = c_literal(0.0 if e.dtype.is_float else (False if e.dtype == DType.bool else 0), e.dtype)
+            return self.tmp(C_COMPUTE[e.dtype], f"(({j} >= 0 && {j} < {e.extent}) ? {load} : {zero})")
         if isinstance(e, Compute):
             return self._compute(e)
         if isinstance(e, Reduce):

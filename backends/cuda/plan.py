@@ -277,7 +277,18 @@ def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs) -> dict[Node, No
     return fused
 
 
+# ops the templates have no form for: a program holding one is rendered from the kernel IR
+# (backends/cuda/kir.py), whose Iota and Gather values cover them
+KERNEL_IR_ONLY = frozenset({Op.IOTA, Op.GATHER})
+
+
+def needs_kernel_ir(graph: Graph) -> bool:
+    return any(n.op in KERNEL_IR_ONLY for n in graph.nodes)
+
+
 def plan(graph: Graph) -> list[Step]:
+    if needs_kernel_ir(graph):
+        raise ValueError("the CUDA templates cannot plan iota or gather: use Schedule(lowering='kernel_ir')")
     nodes = graph.nodes
     consumers: dict[Node, list[Node]] = {n: [] for n in nodes}
     for n in nodes:

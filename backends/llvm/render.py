@@ -20,8 +20,8 @@ from backends.llvm.common import (COMPUTE, F16, F32, FAST, I1, I8, I16, I32, I64
                                   for_range, parallel_depth)
 from backends.llvm.online import OnlineRenderer, _Row
 from ir.dtypes import DType
-from ir.kernel import (Compute, Const, Div, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load, Online,
-                       Reduce, Ref, Schedule, Value, Var, as_lin, postorder, substitute, value_vars, walk)
+from ir.kernel import (Compute, Const, Div, Gather, Iota, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load,
+                       Online, Reduce, Ref, Schedule, Value, Var, as_lin, postorder, substitute, value_vars, walk)
 from ir.ops import Op
 
 MAX_ROW_CACHE = 16384       # floats of stack per row cache
@@ -334,9 +334,24 @@ class KernelRenderer(OnlineRenderer):
             return self.refs[e.name]
         if isinstance(e, Load):
             return self._load(e)
+        if isinstance(e, Iota):
+            return b.trunc(self.index(e.index), I32)
+        if isinstance(e, Gather):
+            return self._gather(e)
         if isinstance(e, Reduce):
             return self._reduce(e)
         return self._compute(e)
+
+    def _gather(self, e: Gather) -> ir.Value:
+        """A load at base + stride * index; an index outside [0, extent) reads 0 (it loads the
+        row's first element instead, which exists: extent > 0)."""
+        b = self.b
+        j = b.sext(self.value(e.index), I64)
+        ok = b.and_(b.icmp_signed(">=", j, _i64(0)), b.icmp_signed("<", j, _i64(e.extent)))
+        pos = b.add(self.index(e.base), b.mul(b.select(ok, j, _i64(0)), _i64(e.stride)))
+        ptr = b.gep(self.ptrs[e.buffer], [pos], inbounds=True, source_etype=STORAGE[e.dtype])
+        v = self.from_storage(b.load(ptr, typ=STORAGE[e.dtype]), e.dtype)
+        return b.select(ok, v, const(0.0 if e.dtype.is_float else (False if e.dtype == DType.bool else 0), e.dtype))
 
     def _load(self, e: Load) -> ir.Value:
         b = self.b

@@ -1,0 +1,181 @@
+"""Ops that read positions, mixed into `Tensor`: tril/triu, argmax/argmin, gather,
+index_select, take_along_dim, take, cumsum/cumprod/cummax/cummin.
+
+Positions come from the IOTA primitive and data-dependent reads from GATHER (`ir/ops.py`).
+Scans are compositions: element i of a cumsum is the sum over j of x[j] where j <= i, a
+triangular mask of iota compares read by an ordinary reduction (see docs/ir.md).
+"""
+from __future__ import annotations
+
+import math
+
+from compiler.creation import positions, triangle
+from compiler.errors import DTypeError, ShapeError
+from compiler.tensor_args import broadcast_shapes, norm_axis
+from ir import node as N
+from ir.dtypes import DType
+
+
+def _index_tensor(t, name: str, op: str):
+    """An integer index tensor as i32."""
+    if not hasattr(t, "node"):
+        raise DTypeError(f"{name} must be a Tensor of integers, got {type(t).__name__}", op)
+    if t.dtype.is_float or t.dtype == DType.bool:
+        raise DTypeError(f"{name} must hold integers, got {t.dtype.value}", op)
+    return t
+
+
+class IndexOps:
+    """Position-reading methods of `Tensor`."""
+
+    # --- triangles --------------------------------------------------------------------------
+    def _triangle(self, k: int, keep: str, op: str):
+        if self.ndim < 2:
+            raise ShapeError(f"needs at least 2 dimensions, got shape {self.shape}", op)
+        if isinstance(k, bool) or not isinstance(k, int):
+            raise ShapeError(f"diagonal must be an int, got {k!r}", op)
+        rows, cols = self.shape[-2:]
+        mask = triangle(rows, cols, k, keep).expand(*self.shape)
+        return mask.where(self, False if self.dtype == DType.bool else 0)
+
+    def tril(self, diagonal: int = 0):
+        """Elements on and below the `diagonal`-th diagonal of the last two axes, 0 elsewhere."""
+        return self._triangle(diagonal, "lower", "tril")
+
+    def triu(self, diagonal: int = 0):
+        """Elements on and above the `diagonal`-th diagonal of the last two axes, 0 elsewhere."""
+        return self._triangle(diagonal, "upper", "triu")
+
+    # --- arg reductions ---------------------------------------------------------------------
+    def _along(self, axis, op: str):
+        """(self with the axis last, the axis) or (flattened, 0) for axis None."""
+        if axis is None:
+            return self.reshape(self.numel), 0
+        return self, norm_axis(op, axis, self.ndim, self.shape)
+
+    def _first_index(self, extreme, axis, keepdim: bool, op: str):
+        x, a = self._along(axis, op)
+        if not x.ndim:
+            return type(self).full((), 0, DType.i32)
+        n = x.shape[a]
+        if n == 0:
+            raise ShapeError(f"{op} of an empty axis (shape {self.shape})", op)
+        m = extreme(x, a)
+        hit = x == m
+        if x.dtype.is_float:   # NaN counts as the extreme, like torch
+            hit = hit.logical_or(x.isnan())
+        shape = [1] * x.ndim
+        shape[a] = n
+        at = positions(n).reshape(*shape).expand(*x.shape)
+        first = hit.where(at, n).min(a, keepdim=True)
+        if axis is None:
+            return first.reshape((1,) * self.ndim) if keepdim else first.reshape(())
+        return first if keepdim else first.reshape(tuple(s for i, s in enumerate(x.shape) if i != a))
+
+    def argmax(self, axis=None, keepdim: bool = False):
+        """The first position of the maximum (of the first NaN, if any); i32 (torch: int64)."""
+        x = self.astype(DType.i32) if self.dtype == DType.bool else self
+        return x._first_index(lambda t, a: t.max(a, keepdim=True).expand(*t.shape), axis, keepdim, "argmax")
+
+    def argmin(self, axis=None, keepdim: bool = False):
+        """The first position of the minimum (of the first NaN, if any); i32 (torch: int64)."""
+        x = self.astype(DType.i32) if self.dtype == DType.bool else self
+        return x._first_index(lambda t, a: t.min(a, keepdim=True).expand(*t.shape), axis, keepdim, "argmin")
+
+    # --- gathers ----------------------------------------------------------------------------
+    def _gather_axis(self, axis: int, index):
+        """self read along `axis` at `index` (i32, self's sizes elsewhere); negative positions
+        count from the end, positions still outside the axis read 0 (torch raises)."""
+        n = self.shape[axis]
+        index = index.astype(DType.i32)
+        index = (index < 0).where(index + n, index)
+        return type(self)(N.gather(self.node, index.node, axis))
+
+    def gather(self, dim: int, index):
+        """torch.gather: out[..., j, ...] = self[..., index[..., j, ...], ...] along `dim`; index
+        has self's rank and sizes no larger than self's on the other axes."""
+        index = _index_tensor(index, "index", "gather")
+        if self.ndim == 0:
+            return self._gather_axis(0, index.reshape(1)).reshape(index.shape) if index.ndim == 0 else \
+                self.reshape(1).gather(0, index)
+        a = norm_axis("gather", dim, self.ndim, self.shape)
+        if index.ndim != self.ndim:
+            raise ShapeError(f"index of shape {index.shape} must have the input's rank {self.ndim}", "gather")
+        if any(i != a and index.shape[i] > self.shape[i] for i in range(self.ndim)):
+            raise ShapeError(f"index of shape {index.shape} is larger than the input {self.shape} "
+                             f"outside dim {a}", "gather")
+        x = self
+        if any(i != a and index.shape[i] != self.shape[i] for i in range(self.ndim)):
+            x = self[tuple(slice(None) if i == a else slice(0, index.shape[i]) for i in range(self.ndim))]
+        return x._gather_axis(a, index)
+
+    def take_along_dim(self, indices, dim=None):
+        """torch.take_along_dim: gather with the input and indices broadcast outside `dim`
+        (dim None: over the flattened input)."""
+        indices = _index_tensor(indices, "indices", "take_along_dim")
+        if dim is None:
+            return self.reshape(self.numel)._gather_axis(0, indices.reshape(indices.numel))
+        a = norm_axis("take_along_dim", dim, self.ndim, self.shape)
+        if indices.ndim != self.ndim:
+            raise ShapeError(f"indices of shape {indices.shape} must have the input's rank {self.ndim}",
+                             "take_along_dim")
+        outer = broadcast_shapes("take_along_dim", tuple(1 if i == a else s for i, s in enumerate(self.shape)),
+                                 tuple(1 if i == a else s for i, s in enumerate(indices.shape)))
+        x = self.expand(*(self.shape[a] if i == a else s for i, s in enumerate(outer)))
+        idx = indices.expand(*(indices.shape[a] if i == a else s for i, s in enumerate(outer)))
+        return x._gather_axis(a, idx)
+
+    def index_select(self, dim: int, index):
+        """torch.index_select: the slices at the positions of a 1-D `index` along `dim`."""
+        index = _index_tensor(index, "index", "index_select")
+        if index.ndim > 1:
+            raise ShapeError(f"index must be 1-D, got shape {index.shape}", "index_select")
+        x = self if self.ndim else self.reshape(1)
+        a = norm_axis("index_select", dim, x.ndim, x.shape)
+        m = index.numel
+        shape = [1] * x.ndim
+        shape[a] = m
+        out = tuple(m if i == a else s for i, s in enumerate(x.shape))
+        r = x._gather_axis(a, index.reshape(*shape).expand(*out))
+        return r if self.ndim else r.reshape(index.shape)
+
+    def take(self, index):
+        """torch.take: the flattened input at `index`, in index's shape."""
+        index = _index_tensor(index, "index", "take")
+        flat = index.reshape(index.numel)
+        return self.reshape(self.numel)._gather_axis(0, flat).reshape(index.shape)
+
+    # --- scans ------------------------------------------------------------------------------
+    def _scan(self, axis, fill, combine, op: str):
+        """combine over j <= i along `axis` of self read as (..., i, j): a triangular mask of
+        iota compares, the masked-out terms `fill` (the reduction's identity)."""
+        if self.ndim == 0:
+            return combine(self.reshape(1, 1), -1).reshape(())
+        a = norm_axis(op, axis, self.ndim, self.shape)
+        n = self.shape[a]
+        x = self.movedim(a, -1)
+        lead = x.shape[:-1]
+        terms = x.unsqueeze(-2).expand(*lead, n, n)
+        mask = triangle(n, n, 0, "lower").expand(*lead, n, n)
+        out = combine(mask.where(terms, fill), -1)
+        return out.movedim(-1, a)
+
+    def cumsum(self, dim: int, dtype=None):
+        """Running sums along `dim` (bool counts as i32, like torch's integer result)."""
+        x = self.astype(dtype) if dtype is not None else (self.astype(DType.i32) if self.dtype == DType.bool else self)
+        return x._scan(dim, 0, lambda t, a: t.sum(a), "cumsum")
+
+    def cumprod(self, dim: int, dtype=None):
+        """Running products along `dim`, each an exact halving tree of multiplies (prod)."""
+        x = self.astype(dtype) if dtype is not None else (self.astype(DType.i32) if self.dtype == DType.bool else self)
+        return x._scan(dim, 1, lambda t, a: t.prod(a), "cumprod")
+
+    def cummax(self, dim: int):
+        """Running maxima along `dim` (values only: torch also returns their positions)."""
+        low = -math.inf if self.dtype.is_float else (False if self.dtype == DType.bool else -2 ** 31)
+        return self._scan(dim, low, lambda t, a: t.max(a), "cummax")
+
+    def cummin(self, dim: int):
+        """Running minima along `dim` (values only)."""
+        high = math.inf if self.dtype.is_float else (True if self.dtype == DType.bool else 2 ** 31 - 1)
+        return self._scan(dim, high, lambda t, a: t.min(a), "cummin")
