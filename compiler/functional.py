@@ -298,5 +298,5 @@ def nll_loss(x, target, weight=None, ignore_index: int = -100, reduction: str = 
         picked = picked * (1 - _smoothing) + smooth * _smoothing
     wsum = keep.where(hit.where(w, 0.0).sum(axis) if w is not None else 1.0, 0.0)
     if reduction == "mean":
-        return picked.sum() / wsum.sum()
+        return (picked.sum() / wsum.sum()).astype(x.dtype)
     return _reduce(picked, reduction, op)

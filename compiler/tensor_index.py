@@ -95,9 +95,8 @@ class IndexOps:
         """torch.gather: out[..., j, ...] = self[..., index[..., j, ...], ...] along `dim`; index
         has self's rank and sizes no larger than self's on the other axes."""
         index = _index_tensor(index, "index", "gather")
-        if self.ndim == 0:
-            return self._gather_axis(0, index.reshape(1)).reshape(index.shape) if index.ndim == 0 else \
-                self.reshape(1).gather(0, index)
+        if self.ndim == 0:   # torch takes a 0-d (or 1-element) index of a 0-d input
+            return self.reshape(1)._gather_axis(0, index.reshape(1)).reshape(index.shape)
         a = norm_axis("gather", dim, self.ndim, self.shape)
         if index.ndim != self.ndim:
             raise ShapeError(f"index of shape {index.shape} must have the input's rank {self.ndim}", "gather")

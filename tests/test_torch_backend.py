@@ -184,6 +184,29 @@ class CumsumModel(torch.nn.Module):
         return torch.cumsum(self.proj(x), dim=-1).relu()
 
 
+class PoolModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return torch.nn.functional.avg_pool2d(self.proj(x).reshape(1, 1, 4, 8), 2).relu()
+
+
+class IndexingModel(torch.nn.Module):
+    """Positions and lookups: a computed causal mask, int32 token ids, argmax-free cumsum."""
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(11, 8)
+
+    def forward(self, ids, x):
+        h = self.emb(ids) + x
+        s = h @ h.transpose(-1, -2)
+        s = s.masked_fill(torch.ones(6, 6).tril() == 0, float("-inf")).softmax(-1)
+        w = torch.arange(0.0, 8.0, 1.0)
+        return torch.cumsum(s @ h, dim=-1) * w + torch.index_select(h, 1, ids[0] % 6).triu()
+
+
 def _run(model, *inputs, **options):
     torch.manual_seed(0)
     model = model.eval()
@@ -215,12 +238,31 @@ def test_cnn_conv_falls_back_rest_runs_in_saturn():
 
 
 def test_missing_op_falls_back_and_is_reported():
+    compiled, got, want = _run(PoolModel(), torch.randn(4, 8))
+    check(got, want, scale=10)
+    report = explain(compiled)
+    assert ("aten.avg_pool2d.default", "no pooling op in the frontend") in report.fallbacks
+    assert "avg_pool2d.default x1: no pooling" in str(report)
+    assert any(r.status == "saturn" and "aten.relu.default" in r.ops for r in report.regions)
+
+
+def test_cumsum_runs_in_saturn():
     compiled, got, want = _run(CumsumModel(), torch.randn(4, 8))
     check(got, want, scale=10)
     report = explain(compiled)
-    assert ("aten.cumsum.default", "no scan (cumulative) op in the frontend") in report.fallbacks
-    assert "cumsum.default x1: no scan" in str(report)
-    assert any(r.status == "saturn" and "aten.relu.default" in r.ops for r in report.regions)
+    assert not report.fallbacks, str(report)
+    assert any(r.status == "saturn" and "aten.cumsum.default" in r.ops for r in report.regions)
+
+
+def test_indexing_ops_run_in_saturn():
+    """embedding (int32 ids), tril, arange, cumsum, index_select, triu: all in one region."""
+    ids = torch.tensor([[1, 4, 0, 10, 3, 3]], dtype=torch.int32)
+    compiled, got, want = _run(IndexingModel(), ids, torch.randn(1, 6, 8))
+    check(got, want, scale=10)
+    report = explain(compiled)
+    ran = set().union(*(r.ops for r in report.regions if r.status == "saturn"))
+    assert {"aten.embedding.default", "aten.tril.default", "aten.arange.start_step", "aten.cumsum.default",
+            "aten.index_select.default", "aten.triu.default"} <= ran, str(report)
 
 
 def test_cpu_tensors_are_not_copied(monkeypatch):

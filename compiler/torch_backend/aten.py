@@ -502,3 +502,52 @@ def _scaled_sum(bias, product, beta, alpha):
 @op("addmm.default", "baddbmm.default", "addmv.default")
 def addmm(self, mat1, mat2, beta=1, alpha=1):
     return _scaled_sum(self, mat1 @ mat2, beta, alpha)
+
+
+# --- positions and indexing (int64 values stay in PyTorch: Saturn has no 64-bit integers) ----
+
+@op("arange.default", "arange.start", "arange.start_step")
+def arange(start, end=None, step=1, dtype=None, layout=None, device=None, pin_memory=None):
+    from compiler.creation import arange as saturn_arange
+    return saturn_arange(start, end, step, dtype)
+
+
+@op("tril.default")
+def tril(self, diagonal=0):
+    return self.tril(diagonal)
+
+
+@op("triu.default")
+def triu(self, diagonal=0):
+    return self.triu(diagonal)
+
+
+@op("argmax.default")
+def argmax(self, dim=None, keepdim=False):
+    return self.argmax(dim, keepdim)
+
+
+@op("argmin.default")
+def argmin(self, dim=None, keepdim=False):
+    return self.argmin(dim, keepdim)
+
+
+@op("cumsum.default")
+def cumsum(self, dim, dtype=None):
+    return self.cumsum(dim, dtype)
+
+
+@op("gather.default")
+def gather(self, dim, index, sparse_grad=False):
+    return self.gather(dim, index)
+
+
+@op("index_select.default")
+def index_select(self, dim, index):
+    return self.index_select(dim, index)
+
+
+@op("embedding.default")
+def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    from compiler.functional import embedding as saturn_embedding
+    return saturn_embedding(indices, weight)

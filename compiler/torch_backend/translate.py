@@ -23,14 +23,7 @@ DTYPES = {"torch.float32": DType.f32, "torch.float16": DType.f16, "torch.bfloat1
 
 # why a common operator has no translation yet (the general message covers the rest)
 MISSING = {
-    "aten.embedding.default": "no gather/indexing op in the frontend",
     "aten.index.Tensor": "no gather/indexing op in the frontend",
-    "aten.index_select.default": "no gather/indexing op in the frontend",
-    "aten.gather.default": "no gather/indexing op in the frontend",
-    "aten.arange.default": "no iota (arange) op in the frontend",
-    "aten.arange.start": "no iota (arange) op in the frontend",
-    "aten.arange.start_step": "no iota (arange) op in the frontend",
-    "aten.cumsum.default": "no scan (cumulative) op in the frontend",
     "aten.convolution.default": "no convolution op in the frontend",
     "aten.max_pool2d_with_indices.default": "no pooling op in the frontend",
     "aten.avg_pool2d.default": "no pooling op in the frontend",
