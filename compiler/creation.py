@@ -1,6 +1,6 @@
-"""Tensors made from positions, not inputs: arange, eye, and the triangle masks of tril/triu.
-Each is the IOTA primitive read through views, so a causal mask is computed in the program
-instead of passed in."""
+"""Tensors made from positions, not inputs: arange (the IOTA primitive), eye and the triangle
+masks of tril/triu (views of constants), so a causal mask is computed in the program instead
+of passed in."""
 from __future__ import annotations
 
 import math
@@ -57,12 +57,33 @@ def eye(n: int, m: int | None = None, dtype="f32"):
     return triangle(n, m, 0, "eq").astype(dtype)
 
 
+def lower_triangle(rows: int, cols: int, diagonal: int = 0):
+    """The bool mask `j <= i + diagonal` of shape (rows, cols), from views of constants (no
+    iota: a program of constants and views keeps every backend path, the CUDA templates'
+    attention included). A pattern p of period P = rows + cols read with row stride P - 1 gives
+    row i, column j the element p[(j - i) mod P]: p[k] holds for offset k (k < cols) or k - P
+    (k >= cols)."""
+    from compiler.tensor import Tensor
+    period = rows + cols
+    if diagonal >= 0:
+        ranges = [(0, min(diagonal, cols - 1) + 1), (cols, period)]
+    else:
+        ranges = [(cols, max(cols, period + diagonal + 1))]
+    p = None
+    for start, stop in ranges:
+        if stop > start:
+            piece = Tensor.full((stop - start,), True, DType.bool).pad([(start, period - stop)])
+            p = piece if p is None else p.logical_or(piece)
+    if p is None or rows == 0 or cols == 0:
+        return Tensor.full((rows, cols), False, DType.bool)
+    tiled = p.reshape(1, period).expand(rows, period).reshape(rows * period)
+    return tiled[: rows * (period - 1)].reshape(rows, period - 1)[:, :cols]
+
+
 def triangle(rows: int, cols: int, k: int, keep: str):
     """bool (rows, cols): col - row <= k ('lower', tril's), >= k ('upper', triu's) or == k."""
-    k = max(min(k, cols), -rows - 1)    # beyond these every element is kept (or none): fits i32
-    d = positions(cols).reshape(1, cols).expand(rows, cols) - positions(rows).reshape(rows, 1).expand(rows, cols)
     if keep == "lower":
-        return d <= k
+        return lower_triangle(rows, cols, k)
     if keep == "upper":
-        return d >= k
-    return d == k
+        return lower_triangle(rows, cols, k - 1).logical_not()
+    return lower_triangle(rows, cols, k).logical_and(lower_triangle(rows, cols, k - 1).logical_not())

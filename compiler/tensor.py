@@ -647,8 +647,7 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
                 raise UnsupportedError("boolean-mask indexing x[mask] has a data-dependent shape; keep the "
                                        "shape with mask.where(x, 0) (where) instead", "getitem")
             if isinstance(i, Tensor):
-                raise UnsupportedError(f"indexing with a {i.dtype.value} tensor (a gather) is not supported; "
-                                       "use ints, slices, lists of ints, None or ...", "getitem")
+                return self._tensor_index(index)
         if sum(1 for i in index if i is Ellipsis) > 1:
             raise ShapeError("only one ... allowed in an index", "getitem")
         n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
@@ -703,6 +702,25 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
         if any(k != 1 for k in steps):
             x = x._move(lambda st: st.step(tuple(steps)))
         return x.reshape(tuple(s for kind, s in out_shape if kind != "drop"))
+
+    def _tensor_index(self, index: tuple) -> "Tensor":
+        """x[..., idx, ...] with one integer tensor and otherwise full slices or one `...`: the
+        slices at idx's positions (a gather), idx's shape in place of the axis, like numpy."""
+        pos = [p for p, i in enumerate(index) if isinstance(i, Tensor)]
+        rest = [i for i in index if not isinstance(i, Tensor)]
+        if len(pos) != 1 or any(not (i is Ellipsis or i == slice(None)) for i in rest) or \
+                sum(1 for i in rest if i is Ellipsis) > 1:
+            raise UnsupportedError("a tensor index works alone or with full slices ':' and one '...'; "
+                                   "index the rest first", "getitem")
+        idx = index[pos[0]]
+        if idx.dtype.is_float:
+            raise DTypeError(f"a tensor index must hold integers, got {idx.dtype.value}", "getitem")
+        k = next((p for p, i in enumerate(index) if i is Ellipsis), None)
+        axis = pos[0] if k is None or k > pos[0] else self.ndim - (len(index) - pos[0])
+        if not 0 <= axis < self.ndim:
+            raise ShapeError(f"too many indices for shape {self.shape}", "getitem")
+        out = self.index_select(axis, idx.reshape(idx.numel))
+        return out.reshape(self.shape[:axis] + idx.shape + self.shape[axis + 1:])
 
     def _pick(self, index: tuple, pos: int, picks: list) -> "Tensor":
         """self[index] where index[pos] is a list of positions (or of bools, a static mask)."""

@@ -251,6 +251,15 @@ def test_take_along_dim_and_take():
     check(lambda a, b: a.take(b), lambda a, b: torch.take(a, b), x, j, dtype="f32", longs=(1,))
 
 
+@pytest.mark.parametrize("pick", ["first", "middle", "ellipsis", "ellipsis_before"])
+def test_tensor_index(pick):
+    rng = np.random.default_rng(20)
+    x, i = rng.standard_normal((4, 5, 6)).astype(np.float32), np.array([[3, -1], [0, 2]], np.int32)
+    fn = {"first": lambda a, b: a[b], "middle": lambda a, b: a[:, b], "ellipsis": lambda a, b: a[..., b],
+          "ellipsis_before": lambda a, b: a[..., b, :]}[pick]
+    check(fn, fn, x, i, dtype="f32", longs=(1,), cpu=pick == "middle")
+
+
 def test_gather_index_errors():
     with pytest.raises(compiler.DTypeError, match="integers"):
         compiler.trace(lambda a, b: a.gather(0, b), compiler.spec((3,)), compiler.spec((3,)))
@@ -337,7 +346,8 @@ def test_cumsum_of_bool_and_of_a_view_and_with_inf():
 HOST_PROGRAMS = {
     "gather_f16": (lambda x, i: (x * 2).gather(1, i), [((4, 7), "f16"), ((4, 5), "i32")]),
     "embedding_bf16": (lambda w, i: F.embedding(i, w) * 3, [((9, 6), "bf16"), ((2, 3), "i32")]),
-    "tril_cumsum_f32": (lambda x: x.tril(-1).cumsum(0), [((5, 6), "f32")]),
+    "one_hot_cumsum_f32": (lambda x, i: (F.one_hot(i, 6).astype("f32") * x.tril(-1)).cumsum(0),
+                           [((5, 6), "f32"), ((5, 1), "i32")]),
     "argmax_i32": (lambda x: x.argmax(-1), [((6, 5), "i32")]),
 }
 
@@ -360,11 +370,14 @@ def test_cuda_kernel_ir_on_host(name):
 
 
 def test_cuda_templates_refuse_iota_and_gather():
-    from backends.cuda.plan import plan
-    graph = compiler.trace(lambda x: x.tril(), compiler.spec((3, 3)))
+    """Programs with iota or gather go to the kernel IR; tril/triu/cumsum (views of constants)
+    stay on the template path."""
+    from backends.cuda.plan import needs_kernel_ir, plan
+    graph = compiler.trace(lambda x: x.argmax(-1), compiler.spec((3, 3)))
     assert any(n.op == Op.IOTA for n in graph.nodes)
     with pytest.raises(ValueError, match="kernel_ir"):
         plan(graph)
+    assert not needs_kernel_ir(compiler.trace(lambda x: x.tril().cumsum(-1), compiler.spec((3, 3))))
 
 
 @pytest.mark.gpu

@@ -512,16 +512,6 @@ def arange(start, end=None, step=1, dtype=None, layout=None, device=None, pin_me
     return saturn_arange(start, end, step, dtype)
 
 
-@op("tril.default")
-def tril(self, diagonal=0):
-    return self.tril(diagonal)
-
-
-@op("triu.default")
-def triu(self, diagonal=0):
-    return self.triu(diagonal)
-
-
 @op("argmax.default")
 def argmax(self, dim=None, keepdim=False):
     return self.argmax(dim, keepdim)

@@ -3,30 +3,11 @@ from __future__ import annotations
 
 import math
 
+from compiler.creation import lower_triangle
 from compiler.tensor import Tensor
 from compiler.torch_backend.aten import _cast, logsumexp
 from compiler.torch_backend.registry import Unsupported, op
 from ir.dtypes import DType
-
-
-def lower_triangle(rows: int, cols: int, diagonal: int = 0) -> Tensor:
-    """The bool mask `j <= i + diagonal` of shape (rows, cols), from views of constants (there is
-    no iota op). A pattern p of period P = rows + cols read with row stride P - 1 gives row i,
-    column j the element p[(j - i) mod P]: p[k] holds for offset k (k < cols) or k - P (k >= cols)."""
-    period = rows + cols
-    if diagonal >= 0:
-        ranges = [(0, min(diagonal, cols - 1) + 1), (cols, period)]
-    else:
-        ranges = [(cols, max(cols, period + diagonal + 1))]
-    p = None
-    for start, stop in ranges:
-        if stop > start:
-            piece = Tensor.full((stop - start,), True, DType.bool).pad([(start, period - stop)])
-            p = piece if p is None else p.logical_or(piece)
-    if p is None:
-        return Tensor.full((rows, cols), False, DType.bool)
-    tiled = p.reshape(1, period).expand(rows, period).reshape(rows * period)
-    return tiled[: rows * (period - 1)].reshape(rows, period - 1)[:, :cols]
 
 
 @op("tril.default")
