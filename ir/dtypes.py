@@ -49,6 +49,11 @@ _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
 _NAMES = {"float32": DType.f32, "float16": DType.f16, "bfloat16": DType.bf16,
           "int32": DType.i32, "half": DType.f16, "float": DType.f32, "int": DType.i32}
 
+# dtypes PyTorch and numpy have that Saturn does not, with what to use instead
+_MISSING = {"int64": "i32 (the values must fit)", "long": "i32 (the values must fit)",
+            "float64": "f32", "double": "f32", "int8": "i32", "uint8": "i32", "int16": "i32",
+            "uint16": "i32", "uint32": "i32", "uint64": "i32"}
+
 # Promotion order for mixed binary ops (like PyTorch: bool < i32 < f16/bf16 < f32; f16+bf16 -> f32).
 _RANK = {DType.bool: 0, DType.i32: 1, DType.f16: 2, DType.bf16: 2, DType.f32: 3}
 
@@ -65,11 +70,29 @@ def as_dtype(x) -> DType:
             return DType[name]
         if name in _NAMES:
             return _NAMES[name]
+        if name in _MISSING:
+            raise TypeError(_missing_message(name))
         raise TypeError(f"unknown dtype {x!r}; expected one of {[d.value for d in DType]}")
     try:
         return _FROM_NUMPY[np.dtype(x)]
     except (TypeError, KeyError):
+        name = np.dtype(x).name if _is_numpy_dtype(x) else None
+        if name in _MISSING:
+            raise TypeError(_missing_message(name)) from None
         raise TypeError(f"unsupported dtype {x!r}; Saturn supports {[d.value for d in DType]}") from None
+
+
+def _is_numpy_dtype(x) -> bool:
+    try:
+        np.dtype(x)
+        return True
+    except TypeError:
+        return False
+
+
+def _missing_message(name: str) -> str:
+    return (f"dtype {name} is not supported: Saturn has {', '.join(d.value for d in DType)} "
+            f"(no 8-, 16-bit integer or 64-bit types); use {_MISSING[name]}")
 
 
 def promote(a: DType, b: DType) -> DType:
