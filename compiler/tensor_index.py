@@ -1,5 +1,5 @@
 """Ops that read positions, mixed into `Tensor`: tril/triu, argmax/argmin, gather,
-index_select, take_along_dim, take, cumsum/cumprod/cummax/cummin.
+index_select, take_along_dim, take, cumsum/cumprod/cummax/cummin, sort/argsort/topk.
 
 Positions come from the IOTA primitive and data-dependent reads from GATHER (`ir/ops.py`).
 Scans are compositions: element i of a cumsum is the sum over j of x[j] where j <= i, a
@@ -178,3 +178,59 @@ class IndexOps:
         """Running minima along `dim` (values only)."""
         high = math.inf if self.dtype.is_float else (True if self.dtype == DType.bool else 2 ** 31 - 1)
         return self._scan(dim, high, lambda t, a: t.min(a), "cummin")
+
+    # --- sorting ----------------------------------------------------------------------------
+    def _sorted_last(self, descending: bool):
+        """(values, positions) of self sorted along its last axis, stably, NaN as the largest
+        value: each element's rank is the number of elements ordered before it (an (n, n)
+        compare summed), and output slot r takes the element of rank r (a max over the ones of
+        rank r, so -0.0 and NaN come through unchanged). O(n^2) per row."""
+        n = self.shape[-1]
+        lead = self.shape[:-1]
+        mine = self.unsqueeze(-1).expand(*lead, n, n)      # [..., i, j] = x_i
+        other = self.unsqueeze(-2).expand(*lead, n, n)     # [..., i, j] = x_j
+        if descending:
+            first, second = mine, other
+        else:
+            first, second = other, mine
+        before = first < second                            # x_j before x_i
+        if self.dtype.is_float:
+            before = before.logical_or(second.isnan().logical_and(first.isnan().logical_not()))
+            same = (first == second).logical_or(first.isnan().logical_and(second.isnan()))
+        else:
+            same = first == second
+        i = positions(n).reshape(n, 1).expand(n, n)
+        j = positions(n).reshape(1, n).expand(n, n)
+        ties = same.logical_and((j < i).expand(*lead, n, n))
+        rank = before.logical_or(ties).astype(DType.i32).sum(-1)     # [..., i]
+        slot = rank.unsqueeze(-2).expand(*lead, n, n) == positions(n).reshape(n, 1).expand(*lead, n, n)
+        low = -math.inf if self.dtype.is_float else (False if self.dtype == DType.bool else -2 ** 31)
+        values = slot.where(self.unsqueeze(-2).expand(*lead, n, n), low).max(-1)
+        where_from = slot.where(positions(n).reshape(1, n).expand(*lead, n, n), 0).sum(-1)
+        return values, where_from
+
+    def sort(self, dim: int = -1, descending: bool = False, stable: bool = True):
+        """(values, indices) along `dim`, like torch.sort (always stable; NaN sorts as the
+        largest value); indices are i32 (torch: int64). O(n^2) work per sorted row."""
+        if self.ndim == 0:
+            return self, type(self).full((), 0, DType.i32)
+        a = norm_axis("sort", dim, self.ndim, self.shape)
+        if self.shape[a] == 0:
+            return self, type(self).full(self.shape, 0, DType.i32)
+        values, idx = self.movedim(a, -1)._sorted_last(descending)
+        return values.movedim(-1, a), idx.movedim(-1, a)
+
+    def argsort(self, dim: int = -1, descending: bool = False, stable: bool = True):
+        return self.sort(dim, descending)[1]
+
+    def topk(self, k: int, dim: int = -1, largest: bool = True, sorted: bool = True):
+        """(values, indices) of the k largest (smallest) along `dim`, in order; ties keep the
+        earlier position first."""
+        a = norm_axis("topk", dim, self.ndim, self.shape) if self.ndim else 0
+        n = self.shape[a] if self.ndim else 1
+        if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
+            raise ShapeError(f"k={k!r} is out of range for a dimension of size {n}", "topk")
+        values, idx = self.sort(dim, descending=largest)
+        if not self.ndim:
+            return values, idx
+        return values.narrow(a, 0, k), idx.narrow(a, 0, k)

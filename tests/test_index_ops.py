@@ -422,3 +422,47 @@ def test_cuda_compile_causal_attention_and_cross_entropy():
 def test_missing_dtypes_name_what_to_use(name, alternative):
     with pytest.raises(compiler.DTypeError, match=f"not supported: Saturn has .*; use {alternative}"):
         compiler.spec((3,), name)
+
+
+# --- sorting ------------------------------------------------------------------------------------
+
+def distinct(rng, shape, dtype: str):
+    """Distinct values (topk's tie order is unspecified in torch), shuffled."""
+    n = int(np.prod(shape))
+    v = rng.permutation(n).reshape(shape) - n // 2
+    return v.astype(np.int32) if dtype == "i32" else (v * 0.25).astype(as_dtype(dtype).np)
+
+
+@pytest.mark.parametrize("dtype", FLOATS + ["i32"])
+@pytest.mark.parametrize("shape,dim,descending", [((3, 7), -1, False), ((5, 4), 0, True), ((2, 3, 5), 1, False),
+                                                  ((6,), 0, True), ((), 0, False), ((3, 0), -1, True)])
+def test_sort_and_argsort(shape, dim, descending, dtype):
+    rng = np.random.default_rng(21)
+    x = values(rng, shape, dtype, -2, 3)    # ties: a stable sort keeps them in order
+
+    def theirs(a, part):
+        return torch.sort(a, stable=True, dim=dim, descending=descending)[part]
+
+    check(lambda a: a.sort(dim, descending)[0], lambda a: theirs(a, 0), x, dtype=dtype, cpu=dtype in ("f32", "bf16"))
+    check(lambda a: a.argsort(dim, descending), lambda a: theirs(a, 1), x, dtype=dtype, cpu=dtype in ("f16", "i32"))
+
+
+def test_sort_puts_nan_last_and_keeps_signed_zeros():
+    x = np.array([[2.0, np.nan, -0.0, -1.0, np.inf, 0.0, np.nan, -np.inf]], np.float32)
+    for desc in (False, True):
+        check(lambda a: a.sort(-1, desc)[0], lambda a: torch.sort(a, stable=True, descending=desc)[0], x, dtype="f32")
+        check(lambda a: a.argsort(-1, desc), lambda a: torch.sort(a, stable=True, descending=desc)[1], x,
+              dtype="f32")
+
+
+@pytest.mark.parametrize("dtype", FLOATS + ["i32"])
+@pytest.mark.parametrize("shape,k,dim,largest", [((4, 9), 3, -1, True), ((6, 5), 2, 0, False), ((7,), 7, 0, True),
+                                                 ((3, 4), 0, 1, True)])
+def test_topk(shape, k, dim, largest, dtype):
+    x = distinct(np.random.default_rng(22), shape, dtype)
+    check(lambda a: a.topk(k, dim, largest)[0], lambda a: torch.topk(a, k, dim, largest)[0], x, dtype=dtype,
+          cpu=dtype == "f32")
+    check(lambda a: a.topk(k, dim, largest)[1], lambda a: torch.topk(a, k, dim, largest)[1], x, dtype=dtype,
+          cpu=dtype == "i32")
+    with pytest.raises(compiler.ShapeError, match="out of range"):
+        compiler.trace(lambda a: a.topk(shape[dim] + 1, dim), compiler.spec(shape, dtype))
