@@ -135,9 +135,11 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
         return Bounded(v.astype(F64) if dt.is_float else v, EXACT)
     if op == Op.IOTA:
         return Bounded(np.arange(n.numel, dtype=np.int32).reshape(n.shape), EXACT)
-    if op == Op.GATHER:   # integer indices are exact: each element keeps its source's bound
+    if op == Op.GATHER:   # each element keeps its source's bound; an unsure index, any value
         x, idx = srcs
         bound = x.bound if _exact(x.bound) else gather(np.broadcast_to(x.bound, x.value.shape), idx.value, n.arg)
+        if not _exact(idx.bound):
+            bound = np.where(np.broadcast_to(idx.bound, idx.value.shape) > 0, np.inf, bound)
         return Bounded(gather(x.value, idx.value, n.arg), bound)
     if op == Op.VIEW:
         s = srcs[0]
