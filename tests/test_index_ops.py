@@ -469,13 +469,15 @@ def test_topk(shape, k, dim, largest, dtype):
 
 
 def test_gather_at_an_unsure_index_accepts_any_value():
-    """The error-bound reference (ir.bounds): a gather at an argmax of a near tie (sums one
-    rounding apart) may read either element, so its bound is infinite there; exact elsewhere."""
+    """The error-bound reference (ir.bounds): a gather whose index is not pinned down (here an
+    argmax of computed values: `x == max(x)` is within rounding of both outcomes) may read any
+    element, so its bound is infinite there; at an exact index it keeps the source's bound."""
     from ir import bounds
     graph = compiler.trace(lambda a, b, w: w.gather(0, (a + b).argmax(0, keepdim=True)),
                            compiler.spec((2,)), compiler.spec((2,)), compiler.spec((2,)))
     w = np.array([10.0, 20.0], np.float32)
     near = bounds.evaluate_bounded(graph, [np.array([1.0, 0.5], np.float32), np.array([2.0 ** -23, 0.5], np.float32), w])
-    far = bounds.evaluate_bounded(graph, [np.array([1.0, 0.5], np.float32), np.array([0.5, 0.25], np.float32), w])
     assert np.isinf(near[0].bound).all() and near[0].value[0] == 10.0
-    assert (far[0].bound == 0).all() and far[0].value[0] == 10.0
+    exact = compiler.trace(lambda i, w: (w * 3).gather(0, i), compiler.spec((2,), "i32"), compiler.spec((2,)))
+    got = bounds.evaluate_bounded(exact, [np.array([1, 0], np.int32), w])[0]
+    assert np.isfinite(got.bound).all() and (got.value == [60.0, 30.0]).all()
