@@ -204,7 +204,7 @@ class IndexingModel(torch.nn.Module):
         s = h @ h.transpose(-1, -2)
         s = s.masked_fill(torch.ones(6, 6).tril() == 0, float("-inf")).softmax(-1)
         w = torch.arange(0.0, 8.0, 1.0)
-        return torch.cumsum(s @ h, dim=-1) * w + torch.index_select(h, 1, ids[0] % 6).triu()
+        return torch.cumsum(s @ h, dim=-1) * w + torch.index_select(h, 1, ids[0] % 6).triu() + h[:, ids[0] % 6]
 
 
 def _run(model, *inputs, **options):
@@ -255,14 +255,14 @@ def test_cumsum_runs_in_saturn():
 
 
 def test_indexing_ops_run_in_saturn():
-    """embedding (int32 ids), tril, arange, cumsum, index_select, triu: all in one region."""
+    """embedding (int32 ids), tril, arange, cumsum, index_select, triu, x[:, idx]: all in Saturn."""
     ids = torch.tensor([[1, 4, 0, 10, 3, 3]], dtype=torch.int32)
     compiled, got, want = _run(IndexingModel(), ids, torch.randn(1, 6, 8))
     check(got, want, scale=10)
     report = explain(compiled)
     ran = set().union(*(r.ops for r in report.regions if r.status == "saturn"))
     assert {"aten.embedding.default", "aten.tril.default", "aten.arange.start_step", "aten.cumsum.default",
-            "aten.index_select.default", "aten.triu.default"} <= ran, str(report)
+            "aten.index_select.default", "aten.triu.default", "aten.index.Tensor"} <= ran, str(report)
 
 
 def test_cpu_tensors_are_not_copied(monkeypatch):

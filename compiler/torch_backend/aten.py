@@ -541,3 +541,8 @@ def index_select(self, dim, index):
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
     from compiler.functional import embedding as saturn_embedding
     return saturn_embedding(indices, weight)
+
+
+@op("index.Tensor")
+def index(self, indices):
+    return self[tuple(slice(None) if i is None else i for i in indices)]

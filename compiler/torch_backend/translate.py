@@ -23,7 +23,6 @@ DTYPES = {"torch.float32": DType.f32, "torch.float16": DType.f16, "torch.bfloat1
 
 # why a common operator has no translation yet (the general message covers the rest)
 MISSING = {
-    "aten.index.Tensor": "no gather/indexing op in the frontend",
     "aten.convolution.default": "no convolution op in the frontend",
     "aten.max_pool2d_with_indices.default": "no pooling op in the frontend",
     "aten.avg_pool2d.default": "no pooling op in the frontend",
