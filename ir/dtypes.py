@@ -76,7 +76,7 @@ def as_dtype(x) -> DType:
     try:
         return _FROM_NUMPY[np.dtype(x)]
     except (TypeError, KeyError):
-        name = np.dtype(x).name if _is_numpy_dtype(x) else None
+        name = np.dtype(x).name if x is not None and _is_numpy_dtype(x) else None   # dtype(None) is f64
         if name in _MISSING:
             raise TypeError(_missing_message(name)) from None
         raise TypeError(f"unsupported dtype {x!r}; Saturn supports {[d.value for d in DType]}") from None
