@@ -1,9 +1,10 @@
 """Ops that read positions, mixed into `Tensor`: tril/triu, argmax/argmin, gather,
 index_select, take_along_dim, take, cumsum/cumprod/cummax/cummin, sort/argsort/topk.
 
-Positions come from the IOTA primitive and data-dependent reads from GATHER (`ir/ops.py`).
-Scans are compositions: element i of a cumsum is the sum over j of x[j] where j <= i, a
-triangular mask of iota compares read by an ordinary reduction (see docs/ir.md).
+Positions come from the IOTA primitive and data-dependent reads from GATHER (`ir/ops.py`);
+triangles (tril, triu, the scans' masks) are constants read through views. Scans are
+compositions: element i of a cumsum is the sum over j of x[j] where j <= i, a triangular mask
+read by an ordinary reduction (see docs/ir.md).
 """
 from __future__ import annotations
 
@@ -146,8 +147,8 @@ class IndexOps:
 
     # --- scans ------------------------------------------------------------------------------
     def _scan(self, axis, fill, combine, op: str):
-        """combine over j <= i along `axis` of self read as (..., i, j): a triangular mask of
-        iota compares, the masked-out terms `fill` (the reduction's identity)."""
+        """combine over j <= i along `axis` of self read as (..., i, j): a triangular mask, the
+        masked-out terms `fill` (the reduction's identity)."""
         if self.ndim == 0:
             return combine(self.reshape(1, 1), -1).reshape(())
         a = norm_axis(op, axis, self.ndim, self.shape)
