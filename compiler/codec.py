@@ -29,8 +29,8 @@ TYPES = {
     "View": ("ir.view", "View"),
     "ShapeTracker": ("ir.view", "ShapeTracker"),
     **{name: ("ir.kernel", name) for name in (
-        "Var", "Div", "Mod", "Lin", "Bound", "Load", "Const", "Compute", "Reduce", "Ref", "Let",
-        "Online", "Store", "Kernel", "Buffer", "KernelProgram", "KernelSchedule", "Schedule")},
+        "Var", "Div", "Mod", "Lin", "Bound", "Load", "Const", "Compute", "Reduce", "Ref", "Iota", "Gather",
+        "Let", "Online", "Store", "Kernel", "Buffer", "KernelProgram", "KernelSchedule", "Schedule")},
     "cuda.Schedule": ("backends.cuda.render", "Schedule"),
     "cuda.TCConfig": ("backends.cuda.templates.gemm_tc", "TCConfig"),
     "cuda.SimtConfig": ("backends.cuda.templates.gemm_simt", "SimtConfig"),

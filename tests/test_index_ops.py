@@ -481,3 +481,15 @@ def test_gather_at_an_unsure_index_accepts_any_value():
     exact = compiler.trace(lambda i, w: (w * 3).gather(0, i), compiler.spec((2,), "i32"), compiler.spec((2,)))
     got = bounds.evaluate_bounded(exact, [np.array([1, 0], np.int32), w])[0]
     assert np.isfinite(got.bound).all() and (got.value == [60.0, 30.0]).all()
+
+
+def test_iota_and_gather_round_trip_through_the_cache_codec():
+    """Graphs and kernel programs with iota and gather are stored by the winners' cache."""
+    from compiler import codec
+    from compiler.lower import lower
+    graph = compiler.trace(lambda x, i: x.exp().gather(1, i) + x.argmax(1, keepdim=True).astype("f32"),
+                           compiler.spec((4, 6)), compiler.spec((4, 3), "i32"))
+    back = codec.loads(codec.dumps(graph))
+    assert all(a is b for a, b in zip(back.outputs, graph.outputs)) and str(back) == str(graph)
+    program = lower(graph)
+    assert codec.loads(codec.dumps(program)) == program
