@@ -21,13 +21,26 @@ from ir.ops import REDUCE
 
 @dataclass
 class Limits:
-    """Bounds of one exploration. `seconds` is the wall-clock budget of the whole call:
-    saturation may use 60% of it, extraction the rest (the first two extraction profiles
-    always run, so a tiny budget still returns candidates)."""
+    """Bounds of one exploration. The work is bounded by counts — iterations and e-nodes in
+    saturation, programs evaluated in extraction — so one program gives the same candidates
+    on any machine. `seconds` is an emergency stop, not a budget: saturation stops past it,
+    extraction past twice it (the first two extraction profiles always run, so a tiny limit
+    still returns candidates); a phase stopped by it says "time limit"."""
     seconds: float = 20.0
     node_limit: int = 30000          # e-nodes (the shape table not counted)
     iterations: int = 30             # per phase
     tiles: tuple[int, ...] | None = None   # None: derived from the program's reduction lengths
+    climb_work: int = 30000          # hill-climb evaluations x program nodes, per start
+    extract_work: int | None = None  # random extractions x e-nodes (None: no bound but their count)
+
+    @staticmethod
+    def for_budget(budget: float) -> "Limits":
+        """A compile's exploration, in proportion to the budget: about what a 2-core machine
+        saturates and extracts in 40 % of it, as counts; the clock as an emergency stop."""
+        return Limits(seconds=max(0.6 * budget, 0.5),
+                      node_limit=int(min(30000, max(2000, 4000 * budget))),
+                      climb_work=int(max(2000, 1500 * budget)),
+                      extract_work=int(max(20000, 10000 * budget)))
 
 
 @dataclass
@@ -102,8 +115,8 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
 
     limits = limits or Limits()
     t0 = time.perf_counter()
-    deadline = t0 + 0.6 * limits.seconds       # saturation
-    end = t0 + limits.seconds                   # extraction
+    deadline = t0 + limits.seconds              # saturation's emergency stop
+    end = t0 + 2 * limits.seconds               # extraction's
     tiles = tuple(limits.tiles) if limits.tiles is not None else default_tiles(graph)
     say = progress or (lambda msg: None)
     session = bridge.EGraphSession(graph, tiles)
@@ -131,7 +144,9 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
             break
     say("extracting candidates")
     ser = session.serialize()
-    extracted = extract_candidates(ser, max_candidates, cost=static_cost, improve_seconds=4.0, deadline=end)
+    evaluations = max(10, min(200, limits.climb_work // max(1, len(graph.nodes))))
+    extracted = extract_candidates(ser, max_candidates, cost=static_cost, climb_evaluations=evaluations,
+                                   random_work=limits.extract_work, deadline=end)
     want = [(o.shape, o.dtype) for o in graph.outputs]
     cands = [Candidate(graph, static_cost(graph), "original program")]
     seen = {graph.structural_hash()}

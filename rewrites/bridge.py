@@ -462,7 +462,7 @@ class EGraphSession:
                 break
         seconds = time.perf_counter() - t0
         # counting e-classes needs a serialization (egglog has no counter): only while cheap
-        classes = self.eclasses() if size <= 10000 else -1
+        classes = self.eclasses() if size <= 2000 else -1
         return PhaseReport(name, it, size, classes, seconds, stopped)
 
     def serialize(self) -> "SerializedEGraph":

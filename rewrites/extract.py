@@ -317,21 +317,24 @@ def _reachable(eg: SerializedEGraph, choice: dict[str, ENode]) -> list[str]:
 
 
 def improve(eg: SerializedEGraph, choice: dict[str, ENode], cost: Callable[[Graph], float],
-            seconds: float = 2.0, on_better: Callable[[Graph], None] | None = None) -> dict[str, ENode]:
+            evaluations: int = 200, on_better: Callable[[Graph], None] | None = None,
+            deadline: float = math.inf) -> dict[str, ENode]:
     """Hill-climb on the real (DAG) cost: swap one chosen class to another of its e-nodes
     (its new children keep their tree-cost choices) while that lowers `cost`. The tree cost
-    counts a shared sub-program once per use; this step sees sharing."""
-    deadline = time.perf_counter() + seconds
+    counts a shared sub-program once per use; this step sees sharing. Bounded by the number
+    of programs evaluated (so it ends in the same place on any machine); `deadline` is only
+    an emergency stop."""
     current = cost(rebuild(eg, choice))
-    improved = True
-    while improved and time.perf_counter() < deadline:
+    improved, left = True, evaluations
+    while improved and left > 0:
         improved = False
         for cid in _reachable(eg, choice):
             for e in eg.classes[cid]:
                 if e is choice[cid] or any(c not in choice for c in e.children):
                     continue
-                if time.perf_counter() > deadline:
+                if left <= 0 or time.perf_counter() > deadline:
                     return choice
+                left -= 1
                 trial = dict(choice)
                 trial[cid] = e
                 try:
@@ -348,11 +351,13 @@ def improve(eg: SerializedEGraph, choice: dict[str, ENode], cost: Callable[[Grap
 
 
 def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_rounds: int = 24,
-                       cost: Callable[[Graph], float] | None = None, improve_seconds: float = 3.0,
-                       deadline: float | None = None) -> list[tuple[str, Graph]]:
+                       cost: Callable[[Graph], float] | None = None, climb_evaluations: int = 200,
+                       random_work: int | None = None, deadline: float | None = None) -> list[tuple[str, Graph]]:
     """Distinct programs (by structural hash), each labelled by how it was found: one per
     node-cost profile, seeded random perturbations of them, and, when `cost` is given, every
-    step of a hill-climb on that cost from the first profiles' choices."""
+    step of a hill-climb on that cost from the first profiles' choices. Every part is bounded
+    by counts, so the same e-graph gives the same programs on any machine; `deadline` is an
+    emergency stop (past it only the first two profiles still run)."""
     infos = class_infos(eg)
     spread = broadcast_analysis(eg)
     out: list[tuple[str, Graph]] = []
@@ -368,8 +373,10 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
     late = lambda: time.perf_counter() > deadline
     # 1. one choice per profile (the first two whatever the clock says)
     base = []
+    # extraction work is bounded in (extractions x e-nodes): each one visits every e-node
+    rounds = None if random_work is None else random_work // max(1, eg.num_enodes)
     for n, prof in enumerate(profiles):
-        if n >= 2 and late():
+        if n >= 2 and (late() or (rounds is not None and n >= rounds)):
             break
         choice = choose(eg, infos, prof, spread)
         if any(r not in choice for r in eg.roots):
@@ -386,14 +393,15 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
         starts = [b for b in ranked if b[0].second_pass > 0][:1] + ranked[:1]
         for prof, choice, _ in starts:
             steps: list[Graph] = []
-            budget = min(improve_seconds / 2, max(0.0, deadline - time.perf_counter()) / 2)
-            if budget <= 0:
+            if late():
                 break
-            improve(eg, choice, cost, budget, steps.append)
+            improve(eg, choice, cost, climb_evaluations, steps.append, deadline)
             for g in steps[-3:]:           # the end point and the two steps before it
                 add(f"{prof.name}+climb", g)
     # 3. seeded random perturbations for diversity
     random_rounds = min(random_rounds, max(4, 300_000 // max(1, eg.num_enodes)))
+    if rounds is not None:
+        random_rounds = min(random_rounds, max(0, rounds - len(profiles)))
     for i in range(random_rounds):
         if len(out) >= 3 * k or late():
             break
