@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from ir.dtypes import DType
 from test_frontend_ops import CASE_IDS, CASES, EXAMPLES, draw_case, run_ours
@@ -38,6 +38,9 @@ def test_matches_torch(case, data):
         pytest.skip("no PyTorch counterpart (i32 results PyTorch computes in int64)")
     dtype = data.draw(st.sampled_from(case.dtypes))
     d = draw_case(data, case, dtype)
+    # PyTorch slices only with positive steps; Saturn's negative steps follow numpy (checked
+    # against numpy in test_frontend_ops.py)
+    assume(not any(isinstance(i, slice) and (i.step or 1) < 0 for i in d.params.get("index", ())))
     out = run_ours(d)
     expected = from_torch(case.torch(*(to_torch(x, dtype) for x in d.viewed_f64()), **d.params))
     assert out.shape == expected.shape, (out.shape, expected.shape)
