@@ -452,7 +452,8 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     trials = make_trials(graph, candidates, backend, options, notes)
     result.trials = trials
     model = cost_model.load(target, result.device or target, options.cost_model_dir)
-    _predict(trials, backend, model, t_start + PREDICT_SHARE * options.budget)
+    # (the window starts now: exploration has usually spent more than this share already)
+    _predict(trials, backend, model, time.perf_counter() + max(PREDICT_SHARE * options.budget, PREDICT_MIN_S))
     for t in trials:
         bad = same_interface(graph, t.graph)
         if bad:
@@ -560,7 +561,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     return result
 
 
-PREDICT_SHARE = 0.05   # of the budget, at most, for the cost model's predictions
+PREDICT_SHARE, PREDICT_MIN_S = 0.05, 0.2   # seconds for the cost model's predictions: 5 % of the budget, >= 0.2 s
 
 
 def _predict(trials, backend, model, deadline) -> None:

@@ -110,6 +110,28 @@ def _softmax_third(x):
     return e * e.sum(-1, keepdim=True).reciprocal()
 
 
+class SlowToPlanBackend(PredictingBackend):
+    """Preparing the trials takes a while (as exploration does on a real program)."""
+
+    def schedules(self, graph):
+        import time as _time
+        _time.sleep(0.3)
+        return super().schedules(graph)
+
+
+def test_predictions_order_the_trials_even_when_preparing_them_took_most_of_the_budget(tmp_path):
+    original, rewritten = saturn.trace(softmax, SPEC), saturn.trace(softmax_rewritten, SPEC)
+    third = saturn.trace(_softmax_third, SPEC)
+    BUILDS.clear()
+    f = saturn.compile(softmax, SPEC, target="fake", backend=SlowToPlanBackend(("ok",), rewritten.structural_hash()),
+                       budget=2.0, timeout=3.0, quiet=True, isolate=False, cache=False,
+                       candidates=[Cand(original, 1.0, "original program"), Cand(third, 0.5, "third"),
+                                   Cand(rewritten, 0.6, "rewritten")])
+    assert all(math.isfinite(t.predicted) for t in f.result.trials)
+    order = [h for h, _ in BUILDS if h in (rewritten.structural_hash(), third.structural_hash())]
+    assert order and order[0] == rewritten.structural_hash()
+
+
 def test_rewritten_programs_are_built_in_predicted_order_and_the_report_shows_the_correlation(monkeypatch, tmp_path):
     monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path))
     original, rewritten = saturn.trace(softmax, SPEC), saturn.trace(softmax_rewritten, SPEC)
