@@ -23,7 +23,7 @@ from ir.graph import Graph
 
 # seconds of search for a program compiled for the first time; nvcc costs ~1 s per candidate
 DEFAULT_BUDGET = {"cuda": 20.0}
-DEFAULT_BUDGET_OTHER = 5.0
+DEFAULT_BUDGET_OTHER = 10.0   # a hard bound (search.py): 5 s left a loaded 2-core machine one timed trial
 
 
 class CompiledFunction:
@@ -169,7 +169,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     """Trace `fn` on inputs described by `specs` and build the fastest verified program for `target`.
 
     target: 'cpu', 'cuda' or 'reference' (the interpreter; no search).
-    budget: seconds of search on a cold compile (default 5; 20 for cuda, whose compiler is slow).
+    budget: seconds of search on a cold compile (default 10; 20 for cuda, whose compiler is slow); a hard bound: budget x 1.1 or + 1 s.
     quiet: no progress line (otherwise shown on stderr for searches longer than a second).
     cache: None (on, unless `candidates` or `backend` are injected), True, False, or a directory (str or Path).
     seed: fixes the verification inputs and the search order.

@@ -46,7 +46,7 @@ def add_arguments(p) -> None:
     p.add_argument("--size", default=None, choices=["small", "large", "long"],
                    help="input sizes (default: small on cpu, large on cuda; long: softmax/layernorm rows of 131072)")
     p.add_argument("--dtype", default="f32", help="f32 (default), f16 or bf16")
-    p.add_argument("--budget", type=float, default=None, help="search seconds on a cold compile (default 5)")
+    p.add_argument("--budget", type=float, default=None, help="search seconds on a cold compile (default 10; 20 for cuda)")
     p.add_argument("--seed", type=int, default=0, help="search seed (default 0)")
     p.add_argument("--no-cache", action="store_true", help="search even if a cached winner exists")
     p.add_argument("--quiet", action="store_true", help="no progress line")
