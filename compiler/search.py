@@ -484,8 +484,13 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
 
     progress.phase("verifying")
     # no new verification starts after VERIFY_SHARE of the remaining budget: the rest is for timing
-    runner.grace = GRACE_SHARE * rest
-    verify_deadline = t_explore + VERIFY_SHARE * rest
+    # the verification windows count from now: preparing the reference (the interpreter, or the
+    # baseline run at small and full shapes) can take seconds on a loaded machine, and windows
+    # counted from the end of exploration then closed before any rewritten program started
+    t_ready = time.perf_counter()
+    rest_v = max(deadline - t_ready, 0.0)
+    runner.grace = GRACE_SHARE * rest_v
+    verify_deadline = t_ready + VERIFY_SHARE * rest_v
     # breadth first: the original program and every rewritten program under its default
     # schedule, in parallel (a rewritten program can be several times faster, a schedule
     # rarely is; with ~1 s builds a small budget used to end inside the original's
@@ -500,15 +505,15 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # programs that can win are built first when the budget allows only a few
     defaults = sorted(firsts.values(), key=lambda t: t.predicted)
     later = sorted((t for t in later if firsts[t.candidate] is not t), key=lambda t: t.predicted)
-    window = VERIFY_SHARE * rest
+    window = VERIFY_SHARE * rest_v
     # (the original's second schedule joins the first round: a backend lists there the
     # alternative that most often decides small programs, e.g. one CPU thread, whose pool
     # handoffs cost more than a small kernel)
-    runner.verify_all(first[:2] + defaults, backend_spec, t_explore + 0.6 * window, on_done, trials,
+    runner.verify_all(first[:2] + defaults, backend_spec, t_ready + window, on_done, trials,
                       hard_deadline=verify_deadline)
     # the original program's other schedules: up to 80 % of the verification time when
     # rewritten programs' other schedules are waiting too
-    runner.verify_all(first[2:], backend_spec, t_explore + (0.8 * window if later else window), on_done, trials,
+    runner.verify_all(first[2:], backend_spec, t_ready + (0.8 * window if later else window), on_done, trials,
                       hard_deadline=verify_deadline)
     later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
     room = max(options.max_trials - len(first) - len(defaults), 0)
