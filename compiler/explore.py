@@ -38,9 +38,9 @@ class Limits:
         """A compile's exploration, in proportion to the budget: about what a 2-core machine
         saturates and extracts in 40 % of it, as counts; the clock as an emergency stop."""
         return Limits(seconds=max(0.6 * budget, 0.5),
-                      node_limit=int(min(30000, max(2000, 4000 * budget))),
-                      climb_work=int(max(2000, 1500 * budget)),
-                      extract_work=int(max(20000, 10000 * budget)))
+                      node_limit=int(min(30000, max(2000, 2000 * budget))),
+                      climb_work=int(max(1000, 300 * budget)),
+                      extract_work=int(max(20000, 8000 * budget)))
 
 
 @dataclass
