@@ -103,7 +103,7 @@ def apply_options(opts, options: dict) -> None:
         if k not in names or k not in _MINIMUM:
             settable = ", ".join(sorted(_MINIMUM))
             raise OptionError(f"unknown option {k!r}; compile() takes target, budget, quiet, cache, seed, "
-                              f"candidates, backend and the search options {settable}", "compile")
+                              f"candidates, backend, cluster and the search options {settable}", "compile")
         low = _MINIMUM[k]
         if low is None:
             check_flag(k, v)
