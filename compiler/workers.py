@@ -396,8 +396,11 @@ class WorkerPool:
         if w is None or not w.alive():
             if w is not None:
                 w.close()
-            w = self.workers[i] = Worker(self.env(i) if self.env is not None else None)
+            w = self.workers[i] = self._new_worker(i)
         return w
+
+    def _new_worker(self, i: int) -> Worker:
+        return Worker(self.env(i) if self.env is not None else None)
 
     def where(self, i: int) -> str:
         """Which process worker i is (for reports)."""

@@ -103,22 +103,17 @@ class RayWorker:
         self.kill()
 
 
-class RayPool:
-    """Slots of Ray actors, each replaced by a fresh actor when it dies, hangs or retires."""
+class RayPool(WorkerPool):
+    """Slots of Ray actors, each replaced by a fresh actor when it dies, hangs or retires
+    (WorkerPool's slots, reset and close; actors instead of processes, data through the object store)."""
 
     def __init__(self, size: int, make_actor):
-        self.size = max(1, size)
+        super().__init__(size)
         self.make_actor = make_actor     # slot index -> a new actor handle
-        self.workers: list[RayWorker | None] = [None] * self.size
         self.data_refs: dict[str, object] = {}   # data key -> the request in the object store
 
-    def get(self, i: int) -> RayWorker:
-        w = self.workers[i]
-        if w is None or not w.alive():
-            if w is not None:
-                w.close()
-            w = self.workers[i] = RayWorker(lambda: self.make_actor(i))
-        return w
+    def _new_worker(self, i: int) -> RayWorker:
+        return RayWorker(lambda: self.make_actor(i))
 
     def ensure_data(self, i: int, data_request, timeout: float) -> RayWorker:
         w = self.get(i)
@@ -144,21 +139,10 @@ class RayPool:
 
     def reset(self, timeout: float = 10.0) -> None:
         self.data_refs.clear()
-        for i, w in enumerate(self.workers):
-            if w is None or not w.alive():
-                continue
-            try:
-                w.call(("reset",), timeout)
-                w.data_keys.clear()
-            except WorkerFailure:
-                w.close()
-                self.workers[i] = None
+        super().reset(timeout)
 
     def close(self) -> None:
-        for w in self.workers:
-            if w is not None:
-                w.close()
-        self.workers = [None] * self.size
+        super().close()
         self.data_refs.clear()
 
 
