@@ -79,19 +79,10 @@ def median(xs):
     return xs[len(xs) // 2] if xs else float("nan")
 
 
-def _ensure_backend_name() -> None:
-    """A checkout that is not pip-installed has no entry point for the name: register it as
-    installing would."""
-    from torch import _dynamo
-    if "saturn" not in _dynamo.list_backends():
-        from compiler.torch_backend import saturn_backend
-        _dynamo.register_backend(name="saturn")(saturn_backend)
-
-
 def run_shape(model, vocab: int, batch: int, seq: int, args) -> dict:
     import torch
-    from compiler.torch_backend import explain
-    _ensure_backend_name()
+    from compiler.torch_backend import explain, register
+    register()   # the H200 runs a checkout that is not pip-installed
     row = {"batch": batch, "seq": seq}
     ids = torch.randint(0, vocab, (batch, seq), device="cuda")
     with torch.no_grad():

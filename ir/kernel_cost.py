@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from ir.kernel import Compute, KernelProgram, Load, Online, Reduce, children
+from ir.kernel import Compute, KernelProgram, Load, Online, Reduce, children, walk
 from ir.ops import Op
 
 FEATURES = ("bytes", "mm_half", "mm_f32", "scalar", "kernels")
@@ -53,21 +53,13 @@ def _count_value(e, times: float, acc: dict, seen: set | None = None) -> None:
         stack.extend((c, n, in_product and isinstance(x, Compute) and x.op == Op.CAST) for c in children(x))
 
 
+def _loads(e) -> list[Load]:
+    return [x for x in walk(e) if isinstance(x, Load)]
+
+
 def _half_operands(r: Reduce) -> bool:
-    loads = [x for x in _loads(r.body)]
+    loads = _loads(r.body)
     return bool(loads) and all(x.dtype.itemsize == 2 for x in loads)
-
-
-def _loads(e):
-    seen, stack = set(), [e]
-    while stack:
-        x = stack.pop()
-        if x in seen:
-            continue
-        seen.add(x)
-        if isinstance(x, Load):
-            yield x
-        stack.extend(children(x))
 
 
 def program_features(program: KernelProgram) -> tuple[float, ...]:

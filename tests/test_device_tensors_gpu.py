@@ -186,11 +186,8 @@ def test_torch_backend_gpt2_on_cuda(cuda):
                                   bos_token_id=0, eos_token_id=0)
     model = transformers.GPT2LMHeadModel(cfg).eval().cuda().half()
     ids = torch.randint(0, 100, (2, 32), device="cuda")
-    from torch import _dynamo
-    if "saturn" not in _dynamo.list_backends():
-        # a checkout that is not pip-installed has no entry point: register the name as installing would
-        from compiler.torch_backend import saturn_backend
-        _dynamo.register_backend(name="saturn")(saturn_backend)
+    from compiler.torch_backend import register
+    register()   # a checkout that is not pip-installed has no entry point
     fast = torch.compile(model, backend="saturn", options={"budget": 5, "max_schedules": 2})
     with torch.no_grad():
         want = model(ids).logits

@@ -59,6 +59,13 @@ def test_backend_is_registered_by_entry_point():
     assert torch._dynamo.lookup_backend("saturn") is saturn_backend
 
 
+def test_register_names_the_same_backend_and_is_idempotent():
+    from compiler.torch_backend import register, saturn_backend
+    register()
+    register()
+    assert torch._dynamo.lookup_backend("saturn") is saturn_backend
+
+
 def test_compiler_imports_without_torch():
     code = "import sys, compiler, compiler.torch_backend; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)

@@ -14,10 +14,18 @@ def saturn_backend(gm, example_inputs, options=None, mode=None):
     return compile_graph(gm, example_inputs, options, mode)
 
 
+def register() -> None:
+    """Make `backend="saturn"` resolve where the entry point is missing (a checkout used without
+    `pip install`); installing registers the same function through the entry point."""
+    from torch import _dynamo
+    if "saturn" not in _dynamo.list_backends():
+        _dynamo.register_backend(name="saturn")(saturn_backend)
+
+
 def explain(compiled=None):
     """A `Report` of what the backend did for `compiled` (print it); every graph if None."""
     from compiler.torch_backend.report import explain as explain_records
     return explain_records(compiled)
 
 
-__all__ = ["saturn_backend", "explain"]
+__all__ = ["saturn_backend", "explain", "register"]
