@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from compiler.errors import DTypeError, ShapeError, UnsupportedError
 from compiler.tensor import Tensor, cat, stack
 from compiler.tensor_args import int_list, is_int
+from ir.dtypes import DType
 
 PADDING_MODES = {"zeros": "constant", "reflect": "reflect", "replicate": "replicate", "circular": "circular"}
 
@@ -374,8 +377,7 @@ def _linear_axis(x: Tensor, axis: int, out: int, align_corners: bool, op: str) -
         if out == 1:
             return sl(x, 0, 1)
         if (out - 1) % (n - 1):
-            raise UnsupportedError(f"linear interpolation from {n} to {out} with align_corners=True needs "
-                                   "(out - 1) to be a multiple of (in - 1) (general sizes need an index primitive)", op)
+            return _linear_by_weights(x, axis, out, True)
         k = (out - 1) // (n - 1)
         phases = [sl(x, 0, n - 1) * (1 - t / k) + sl(x, 1, n) * (t / k) for t in range(k)]
         body = stack(phases, axis + 1).reshape(x.shape[:axis] + ((n - 1) * k,) + x.shape[axis + 1:])
@@ -396,8 +398,25 @@ def _linear_axis(x: Tensor, axis: int, out: int, align_corners: bool, op: str) -
         if k % 2:
             return x.slice(axis, (k - 1) // 2, None, k)
         return (x.slice(axis, k // 2 - 1, None, k) + x.slice(axis, k // 2, None, k)) * 0.5
-    raise UnsupportedError(f"linear interpolation from {n} to {out}: only integer scales are expressible "
-                           "as views (general sizes need an index primitive)", op)
+    return _linear_by_weights(x, axis, out, False)
+
+
+def _linear_by_weights(x: Tensor, axis: int, out: int, align_corners: bool) -> Tensor:
+    """Linear interpolation along `axis` for sizes whose weights do not repeat: a product with
+    the constant (n, out) matrix of tent weights max(0, 1 - |src_i - j|), src_i being torch's
+    source position of output i, computed in f32 like torch (halves interpolate in f32)."""
+    from compiler.creation import positions
+    n = x.shape[axis]
+    i = positions(out).astype(DType.f32)
+    if align_corners:
+        src = i * float(np.float32(n - 1) / np.float32(out - 1))
+    else:
+        src = ((i + 0.5) * float(np.float32(n) / np.float32(out)) - 0.5).maximum(0.0)
+    src = src.minimum(float(n - 1))   # past the last input torch weighs the last one twice: weight 1
+    j = positions(n).astype(DType.f32)
+    weights = (1.0 - (j.reshape(n, 1) - src.reshape(1, out)).abs()).maximum(0.0)   # (n, out)
+    y = x._float().movedim(axis, -1) @ weights
+    return y.movedim(-1, axis).astype(x.dtype)
 
 
 def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):

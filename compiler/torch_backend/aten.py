@@ -122,8 +122,14 @@ def _unary(name: str, method: str):
 for _name, _method in [("neg", "__neg__"), ("abs", "abs"), ("exp", "exp"), ("exp2", "exp2"), ("log", "log"),
                        ("log2", "log2"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"), ("sin", "sin"), ("cos", "cos"),
                        ("tanh", "tanh"), ("sigmoid", "sigmoid"), ("relu", "relu"), ("silu", "silu"),
-                       ("erf", "erf"), ("reciprocal", "reciprocal"), ("isnan", "isnan"), ("isinf", "isinf")]:
+                       ("erf", "erf"), ("reciprocal", "reciprocal"), ("isnan", "isnan"), ("isinf", "isinf"),
+                       ("expm1", "expm1"), ("log1p", "log1p"), ("sign", "sign")]:
     _unary(_name + ".default", _method)
+
+
+@op("_prelu_kernel.default")
+def prelu(self, weight):
+    return (self > 0).where(self, weight * self)
 
 
 @op("gelu.default")
@@ -311,6 +317,18 @@ def constant_pad_nd(self, pad, value=0):
     return x.pad([(max(b, 0), max(a, 0)) for b, a in pairs], value)
 
 
+@op("slice_scatter.default")
+def slice_scatter(self, src, dim=0, start=None, end=None, step=1):
+    """`self` with self[start:end] along `dim` replaced by `src` (how circular padding arrives)."""
+    if step != 1:
+        raise Unsupported(f"slice_scatter with step {step}")
+    n = self.shape[dim]
+    lo = 0 if start is None else min(max(start + n if start < 0 else start, 0), n)
+    hi = n if end is None else min(max(end + n if end < 0 else end, lo), n)
+    pieces = [self.slice(dim, 0, lo), src.astype(self.dtype), self.slice(dim, hi, n)]
+    return cat_([p for p in pieces if p.shape[dim]] or [src.astype(self.dtype)], dim)
+
+
 @op("repeat.default")
 def repeat(self, repeats):
     repeats = tuple(repeats)
@@ -351,6 +369,12 @@ def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
 @op("ones.default")
 def ones(size, dtype=None, layout=None, device=None, pin_memory=None):
     return Tensor.full(tuple(size), 1, as_dtype(dtype) if dtype is not None else DType.f32)
+
+
+@op("new_empty.default")
+def new_empty(self, size, dtype=None, layout=None, device=None, pin_memory=None):
+    """Uninitialized in PyTorch (every element is written before it is read): zeros here."""
+    return new_full(self, size, 0, dtype)
 
 
 @op("full_like.default")

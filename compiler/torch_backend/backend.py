@@ -56,15 +56,17 @@ def region_device(target: str) -> str:
 
 def decompositions() -> dict:
     """ATen ops rewritten into ones Saturn translates before partitioning (others stay whole:
-    softmax, layer_norm, gelu and attention are translated as they are)."""
+    softmax, layer_norm, gelu, attention, convolution, pooling, group norm and inference batch
+    norm are translated as they are)."""
     import torch
     from torch._decomp import get_decompositions
     aten = torch.ops.aten
     return get_decompositions([
-        aten._native_batch_norm_legit_no_training, aten._native_batch_norm_legit,
-        aten._native_batch_norm_legit_functional, aten.native_batch_norm, aten.native_group_norm, aten.leaky_relu, aten.elu,
+        aten._native_batch_norm_legit,
+        aten._native_batch_norm_legit_functional, aten.native_batch_norm, aten.leaky_relu, aten.elu,
         aten.hardswish, aten.hardsigmoid, aten.softplus, aten.mish, aten.glu, aten.addcmul, aten.addcdiv,
         aten.lerp, aten.linalg_vector_norm, aten.std, aten.threshold, aten.celu, aten.selu, aten.square,
+        aten.log_sigmoid_forward,
     ])
 
 
@@ -128,6 +130,8 @@ def compile_graph(gm, example_inputs, options: dict | None = None, mode: str | N
         rec.whole_graph = "dynamic shapes (symbolic sizes among the inputs): Saturn compiles static shapes"
         return _timed(rec, gm.forward)
     from torch._functorch.aot_autograd import aot_module_simplified
+    from compiler.torch_backend import upsample
+    upsample.keep_whole(gm)   # before ATen's upsampling decomposes into int64 indexing
     compiled = aot_module_simplified(gm, example_inputs, fw_compiler=lambda g, _inputs: build(g, rec, opts),
                                      decompositions=decompositions())
     return _timed(rec, compiled)

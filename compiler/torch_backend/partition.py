@@ -20,7 +20,8 @@ NO_COMPUTE = {"operator.getitem", "aten.view.default", "aten._unsafe_view.defaul
               "aten.slice.Tensor", "aten.select.int", "aten.clone.default", "aten.alias.default",
               "aten.lift_fresh_copy.default", "aten.detach.default", "aten._to_copy.default",
               "aten.split.Tensor", "aten.split_with_sizes.default", "aten.unbind.int", "aten.full.default",
-              "aten.zeros.default", "aten.ones.default", "aten.scalar_tensor.default"}
+              "aten.zeros.default", "aten.ones.default", "aten.scalar_tensor.default",
+              "aten.new_empty.default"}
 
 
 def _support(reasons: dict):

@@ -12,7 +12,7 @@ import operator
 
 from compiler.errors import SaturnError
 from compiler.tensor import Tensor
-from compiler.torch_backend import aten, attention  # noqa: F401 - they fill OPS
+from compiler.torch_backend import aten, attention, cnn  # noqa: F401 - they fill OPS
 from compiler.torch_backend.registry import OPS, Unsupported
 from ir import node as N
 from ir.dtypes import DType
@@ -23,9 +23,6 @@ DTYPES = {"torch.float32": DType.f32, "torch.float16": DType.f16, "torch.bfloat1
 
 # why a common operator has no translation yet (the general message covers the rest)
 MISSING = {
-    "aten.convolution.default": "no convolution op in the frontend",
-    "aten.max_pool2d_with_indices.default": "no pooling op in the frontend",
-    "aten.avg_pool2d.default": "no pooling op in the frontend",
     "aten.native_dropout.default": "random numbers (dropout) are not supported",
 }
 
@@ -132,7 +129,8 @@ def why_unsupported(node, device: str = "cpu") -> str | None:
     try:
         out = translate(node, env)
         if used is not None and any(out[i] is None for i in used):
-            return f"result {min(i for i in used if out[i] is None)} is read but not translated"
+            return (f"result {min(i for i in used if out[i] is None)} is read, and the translation does not "
+                    "compute it (e.g. pooling indices)")
     except Unsupported as e:
         return str(e).split("\n")[0].removeprefix(f"{name}: ")
     except (SaturnError, TypeError, ValueError, IndexError, KeyError) as e:
