@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ir.graph import Graph
-from ir.ops import REDUCE
+from ir.ops import REDUCING
 
 
 @dataclass
@@ -86,7 +86,7 @@ def default_tiles(graph: Graph) -> tuple[int, ...]:
     """One tile size per distinct long reduction length: a power of two near sqrt(n), 16..128.
     Lengths under an eighth of the longest are left whole (attention's 64-long head-dim dot
     products next to 1024-long rows: tiling them too doubles the e-graph for nothing)."""
-    lengths = {n.srcs[0].shape[a] for n in graph.nodes if n.op in REDUCE for a in n.arg}
+    lengths = {n.srcs[0].shape[a] for n in graph.nodes if n.op in REDUCING for a in n.arg}
     longest = max(lengths, default=0)
     tiles = {tile_for(length) for length in lengths if length >= 32 and 8 * length >= longest}
     return tuple(sorted(tiles))[:2]
@@ -98,10 +98,10 @@ def tile_for(length: int) -> int:
 
 
 def _describe(profile: str, g: Graph) -> str:
-    reds = [n for n in g.nodes if n.op in REDUCE]
+    reds = [n for n in g.nodes if n.op in REDUCING]
     counts = g.op_counts()
-    two_level = sum(1 for n in reds if n.srcs[0].op in REDUCE or any(s.op in REDUCE for s in n.srcs[0].srcs))
-    return (f"{profile}: {len(reds)} reductions ({two_level} two-level), "
+    two_level = sum(1 for n in reds if any(s.op in REDUCING or any(t.op in REDUCING for t in s.srcs) for s in n.srcs))
+    return (f"{profile}: {len(reds)} reductions ({two_level} two-level, {counts.get('contract', 0)} contractions), "
             f"{counts.get('contiguous', 0)} materialized, {counts.get('exp2', 0)} exp2")
 
 
@@ -126,10 +126,13 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
     else:
         fam = {f: bridge.cached_ruleset(f, registry.family_rules(f)) for f in registry.families()}
         user = [fam["user"]] if "user" in fam else []
-        plan = [("algebra", [fam["algebra"]] + user),
-                ("reduction", [fam["reduction"], fam["algebra"]] + user),
-                ("online_softmax", [fam["online_softmax"], fam["reduction"], fam["algebra"]] + user),
-                ("fusion+matmul", [fam["fusion"], fam["matmul"]] + user)]
+        # the kernels family runs in every phase: a contraction's sum form is what the other
+        # families rewrite, and every product they make gets its contraction term
+        kernels = [fam["kernels"]]
+        plan = [("algebra", [fam["algebra"]] + kernels + user),
+                ("reduction", [fam["reduction"], fam["algebra"]] + kernels + user),
+                ("online_softmax", [fam["online_softmax"], fam["reduction"], fam["algebra"]] + kernels + user),
+                ("fusion+matmul", [fam["fusion"], fam["matmul"]] + kernels + user)]
     notes = []
     for name, rulesets in plan:
         rulesets = [r for r in rulesets if r is not None]

@@ -28,12 +28,13 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+from ir.dtypes import DType
 from ir.graph import Graph
 from compiler.online import fuse_online
 from ir.kernel import (Buffer, Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
                        Ref, Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
 from ir.node import Node
-from ir.ops import ELEMENTWISE, REDUCE, Op
+from ir.ops import ELEMENTWISE, REDUCING, Op
 
 # work per element of an op, for deciding whether recomputing it is worth a buffer
 _OP_WEIGHT = {Op.EXP2: 4, Op.LOG2: 4, Op.SIN: 4, Op.SQRT: 4, Op.RECIP: 4}
@@ -112,7 +113,7 @@ class _KernelBuilder:
             # full depth (SwiGLU's silu(x @ w_gate) * (x @ w_up)) gets its own kernel, and the
             # last becomes the kernel's product with the first read as its epilogue's operand
             products = [l for l in self.lets if l.depth == len(self.axes) and isinstance(l.value, Reduce)
-                        and l.value.op == Op.SUM and l.value in self.origin
+                        and l.value.contraction and l.value in self.origin
                         and math.prod(v.extent for v in l.value.vars) >= PRODUCT_MIN_EXTENT]
             last = products[-1].value if products else None
             used_by_last = {x.name for x in walk(last) if isinstance(x, Ref)} if last is not None else set()
@@ -186,7 +187,7 @@ class _KernelBuilder:
             for s in n.srcs:
                 srcs.append((yield s, idx))
             return Compute(n.op, n.dtype, tuple(srcs))
-        if n.op in REDUCE:
+        if n.op in REDUCING:
             return (yield from self._reduce(n, idx))
         raise ValueError(f"cannot lower {n.op} (is an INPUT missing from the graph's inputs?)")
 
@@ -245,13 +246,29 @@ class _KernelBuilder:
             rvars.append(v)
             src_idx[a] = as_lin(v)
         if any(src.shape[a] == 0 for a in n.arg):   # an empty reduction is its identity
-            if n.op == Op.SUM:
+            if n.op in (Op.SUM, Op.CONTRACT):
                 return Const(0.0 if n.dtype.is_float else (False if n.dtype.name == "bool" else 0), n.dtype)
             return Const(float("-inf") if n.dtype.is_float else (False if n.dtype.name == "bool" else -2 ** 31), n.dtype)
-        body = yield src, ("multi", tuple(src_idx))
+        at = ("multi", tuple(src_idx))
+        if n.op == Op.CONTRACT:   # the product of the two operands in f32, summed in f32
+            f32 = DType.f32
+            operands = []
+            for s in n.srcs:
+                x = yield s, at
+                operands.append(x if n.dtype == f32 else Compute(Op.CAST, f32, (x,)))
+            a, b = operands
+            red = Reduce(Op.SUM, f32, tuple(rvars), Compute(Op.MUL, f32, (a, b)), contraction=True) \
+                if rvars else Compute(Op.MUL, f32, (a, b))
+            return self._hoist(red, n) if n.dtype == f32 else Compute(Op.CAST, n.dtype, (self._hoist(red, n),))
+        body = yield src, at
         if not rvars:
             return body
-        red = Reduce(n.op, n.dtype, tuple(rvars), body)
+        return self._hoist(Reduce(n.op, n.dtype, tuple(rvars), body), n)
+
+    def _hoist(self, red: Value, n: Node) -> Value:
+        """A reduction as a Let computed once per iteration of the axes it depends on."""
+        if not isinstance(red, Reduce):
+            return red
         free = value_vars(red, self.let_vars)
         if not free <= set(self.axes):
             return red                 # depends on an enclosing reduction's variable: stays nested
@@ -261,7 +278,7 @@ class _KernelBuilder:
         name = f"acc{len(self.lets)}"
         self.lets.append(Let(name, depth, red))
         self.let_vars[name] = free
-        ref = Ref(name, n.dtype)
+        ref = Ref(name, red.dtype)
         self.let_of[red] = ref
         self.origin.setdefault(red, n)
         return ref
@@ -313,7 +330,7 @@ def _subtree_weight(n: Node, buffers, memo) -> int:
             continue
         if x in buffers or x.op in (Op.CONST, Op.INPUT):
             memo[x] = 0
-        elif x.op in REDUCE:
+        elif x.op in REDUCING:
             memo[x] = 0   # a reduction is judged by its own count (it is hoisted into a Let where it can be)
         else:
             pending = [s for s in x.srcs if s not in memo]
@@ -344,7 +361,7 @@ def _reductions_below(c: Node) -> set[Node]:
         if x in seen:
             continue
         seen.add(x)
-        if x.op in REDUCE:
+        if x.op in REDUCING:
             out.add(x)
         else:
             stack.extend(x.srcs)
@@ -357,7 +374,7 @@ def _violators(counts: dict[Node, int], realized: set[Node], buffers, weights: d
     for n, c in counts.items():
         if n in realized or n.op in (Op.CONST, Op.INPUT, Op.VIEW) or n.numel == 0:
             continue
-        if n.op in REDUCE and c > n.numel:
+        if n.op in REDUCING and c > n.numel:
             out.add(n)
         elif c >= RECOMPUTE_FACTOR * n.numel and _subtree_weight(n, buffers, weights) >= EXPENSIVE:
             out.add(n)
@@ -378,7 +395,7 @@ def _reductions_materialized_by_level(graph: Graph, topo: dict[Node, int]) -> se
     the deeper reductions read from buffers. This keeps partitioning linear in the depth of the
     program; the fix-point alone first builds one kernel inlining every layer of a model, then
     peels one level per round."""
-    reductions = [n for n in graph.nodes if n.op in REDUCE]
+    reductions = [n for n in graph.nodes if n.op in REDUCING]
     buffers = {n: "in" for n in graph.inputs} | {r: f"b{topo[r]}" for r in reductions}
     out: set[Node] = set()
     for c in reductions:

@@ -138,7 +138,7 @@ def _replacer(target: Value):
         elif isinstance(e, Compute):
             r = Compute(e.op, e.dtype, tuple(go(x) for x in e.srcs))
         elif isinstance(e, Reduce):
-            r = Reduce(e.op, e.dtype, e.vars, go(e.body))
+            r = Reduce(e.op, e.dtype, e.vars, go(e.body), e.contraction)
         else:
             r = e
         memo[e] = r

@@ -10,6 +10,7 @@ from compiler.tensor import Tensor
 from ir import node as N
 from ir.dtypes import DType, as_dtype
 from ir.graph import Graph
+from rewrites.apply import kernel_terms
 
 
 @dataclass(frozen=True)
@@ -66,4 +67,6 @@ def trace(fn, *specs) -> Graph:
     for o in outs:
         if not isinstance(o, Tensor):
             raise ShapeError(f"the traced function must return Tensors, got {type(o).__name__}", "trace")
-    return Graph(tuple(inputs), tuple(o.node for o in outs))
+    # the primitive program with its kernel terms (sums of products as contractions): the
+    # program every later stage starts from (rewrites/kernels.py)
+    return kernel_terms(Graph(tuple(inputs), tuple(o.node for o in outs)))

@@ -149,6 +149,10 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
         return Bounded(srcs[0].value.copy(), srcs[0].bound)
     if op in (Op.SUM, Op.MAX):
         return _reduce(n, srcs[0], final)
+    if op == Op.CONTRACT:   # the product rounds in the compute type, then the f32-or-wider sum
+        prod = Node(Op.MUL, dt.compute, n.srcs[0].shape, n.srcs)
+        total = Node(Op.SUM, dt, n.shape, (prod,), n.arg)
+        return _reduce(total, _float(prod, srcs, False), final)
     if op == Op.CAST:
         return _cast(n, srcs[0], final)
     if op == Op.CMPLT:

@@ -325,6 +325,9 @@ class Reduce(Struct):
     dtype: DType
     vars: tuple[Var, ...]
     body: "Value"
+    # the reduction of a contraction kernel (a CONTRACT node: body is the product of its two
+    # operands, both in f32): the backends run these, and only these, as their product kernels
+    contraction: bool = False
 
 
 @struct
@@ -643,7 +646,7 @@ def format_value(e: Value) -> str:
             t = x.name
         elif isinstance(x, Reduce):
             vs = ", ".join(f"{v.name}<{v.extent}" for v in x.vars)
-            t = f"{x.op.value}[{vs}]({text[x.body]})"
+            t = f"{'contract' if x.contraction else x.op.value}[{vs}]({text[x.body]})"
         else:
             args = ", ".join(text[s] for s in x.srcs)
             t = f"cast<{x.dtype.value}>({args})" if x.op == Op.CAST else f"{x.op.value}({args})"
@@ -835,7 +838,7 @@ def map_leaves(e: Value, leaf, _memo=None) -> Value:
         if isinstance(x, Compute):
             memo[x] = Compute(x.op, x.dtype, tuple(memo[s] for s in x.srcs))
         elif isinstance(x, Reduce):
-            memo[x] = Reduce(x.op, x.dtype, x.vars, memo[x.body])
+            memo[x] = Reduce(x.op, x.dtype, x.vars, memo[x.body], x.contraction)
         elif isinstance(x, Gather):
             memo[x] = leaf(Gather(x.buffer, x.dtype, x.base, x.stride, x.extent, memo[x.index]))
         else:
@@ -868,7 +871,7 @@ def canonical(e: Value, _counter=None) -> Value:
             n[0] += 1
             mapping[v] = as_lin(nv)
             new.append(nv)
-        return Reduce(e.op, e.dtype, tuple(new), canonical(substitute(e.body, mapping), n))
+        return Reduce(e.op, e.dtype, tuple(new), canonical(substitute(e.body, mapping), n), e.contraction)
     if isinstance(e, Compute):
         return Compute(e.op, e.dtype, tuple(canonical(s, n) for s in e.srcs))
     if isinstance(e, Gather):

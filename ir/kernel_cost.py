@@ -26,7 +26,7 @@ def _is_product(r: Reduce) -> bool:
     while isinstance(body, Compute) and body.op == Op.CAST:
         body = body.srcs[0]
     extent = math.prod(v.extent for v in r.vars)
-    return r.op == Op.SUM and extent >= PRODUCT_MIN and isinstance(body, Compute) and body.op == Op.MUL
+    return r.contraction and extent >= PRODUCT_MIN and isinstance(body, Compute) and body.op == Op.MUL
 
 
 def _count_value(e, times: float, acc: dict, seen: set | None = None) -> None:

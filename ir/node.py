@@ -142,6 +142,17 @@ def reduce(op: Op, x: Node, axes) -> Node:
     return Node(op, x.dtype, shape, (x,), axes)
 
 
+def contract(a: Node, b: Node, axes) -> Node:
+    """The contraction kernel sum(a * b, axes): a and b of one shape and one float dtype."""
+    axes = tuple(sorted(set(axes)))
+    if a.shape != b.shape or a.dtype != b.dtype or not a.dtype.is_float:
+        raise IRError(f"contract needs two float operands of one shape and dtype, got {a!r}, {b!r}")
+    if not axes or any(not 0 <= x < len(a.shape) for x in axes):
+        raise IRError(f"bad contract axes {axes} for shape {a.shape}")
+    shape = tuple(1 if i in axes else s for i, s in enumerate(a.shape))
+    return Node(Op.CONTRACT, a.dtype, shape, (a, b), axes)
+
+
 def view(x: Node, st: ShapeTracker) -> Node:
     """x read through `st` (whose views[0] indexes x's contiguous layout)."""
     if st.is_identity and st.shape == x.shape:

@@ -1,6 +1,10 @@
 """The primitive ops. Every program Saturn compiles is built from these and nothing else.
 
-Fourteen compute ops (exact meaning in `ir.interpreter`), three leaves, and two structural ops:
+Fourteen compute ops (exact meaning in `ir.interpreter`), three leaves, two structural ops, and
+one kernel op the e-graph's rules introduce below them (the frontend never builds it):
+CONTRACT is a contraction kernel, sum over axes of a * b, products and accumulation in f32 (never
+rounded to a half type in between); the backends run it as their matrix-product kernels.
+
 VIEW carries movement metadata (reshape/permute/expand/slice/pad) on an edge and never
 computes; CONTIGUOUS marks a value to be materialized in memory.
 """
@@ -36,6 +40,8 @@ class Op(enum.Enum):
     # structure
     VIEW = "view"          # arg: ir.view.ShapeTracker mapping the source to this shape
     CONTIGUOUS = "contiguous"
+    # kernel kinds (introduced by rewrite rules, rendered by the backends' product kernels)
+    CONTRACT = "contract"  # arg: tuple of axes reduced (kept with size 1); srcs a, b of one shape
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
@@ -49,7 +55,10 @@ ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE = frozenset({Op.SUM, Op.MAX})
 INDEXING = frozenset({Op.GATHER})
 STRUCTURAL = frozenset({Op.VIEW, Op.CONTIGUOUS})
-COMPUTE = ELEMENTWISE | REDUCE | INDEXING
+KERNEL = frozenset({Op.CONTRACT})
+# ops whose arg is the axes they reduce (each kept with size 1)
+REDUCING = REDUCE | KERNEL
+COMPUTE = ELEMENTWISE | REDUCE | INDEXING | KERNEL
 # algebraic properties, used by rewrite rules and the fuser
 COMMUTATIVE = frozenset({Op.ADD, Op.MUL})
 ASSOCIATIVE = frozenset({Op.ADD, Op.MUL, Op.SUM, Op.MAX})
@@ -57,7 +66,7 @@ ASSOCIATIVE = frozenset({Op.ADD, Op.MUL, Op.SUM, Op.MAX})
 REDUCE_IDENTITY = {Op.SUM: 0.0, Op.MAX: float("-inf")}
 
 ARITY = {**{o: 0 for o in LEAF}, **{o: 1 for o in UNARY | REDUCE | STRUCTURAL},
-         **{o: 2 for o in BINARY}, Op.WHERE: 3, Op.GATHER: 2}
+         **{o: 2 for o in BINARY}, Op.WHERE: 3, Op.GATHER: 2, Op.CONTRACT: 2}
 
 # name, arity, dtype rule, numpy meaning of the compute ops (rendered into docs/ir.md by
 # `op_table_markdown`; a test checks the doc against it). Halves compute in f32, round on store.
@@ -77,6 +86,8 @@ OP_TABLE = [
     ("max", 1, "T -> T; NaN propagates", "a.max(axes, keepdims=True)"),
     ("gather", 2, "T, i32 -> T; arg axis; shape of idx; 0 where idx is outside [0, n)",
      "np.take_along_axis(a, idx, axis)"),
+    ("contract", 2, "T, T -> T (float); arg axes; products and sums in >= f32",
+     "(a * b).sum(axes, keepdims=True)"),
 ]
 
 # the leaves and structural ops, same columns

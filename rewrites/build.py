@@ -44,6 +44,9 @@ def build(op: str, ts: list[Node], ints: list[int], floats: list[float], strs: l
         if not x.dtype.is_float:
             raise IRError(f"{op} on {x.dtype.value}")
         return N.binary(Op.ADD if op == "addc" else Op.MUL, x, N.const(floats[0], x.shape, x.dtype))
+    if op == "contract":
+        _axis(ts[0], ints[0])
+        return N.contract(ts[0], ts[1], (ints[0],))
     if op in ("sum", "max"):
         _axis(ts[0], ints[0])
         return N.reduce(Op.SUM if op == "sum" else Op.MAX, ts[0], (ints[0],))

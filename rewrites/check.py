@@ -180,6 +180,17 @@ class _Instance:
             child = list(shape)
             child[a] = Cell()
             return self.walk(args[0], child, dtype)
+        if op == "contract":
+            if not dtype.is_float:
+                raise Retry()
+            a = self.int_(args[2], "axis", r)
+            if not 0 <= a < r:
+                raise Retry()
+            self.need(shape[a], 1)
+            child = list(shape)
+            child[a] = Cell()
+            self.walk(args[0], child, dtype)
+            return self.walk(args[1], list(child), dtype)
         if op == "expand":
             a = self.int_(args[1], "axis", r)
             if not 0 <= a < r:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import ELEMENTWISE, REDUCE, Op
+from ir.ops import ELEMENTWISE, REDUCING, Op
 
 TILE_LIMIT = 256
 COMPUTE_WEIGHT = 0.25
@@ -51,19 +51,19 @@ def _kernel_reads(m: Node, mat_set: set) -> tuple[dict[Node, float], float]:
         if n.op == Op.VIEW:
             spread *= max(1.0, n.numel / max(1, n.srcs[0].numel))
         stack.extend((s, spread) for s in n.srcs)
-    if m.op in REDUCE:
+    if m.op in REDUCING:
         flops += m.srcs[0].numel
     return reads, flops
 
 
 def _combines_tiles(c: Node, r: Node) -> bool:
     """c reduces, across tiles, r's per-tile result (r reduced axis k, c reduces k - 1)."""
-    return (c.op in REDUCE and r.op in REDUCE and len(r.arg) == 1 and c.arg == (r.arg[0] - 1,))
+    return (c.op in REDUCING and r.op in REDUCING and len(r.arg) == 1 and c.arg == (r.arg[0] - 1,))
 
 
 def static_cost(graph: Graph) -> float:
     outputs = set(graph.outputs)
-    materialized = [n for n in graph.nodes if n.op in REDUCE or n.op == Op.CONTIGUOUS or n in outputs]
+    materialized = [n for n in graph.nodes if n.op in REDUCING or n.op == Op.CONTIGUOUS or n in outputs]
     mat_set = set(materialized)
     kernels = {m: _kernel_reads(m, mat_set) for m in materialized}
     consumers: dict[Node, list[Node]] = {}
@@ -81,7 +81,7 @@ def static_cost(graph: Graph) -> float:
         # a running combine across tiles (online softmax) does not wait
         d = max((depth.get(r, 0) + (1 if r in depth and f > TILE_LIMIT and not in_registers else 0)
                  for r, f in reads.items()), default=0)
-        if m.op in REDUCE:
+        if m.op in REDUCING:
             last = max(m.arg)  # one tile loop: same leading output dims, same reduced length
             key = (m.shape[:last + 1], tuple(m.srcs[0].shape[a] for a in m.arg), d)
         else:
@@ -94,7 +94,7 @@ def static_cost(graph: Graph) -> float:
                 total += r.numel * r.dtype.itemsize
         # per-tile results that only their own tile loop and a running cross-tile combine
         # read stay in registers: no write
-        stays = m.op in REDUCE and m not in outputs and consumers.get(m) and all(
+        stays = m.op in REDUCING and m not in outputs and consumers.get(m) and all(
             key_of.get(c, key) == key or _combines_tiles(c, m) for c in consumers[m])
         if not stays:
             total += m.numel * m.dtype.itemsize

@@ -49,7 +49,7 @@ def _infer(e: ENode, infos: dict, eg: SerializedEGraph) -> Info | None:
         return ch[1]
     if op == "cast":
         return shape, DType(e.strs[0])
-    if op in ("sum", "max"):
+    if op in ("sum", "max", "contract"):
         if e.ints[0] >= len(s):
             return None
         s[e.ints[0]] = 1
@@ -124,7 +124,7 @@ def node_cost(e: ENode, info: Info, infos: dict, prof: Profile) -> float:
         return 1.0 + prof.view * numel
     if op == "contiguous":
         return 1.0 + prof.materialize * numel
-    if op in ("sum", "max"):
+    if op in ("sum", "max", "contract"):     # a contraction: the sum without a separate product
         cshape = infos[e.children[0]][0]
         cn = math.prod(cshape) or 1
         length = cshape[e.ints[0]]
@@ -162,9 +162,13 @@ def broadcast_analysis(eg: SerializedEGraph) -> dict[str, tuple[frozenset, dict]
                 op = e.op
                 if op in ("inp", "lit", "view"):
                     continue
-                if op in ("sum", "max"):
+                if op in ("sum", "max", "contract"):
                     a = e.ints[0]
-                    nr, nb = kids[0][0] | {a}, {k: v for k, v in kids[0][1].items() if k != a}
+                    r0, b0 = kids[0]
+                    if op == "contract":   # the product of both operands, then the sum
+                        r0, b0 = r0 | kids[1][0], {k: max(kids[0][1].get(k, 0), kids[1][1].get(k, 0))
+                                                   for k in set(kids[0][1]) | set(kids[1][1])}
+                    nr, nb = r0 | {a}, {k: v for k, v in b0.items() if k != a}
                 elif op == "expand":
                     a, n = e.ints
                     nr, nb = kids[0][0] - {a}, dict(kids[0][1])
@@ -224,8 +228,13 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None
             if any(c not in infos for c in e.children):
                 continue
             c = node_cost(e, infos[cid], infos, prof)
-            if e.op in ("sum", "max") and spread[e.children[0]][1].get(e.ints[0], 1) > prof.long_axis:
+            if e.op in ("sum", "max", "contract") and \
+                    max(spread[ch][1].get(e.ints[0], 1) for ch in e.children) > prof.long_axis:
                 c += prof.second_pass * (math.prod(infos[e.children[0]][0]) or 1)
+            if e.op == "contract" and any(spread[ch][1].get(e.ints[0], 1) > 1 for ch in e.children):
+                # an operand is a reduction result broadcast along the contracted axis: a scaled
+                # sum (its factor belongs outside, `sum-factor`), not a product; charge its multiply
+                c += math.prod(infos[e.children[0]][0]) or 1
             if prof.jitter:
                 c *= math.exp(rng.uniform(-prof.jitter, prof.jitter))
             for ch in set(e.children):

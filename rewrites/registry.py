@@ -13,6 +13,7 @@ FAMILY_MODULES = {
     "online_softmax": "rewrites.online_softmax",
     "fusion": "rewrites.fusion",
     "matmul": "rewrites.matmul",
+    "kernels": "rewrites.kernels",
 }
 _user_rules: list[Rule] = []
 

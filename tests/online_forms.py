@@ -3,7 +3,9 @@ from __future__ import annotations
 
 from ir.graph import Graph
 from ir.node import Node
-from ir.ops import REDUCE, Op
+from ir.ops import REDUCING as REDUCE, Op
+
+SUMS = (Op.SUM, Op.CONTRACT)   # a contraction term is a sum of products
 
 
 def cone(n: Node) -> set[Node]:
@@ -30,8 +32,8 @@ def online_softmax_stats(g: Graph) -> list[tuple[Node, Node, Node, Node]]:
         k = mb.arg[0]
         if k == 0:
             continue
-        for lb in (n for n in reds if n.op == Op.SUM and n.arg == (k,) and mb in cone(n)):
-            for comb in (n for n in reds if n.op == Op.SUM and n.arg == (k - 1,) and lb in cone(n)):
+        for lb in (n for n in reds if n.op in SUMS and n.arg == (k,) and mb in cone(n)):
+            for comb in (n for n in reds if n.op in SUMS and n.arg == (k - 1,) and lb in cone(n)):
                 for m in cone(comb):
                     if m.op == Op.MAX and m.arg == (k - 1,) and mb in cone(m) | {m.srcs[0]}:
                         found.append((mb, lb, m, comb))

@@ -9,7 +9,7 @@ from compiler import nn
 from compiler.trace import spec, trace
 from backends.cuda import CUDABackend, render
 from backends.cuda.cases import CASES, graph_of
-from backends.cuda.plan import plan
+from backends.cuda.plan import expand_contractions, plan
 from backends.cuda.resolve import resolve
 from backends.cuda.toolchain import compile_source, find_nvcc, parse_resources
 
@@ -64,9 +64,9 @@ def test_rules_flash_form_is_one_attention_kernel(dtype):
 
 def test_resolve_composes_views_and_casts():
     g = compiler.trace(lambda q, k: q @ k.transpose(-1, -2), spec((2, 4, 16, 8), "f16"), spec((2, 4, 16, 8), "f16"))
-    mul = [n for n in g.nodes if n.op.value == "mul"][0]
+    product = [n for n in g.nodes if n.op.value == "contract"][0]
     ins = set(g.inputs)
-    a, b = (resolve(s, lambda n: n in ins) for s in mul.srcs)
+    a, b = (resolve(s, lambda n: n in ins) for s in product.srcs)
     assert a.strides == (512, 128, 8, 1, 0) and b.strides == (512, 128, 0, 1, 8)
     # permute then merge axes is not one strided view
     g = compiler.trace(lambda x: x.permute(0, 2, 1, 3).reshape(2, 16, 32) + 0, spec((2, 4, 16, 8)))
@@ -78,8 +78,10 @@ def test_resolve_composes_views_and_casts():
 def test_every_case_renders(name):
     g = graph_of(name)
     src, launches = render(g)
-    # every output that is not an input is written by a kernel
-    assert {l.output for l in launches} >= {o for o in g.outputs if o.op.value != "input"}
+    # every output that is not an input is written by a kernel (the launches name the nodes
+    # of the graph with its contraction terms expanded)
+    outputs = expand_contractions(g)[0].outputs
+    assert {l.output for l in launches} >= {o for o in outputs if o.op.value != "input"}
     for l in launches:
         assert l.name in src and l.block[0] > 0 and min(l.grid) >= 1
 
@@ -227,7 +229,7 @@ def test_decoders_plan_flash_with_mask_and_fused_epilogues():
     head) is one flash kernel; RoPE's halves are not materialized; no product writes its f32
     sum (the half cast, the residual add and the SiLU-gate multiply are epilogues)."""
     from compiler import nn
-    from backends.cuda.plan import plan
+    from backends.cuda.plan import expand_contractions, plan
     from ir.dtypes import DType
     specs = nn.llama_decoder_specs(2, 1, 128, 512, 8, 2, 1024, "f16")
     g = compiler.trace(lambda *xs: nn.llama_decoder(*xs, heads=8, kv_heads=2), *specs)

@@ -76,7 +76,7 @@ def test_printed_graph_is_readable():
     lines = text.splitlines()
     assert lines[0] == "%0 = input(#0 x) : f32[2, 3]"
     assert lines[-1].startswith("return %")
-    assert "sum(" in text and "axes=(1,)" in text and "where(" in text
+    assert "contract(" in text and "axes=(1,)" in text and "where(" in text
     assert "view(" in text and "strides=" in text
     # every line names its result, the op, its sources and its type
     for line in lines[:-1]:

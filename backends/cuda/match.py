@@ -1,8 +1,11 @@
-"""Structural matchers on the primitive graph: which reductions are matrix products, which
-matrix-product chains are attention, which views are per-row broadcasts.
+"""Reading the primitive graph for the planner: the axes of a contraction term, which
+product chains are attention, which views are per-row broadcasts.
 
-A matrix product in primitive form is SUM over one axis of MUL(a, b) where a is constant
-along some output axes ("n") and b along others ("m"). Flash attention is the
+A contraction (a CONTRACT term, expanded by the planner to SUM over one axis of MUL(a, b))
+runs as a GEMM; `contraction_axes` says which of its axes are m (a varies, b is constant
+along them), n (the other way round), k and batch. Only contraction terms are read this way:
+whether a sum of products runs as a GEMM is the e-graph's choice (rewrites/kernels.py), not
+this module's. Flash attention is the
 online-softmax form the e-graph's rules produce (`match_flash`), recognized op by op; the
 naive softmax(c * Q K^T) V is not: it lowers to its products and a row kernel.
 """
@@ -41,7 +44,7 @@ def _const_axes(x: Node) -> set[int]:
     return axes
 
 
-def match_gemm(r: Node) -> GemmMatch | None:
+def contraction_axes(r: Node) -> GemmMatch | None:
     if r.op != Op.SUM or len(r.arg) != 1 or not r.dtype.is_float:
         return None
     x = r.srcs[0]
@@ -239,7 +242,7 @@ def _match_combines(acc: Node, l: Node):
         x = mc[0]
     if x.op != Op.VIEW or len(x.arg.views) != 1 or x.arg.views[0] != View.contiguous(x.shape):
         return None
-    qk = match_gemm(x.srcs[0])
+    qk = contraction_axes(x.srcs[0])
     if qk is None:
         return None
     r1 = qk.reduce
@@ -318,7 +321,7 @@ def match_naive_attention(pv: GemmMatch) -> FlashMatch | None:
         inner, scale = peel_casts(sc[0]), sc[1]
     if not is_pure_reshape(inner):
         return None
-    qk = match_gemm(inner.srcs[0])
+    qk = contraction_axes(inner.srcs[0])
     if qk is None:
         return None
     r1 = qk.reduce
@@ -350,6 +353,6 @@ def _split_mask(x: Node) -> tuple[Node, Node | None]:
         inner = peel_casts(sc)
         mc = _mul_const(inner)
         inner = peel_casts(mc[0]) if mc is not None else inner
-        if is_pure_reshape(inner) and match_gemm(inner.srcs[0]) is not None:
+        if is_pure_reshape(inner) and contraction_axes(inner.srcs[0]) is not None:
             return sc, m
     return x, None

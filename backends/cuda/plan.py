@@ -24,8 +24,8 @@ from ir.graph import Graph
 from ir.node import Node
 from ir.ops import ELEMENTWISE, Op
 from ir.dtypes import HALVES, DType
-from backends.cuda.match import (FlashMatch, GemmMatch, is_pure_reshape, is_row_broadcast, match_flash, match_gemm,
-                                 match_naive_attention)
+from backends.cuda.match import (FlashMatch, GemmMatch, contraction_axes, is_pure_reshape, is_row_broadcast,
+                                 match_flash, match_naive_attention)
 
 
 def is_lossless_cast(n: Node) -> bool:
@@ -286,9 +286,34 @@ def needs_kernel_ir(graph: Graph) -> bool:
     return any(n.op in KERNEL_IR_ONLY for n in graph.nodes)
 
 
+def expand_contractions(graph: Graph) -> tuple[Graph, frozenset]:
+    """`graph` with each contraction term (CONTRACT) written as the SUM(MUL) of f32 operands
+    the templates read, and the set of those SUM nodes: the products the plan runs as GEMMs
+    (a sum of products that is not a contraction term stays a reduction). Nodes are
+    hash-consed, so expanding the same graph twice gives the same nodes (the executable's
+    graph and the plan's steps agree)."""
+    from ir import node as N
+    if not any(n.op == Op.CONTRACT for n in graph.nodes):
+        return graph, frozenset()
+    new: dict[Node, Node] = {}
+    products = set()
+    for n in graph.nodes:
+        srcs = tuple(new[s] for s in n.srcs)
+        if n.op == Op.CONTRACT:
+            a, b = (s if s.dtype == DType.f32 else N.cast(s, DType.f32) for s in srcs)
+            r = N.reduce(Op.SUM, N.binary(Op.MUL, a, b), n.arg)
+            products.add(r)
+            new[n] = r if n.dtype == DType.f32 else N.cast(r, n.dtype)
+        else:
+            new[n] = n if srcs == n.srcs else Node(n.op, n.dtype, n.shape, srcs, n.arg)
+    return Graph(graph.inputs, tuple(new[o] for o in graph.outputs)), frozenset(products)
+
+
 def plan(graph: Graph) -> list[Step]:
+    """The steps of `graph` (contraction terms expanded: `expand_contractions`)."""
     if needs_kernel_ir(graph):
         raise ValueError("the CUDA templates cannot plan iota or gather: use Schedule(lowering='kernel_ir')")
+    graph, products = expand_contractions(graph)
     nodes = graph.nodes
     consumers: dict[Node, list[Node]] = {n: [] for n in nodes}
     for n in nodes:
@@ -298,7 +323,7 @@ def plan(graph: Graph) -> list[Step]:
 
     gemms: dict[Node, GemmMatch] = {}
     for n in nodes:
-        g = match_gemm(n)
+        g = contraction_axes(n) if n in products else None
         if g is not None:
             gemms[n] = g
     attns: dict[Node, FlashMatch] = {}

@@ -185,7 +185,7 @@ def _operands(kernel: Kernel, program: KernelProgram) -> _Operands | None:
         return None
     let, store = kernel.lets[0], kernel.stores[0]
     red = let.value if isinstance(let, Let) else None
-    if not (isinstance(red, Reduce) and red.op == Op.SUM and len(red.vars) == 1 and let.depth == len(kernel.axes)):
+    if not (isinstance(red, Reduce) and red.contraction and len(red.vars) == 1 and let.depth == len(kernel.axes)):
         return None
     dt = red.dtype
     if dt not in (DType.f32, DType.f16, DType.bf16) or any(isinstance(x, Reduce) for x in walk(store.value)):
@@ -260,7 +260,7 @@ def split_epilogues(program: KernelProgram, schedule: Schedule) -> tuple[KernelP
         red = let.value
         acc = Ref(let.name, red.dtype)
         bare = Reduce(Op.SUM, red.dtype, red.vars,
-                      Compute(Op.MUL, red.dtype, tuple(_unscaled(s) for s in red.body.srcs)))
+                      Compute(Op.MUL, red.dtype, tuple(_unscaled(s) for s in red.body.srcs)), red.contraction)
         target, index, extra = store.buffer, store.index, []
         if program.buffer(store.buffer).dtype != red.dtype:   # a temporary of the product's dtype
             target = f"{k.name}_product"

@@ -57,8 +57,8 @@ def match(kernel: Kernel, program: KernelProgram) -> MatmulPattern | None:
     if not isinstance(let, Let):
         return None
     red = let.value
-    if let.depth != len(kernel.axes) or not isinstance(red, Reduce) or red.op != Op.SUM:
-        return None
+    if let.depth != len(kernel.axes) or not isinstance(red, Reduce) or not red.contraction:
+        return None   # only a contraction term runs as the product kernel
     if len(red.vars) != 1 or red.dtype not in (DType.f32, DType.f16):
         return None
     body = red.body
