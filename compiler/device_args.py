@@ -31,8 +31,8 @@ from ir.dtypes import DType, as_dtype
 
 ALIGN = 256
 TORCH, CUPY, CAI = "torch", "cupy", "cuda array"
-_TORCH_NAMES = {DType.f32: "float32", DType.f16: "float16", DType.bf16: "bfloat16", DType.i32: "int32",
-                DType.bool: "bool"}
+_TORCH_NAMES = {DType.f32: "float32", DType.f16: "float16", DType.bf16: "bfloat16", DType.f64: "float64",
+                DType.i32: "int32", DType.i64: "int64", DType.i8: "int8", DType.u8: "uint8", DType.bool: "bool"}
 _DLPACK_CUDA = (2, 13)   # kDLCUDA, kDLCUDAManaged
 
 

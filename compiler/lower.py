@@ -33,6 +33,7 @@ from ir.graph import Graph
 from compiler.online import fuse_online
 from ir.kernel import (Buffer, Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
                        Ref, Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
+from ir.interpreter import typed_fill
 from ir.node import Node
 from ir.ops import ELEMENTWISE, REDUCING, Op
 
@@ -76,9 +77,7 @@ def to_flat(shape, idx: Index) -> Lin:
 def _fill_value(fill: float, dtype):
     if dtype.is_float:
         return float(fill)
-    if dtype.name == "bool":
-        return bool(fill)
-    return int(fill)
+    return typed_fill(fill, dtype.np)     # integers: +-inf saturate to the type's range, NaN is 0
 
 
 class _KernelBuilder:
@@ -248,7 +247,7 @@ class _KernelBuilder:
         if any(src.shape[a] == 0 for a in n.arg):   # an empty reduction is its identity
             if n.op in (Op.SUM, Op.CONTRACT):
                 return Const(0.0 if n.dtype.is_float else (False if n.dtype.name == "bool" else 0), n.dtype)
-            return Const(float("-inf") if n.dtype.is_float else (False if n.dtype.name == "bool" else -2 ** 31), n.dtype)
+            return Const(n.dtype.lowest, n.dtype)
         at = ("multi", tuple(src_idx))
         if n.op == Op.CONTRACT:   # the product of the two operands in f32, summed in f32
             f32 = DType.f32

@@ -19,6 +19,7 @@ max is the same max; each sum is the same sum, evaluated at the final max).
 """
 from __future__ import annotations
 
+from ir.dtypes import DType
 from ir.kernel import (Compute, Const, Let, Online, Reduce, Ref, Value, Var, as_lin, canonical, rename_refs,
                        substitute, value_vars, walk)
 from ir.ops import Op
@@ -153,12 +154,14 @@ def fuse_online(lets: list[Let], axes=()) -> tuple[list, list[Value], dict[str, 
     A sum one axis deeper than a group (free in that axis, e.g. attention's accumulator over
     the head dim) joins the group as a lane sum when it has the gemv form."""
     max_lets = {l.name: l for l in lets if isinstance(l, Let) and isinstance(l.value, Reduce)
-                and l.value.op == Op.MAX and len(l.value.vars) == 1 and l.value.dtype.is_float}
+                and l.value.op == Op.MAX and len(l.value.vars) == 1
+                and l.value.dtype.compute == DType.f32}   # (the Online renderers run in f32)
     position = {l.name: i for i, l in enumerate(lets)}
     groups: dict[tuple[str, int], list] = {}
     for i, l in enumerate(lets):
         red = l.value if isinstance(l, Let) else None
-        if not (isinstance(red, Reduce) and red.op == Op.SUM and len(red.vars) == 1 and red.dtype.is_float):
+        if not (isinstance(red, Reduce) and red.op == Op.SUM and len(red.vars) == 1
+                and red.dtype.compute == DType.f32):
             continue
         if not any(isinstance(x, Reduce) for x in walk(red.body)):
             continue        # one level only (no per-tile sum): a plain row reduction stays as it is

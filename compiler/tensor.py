@@ -16,7 +16,7 @@ from compiler.tensor_math import MathOps
 from compiler.tensor_movement import PAD_MODES, MovementOps
 from compiler.tensor_reduce import ReduceOps
 from ir import node as N
-from ir.dtypes import HALVES, DType, as_dtype, promote
+from ir.dtypes import HALVES, SMALL_INTS, DType, as_dtype, promote
 from ir.node import Node
 from ir.ops import Op
 
@@ -97,8 +97,9 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
                 dt = DType.f32
             elif isinstance(value, int) and not isinstance(value, bool) and dt == DType.bool:
                 dt = DType.i32
-            if dt == DType.i32 and not isinstance(value, bool) and not -2**31 <= value < 2**31:
-                raise DTypeError(f"{value} does not fit in i32 (the tensor's dtype)", op)
+            # an int scalar must fit i32 and i64 tensors; it wraps to i8 and u8 (as in PyTorch)
+            if dt in (DType.i32, DType.i64) and not isinstance(value, bool) and not dt.lowest <= value <= dt.highest:
+                raise DTypeError(f"{value} does not fit in {dt.value} (the tensor's dtype)", op)
             return self.astype(dt), Tensor(N.const(value, self.shape, dt))
         else:
             raise DTypeError(f"cannot combine a Tensor with {type(other).__name__}; "
@@ -416,8 +417,9 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
     # --- reductions -----------------------------------------------------------------------
     def _reduce(self, op: Op, axis, keepdim: bool, name: str) -> "Tensor":
         axes = _norm_axes(name, axis, self.ndim, self.shape)
-        # bool sums count (i32); bool max is "any" (stays bool)
-        x = self.astype(DType.i32) if self.dtype == DType.bool else self
+        # bool sums count (i32); bool max is "any" (stays bool); i8 and u8 sum in i32 (torch: int64)
+        small = self.dtype == DType.bool or (op == Op.SUM and self.dtype in SMALL_INTS)
+        x = self.astype(DType.i32) if small else self
         if not self.ndim or not axes:
             out = x
         elif op == Op.MAX and any(self.shape[a] == 0 for a in axes):
@@ -437,8 +439,8 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
     def min(self, axis=None, keepdim: bool = False):
         if self.dtype == DType.bool:  # "all"
             return self.logical_not()._reduce(Op.MAX, axis, keepdim, "min").logical_not()
-        if self.dtype == DType.i32:
-            # -x wraps at the i32 minimum; ~x = -1 - x maps the range onto itself in reverse
+        if self.dtype.is_int:
+            # -x wraps at the minimum (u8: everywhere); ~x = -1 - x maps the range onto itself in reverse
             return -1 - (-1 - self)._reduce(Op.MAX, axis, keepdim, "min")
         return -((-self)._reduce(Op.MAX, axis, keepdim, "min"))
 

@@ -172,12 +172,12 @@ class IndexOps:
 
     def cummax(self, dim: int):
         """Running maxima along `dim` (values only: torch also returns their positions)."""
-        low = -math.inf if self.dtype.is_float else (False if self.dtype == DType.bool else -2 ** 31)
+        low = self.dtype.lowest
         return self._scan(dim, low, lambda t, a: t.max(a), "cummax")
 
     def cummin(self, dim: int):
         """Running minima along `dim` (values only)."""
-        high = math.inf if self.dtype.is_float else (True if self.dtype == DType.bool else 2 ** 31 - 1)
+        high = self.dtype.highest
         return self._scan(dim, high, lambda t, a: t.min(a), "cummin")
 
     # --- sorting ----------------------------------------------------------------------------
@@ -205,7 +205,7 @@ class IndexOps:
         ties = same.logical_and((j < i).expand(*lead, n, n))
         rank = before.logical_or(ties).astype(DType.i32).sum(-1)     # [..., i]
         slot = rank.unsqueeze(-2).expand(*lead, n, n) == positions(n).reshape(n, 1).expand(*lead, n, n)
-        low = -math.inf if self.dtype.is_float else (False if self.dtype == DType.bool else -2 ** 31)
+        low = self.dtype.lowest
         values = slot.where(self.unsqueeze(-2).expand(*lead, n, n), low).max(-1)
         where_from = slot.where(positions(n).reshape(1, n).expand(*lead, n, n), 0).sum(-1)
         return values, where_from

@@ -9,7 +9,7 @@ import math
 
 from compiler.errors import DTypeError
 from compiler.tensor_args import as_scalar, half_in_f32, is_int
-from ir.dtypes import DType
+from ir.dtypes import SMALL_INTS, DType
 
 # atan(t) ~ t + t^3 P(t^2) on |t| <= tan(pi/8): a weighted least-squares fit (relative error
 # at most 2.2e-8 in exact arithmetic), evaluated after reducing |x| to that range
@@ -183,7 +183,9 @@ class MathOps:
             a, b = b, a
         if a.dtype == DType.bool:
             raise DTypeError("floor division is not defined on bool", "floordiv")
-        return a._int_floordiv(b) if a.dtype == DType.i32 else a._float_floordiv(b)
+        if a.dtype in SMALL_INTS:   # exact in i32; -128 // -1 wraps back to -128, as in torch
+            return a.astype(DType.i32)._int_floordiv(b.astype(DType.i32)).astype(a.dtype)
+        return a._int_floordiv(b) if a.dtype.is_int else a._float_floordiv(b)
 
     @half_in_f32
     def _float_floordiv(self, b):
@@ -200,44 +202,47 @@ class MathOps:
         return (b == 0).where(q, out)
 
     def _int_floordiv(self, b):
-        # exact i32 floor division: d = a - fmod(a, b) = b * trunc(a / b) cannot overflow; its
-        # quotient is estimated in f32 and corrected once from the (small, exact) residual
+        # exact i32 (i64) floor division: d = a - fmod(a, b) = b * trunc(a / b) cannot overflow;
+        # its quotient is estimated in f32 (f64) and corrected once from the (small, exact) residual
         a = self
-        bs = (b == 0).logical_or(b == -1).where(1, b)   # both give remainder 0; keeps the f32 estimate finite
+        wide = DType.f64 if a.dtype == DType.i64 else DType.f32
+        bs = (b == 0).logical_or(b == -1).where(1, b)   # both give remainder 0; keeps the estimate finite
         r = a.fmod(bs)
         d = a - r
-        fb = bs._float()
-        q0 = _round_to_i32(d._float() * fb.reciprocal())
-        q1 = q0 + _round_to_i32((d - q0 * bs)._float() * fb.reciprocal())
+        fb = bs.astype(wide)
+        q0 = _round_to_int(d.astype(wide) * fb.reciprocal(), a.dtype)
+        q1 = q0 + _round_to_int((d - q0 * bs).astype(wide) * fb.reciprocal(), a.dtype)
         q1 = (b == -1).where(-a, q1)   # fmod(a, -1) is computed as fmod(a, 1): same value
         q = (r != 0).logical_and((r < 0).logical_xor(b < 0)).where(q1 - 1, q1)
         return (b == 0).where(0, q)    # numpy's value; torch raises (a runtime check Saturn lacks)
 
-    # --- bitwise ops: bool is logical, i32 is exact bit arithmetic ----------------------------------
+    # --- bitwise ops: bool is logical, i32 is exact bit arithmetic (i8 and u8 through i32) -----------
     def _bitwise_operands(self, o, op: str):
         a, b = self._coerce(o, op)
-        if a.dtype.is_float:
-            raise DTypeError(f"{op} needs bool or integer operands, got {a.dtype.value}", op)
+        if a.dtype.is_float or a.dtype == DType.i64:
+            raise DTypeError(f"{op} needs bool, u8, i8 or i32 operands, got {a.dtype.value}"
+                             + (" (cast i64 to i32 where the values fit)" if a.dtype == DType.i64 else ""), op)
         return a, b
 
     def __and__(self, o):
         a, b = self._bitwise_operands(o, "bitwise_and")
-        return a.logical_and(b) if a.dtype == DType.bool else _i32_and(a, b)
+        return a.logical_and(b) if a.dtype == DType.bool else _int_bits(_i32_and, a, b)
 
     def __or__(self, o):
         a, b = self._bitwise_operands(o, "bitwise_or")
-        return a.logical_or(b) if a.dtype == DType.bool else a + b - _i32_and(a, b)
+        return a.logical_or(b) if a.dtype == DType.bool else _int_bits(lambda x, y: x + y - _i32_and(x, y), a, b)
 
     def __xor__(self, o):
         a, b = self._bitwise_operands(o, "bitwise_xor")
-        return a.logical_xor(b) if a.dtype == DType.bool else a + b - _i32_and(a, b) * 2
+        return a.logical_xor(b) if a.dtype == DType.bool else \
+            _int_bits(lambda x, y: x + y - _i32_and(x, y) * 2, a, b)
 
     __rand__, __ror__, __rxor__ = __and__, __or__, __xor__
 
     def __invert__(self):
         if self.dtype == DType.bool:
             return self.logical_not()
-        if self.dtype != DType.i32:
+        if not self.dtype.is_int:
             raise DTypeError(f"~ needs bool or integer operands, got {self.dtype.value}", "bitwise_not")
         return -1 - self   # exact in wrapping arithmetic
 
@@ -245,17 +250,18 @@ class MathOps:
 
     def _shift_amount(self, k, op: str) -> int:
         k = as_scalar(k)
-        if self.dtype != DType.i32 or not is_int(k) or not 0 <= k < 32:
-            raise DTypeError(f"{op} takes an i32 tensor and a Python int shift in [0, 32), got "
+        bits = 8 * self.dtype.itemsize
+        if not self.dtype.is_int or not is_int(k) or not 0 <= k < bits:
+            raise DTypeError(f"{op} takes an integer tensor and a Python int shift in [0, bits), got "
                              f"{self.dtype.value} and {k!r} (tensor shift amounts are not supported)", op)
         return int(k)
 
     def __lshift__(self, k):
-        return self * _wrap_i32(1 << self._shift_amount(k, "lshift"))
+        return self * self.dtype.wrap(1 << self._shift_amount(k, "lshift"))
 
     def __rshift__(self, k):
-        k = self._shift_amount(k, "rshift")   # arithmetic shift: floor division by 2**k
-        if k == 31:
+        k = self._shift_amount(k, "rshift")   # arithmetic shift (u8: logical): floor division by 2**k
+        if k == 8 * self.dtype.itemsize - 1 and self.dtype.is_signed:
             return (self < 0).where(-1, 0)
         return self // (1 << k) if k else self
 
@@ -264,10 +270,19 @@ def _wrap_i32(v: int) -> int:
     return (v + 2 ** 31) % 2 ** 32 - 2 ** 31
 
 
-def _round_to_i32(x):
-    """An f32 tensor to the nearest i32 (half away from zero), clamped to the i32 range."""
-    x = x.clamp(float(I32_MIN), LARGEST_F32_BELOW_2_31)
-    return (x + (x < 0).where(-0.5, 0.5)).astype(DType.i32)
+def _round_to_int(x, dtype: DType):
+    """An f32 (f64) tensor to the nearest i32 (i64), half away from zero; i32: clamped to its range."""
+    if dtype == DType.i32:
+        x = x.clamp(float(I32_MIN), LARGEST_F32_BELOW_2_31)
+    return (x + (x < 0).where(-0.5, 0.5)).astype(dtype)
+
+
+def _int_bits(op, a, b):
+    """A bitwise op on i32, i8 or u8 operands: the narrow ones widened to i32 (sign- or
+    zero-extended, so the low bits are the same) and the result cast back."""
+    if a.dtype == DType.i32:
+        return op(a, b)
+    return op(a.astype(DType.i32), b.astype(DType.i32)).astype(a.dtype)
 
 
 def _powers_of_two(like):

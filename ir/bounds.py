@@ -23,7 +23,7 @@ import numpy as np
 
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
-from ir.interpreter import apply_view, elementwise, gather, typed_fill
+from ir.interpreter import apply_view, elementwise, float_to_int, gather, typed_fill
 from ir.node import Node
 from ir.numerics import BOUND_SAFETY, MAX_FINITE, SMALLEST_NORMAL, UNIT_ROUNDOFF
 from ir.ops import Op
@@ -271,7 +271,7 @@ def _float(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
 
 
 def _integer(n: Node, srcs: list[Bounded]) -> Bounded:
-    """i32/bool results of add, mul, mod: the interpreter's values, bounds from uncertain operands."""
+    """Integer and bool results of add, mul, mod: the interpreter's values, bounds from uncertain operands."""
     v = elementwise(n.op, n.dtype, n.srcs[0].dtype, [s.value for s in srcs])
     ea, eb = srcs[0].bound, srcs[1].bound
     a, b = (np.abs(s.value.astype(F64)) for s in srcs)
@@ -290,14 +290,19 @@ def _cast(n: Node, s: Bounded, final: bool) -> Bounded:
         x = s.value.astype(F64)
         unsure = (s.bound > 0) & (s.bound >= np.abs(x))
         return Bounded(s.value != 0, unsure.astype(F64))
-    if dt == DType.i32:
-        if not src.is_float:
-            return Bounded(s.value.astype(np.int32), s.bound)
+    if dt.is_int:
+        if not src.is_float:   # exact (wrapping); an unsure source wraps anywhere
+            narrows = dt.itemsize < src.itemsize
+            return Bounded(s.value.astype(dt.np), s.bound if _exact(s.bound) or not narrows
+                           else np.where(s.bound > 0, np.inf, s.bound))
         x = s.value
         lo, hi = np.trunc(x - s.bound), np.trunc(x + s.bound)
         e = np.maximum(np.abs(hi - np.trunc(x)), np.abs(np.trunc(x) - lo))
-        inside = np.abs(x) + s.bound < 2.0 ** 31          # NaN and out of range: implementation-defined
-        v = np.trunc(np.where(inside, x, 0.0)).astype(np.int32)
+        # NaN and out of range (of i64, or of the i32 that narrower casts go through): implementation-defined
+        inside = np.abs(x) + s.bound < (2.0 ** 63 if dt == DType.i64 else 2.0 ** 31)
+        v = float_to_int(np.where(inside, x, 0.0), dt.np)
+        if dt.itemsize < 4:    # the bound is on the i32 value: an unsure one may wrap anywhere
+            e = np.where(e > 0, np.inf, e)
         return Bounded(v, np.where(inside & np.isfinite(e), e, np.inf))
     # to a float type: the value rounds to it (overflow included), as the program's does
     x = s.value.astype(F64)
@@ -334,7 +339,7 @@ def _reduce(n: Node, s: Bounded, final: bool) -> Bounded:
     elif not _exact(s.bound):
         e = e + s.bound.sum(axis=axes, keepdims=True)
     # partial sums of an f32 accumulation may overflow where the total does not
-    unsure = np.isinf(e) | (mag >= MAX_FINITE[DType.f32])
+    unsure = np.isinf(e) | (mag >= MAX_FINITE[dt.compute])
     overflow64 = np.isinf(v) & np.isfinite(x).all(axis=axes, keepdims=True)
     return _finish(n, v, e, unsure, final, overflow64)
 

@@ -1,4 +1,5 @@
-"""Element types: f32, f16, bf16, i32, bool, with their numpy equivalents and promotion."""
+"""Element types: f64, f32, f16, bf16, i64, i32, i8, u8, bool, with their numpy equivalents
+and promotion."""
 from __future__ import annotations
 
 import enum
@@ -11,7 +12,11 @@ class DType(enum.Enum):
     f32 = "f32"
     f16 = "f16"
     bf16 = "bf16"
+    f64 = "f64"
     i32 = "i32"
+    i64 = "i64"
+    i8 = "i8"
+    u8 = "u8"
     bool = "bool"
 
     def __repr__(self) -> str:
@@ -30,38 +35,78 @@ class DType(enum.Enum):
         return self in FLOATS
 
     @property
+    def is_int(self) -> bool:
+        """An integer type (bool is not one)."""
+        return self in INTS
+
+    @property
+    def is_signed(self) -> bool:
+        return self in FLOATS or self in (DType.i64, DType.i32, DType.i8)
+
+    @property
     def compute(self) -> "DType":
         """The type arithmetic runs in: half types compute in f32 and round on store."""
         return DType.f32 if self in HALVES else self
 
+    @property
+    def lowest(self):
+        """The smallest value (-inf for floats): the identity of a max reduction."""
+        if self.is_float:
+            return float("-inf")
+        return False if self == DType.bool else int(np.iinfo(self.np).min)
 
-FLOATS = frozenset({DType.f32, DType.f16, DType.bf16})
+    @property
+    def highest(self):
+        """The largest value (inf for floats)."""
+        if self.is_float:
+            return float("inf")
+        return True if self == DType.bool else int(np.iinfo(self.np).max)
+
+    def wrap(self, value: int) -> int:
+        """An integer reduced into this integer type's range, modulo 2**bits (as a cast does)."""
+        bits = 8 * self.itemsize
+        v = int(value) % (1 << bits)
+        return v - (1 << bits) if self.is_signed and v >= 1 << (bits - 1) else v
+
+
+FLOATS = frozenset({DType.f64, DType.f32, DType.f16, DType.bf16})
 HALVES = frozenset({DType.f16, DType.bf16})
+INTS = frozenset({DType.i64, DType.i32, DType.i8, DType.u8})
+# integer types narrower than i32: their sums accumulate in i32 (see docs/ir.md), like bool's
+SMALL_INTS = frozenset({DType.i8, DType.u8})
 
 _TO_NUMPY = {
     DType.f32: np.dtype(np.float32),
     DType.f16: np.dtype(np.float16),
     DType.bf16: np.dtype(ml_dtypes.bfloat16),
+    DType.f64: np.dtype(np.float64),
     DType.i32: np.dtype(np.int32),
+    DType.i64: np.dtype(np.int64),
+    DType.i8: np.dtype(np.int8),
+    DType.u8: np.dtype(np.uint8),
     DType.bool: np.dtype(np.bool_),
 }
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
-_NAMES = {"float32": DType.f32, "float16": DType.f16, "bfloat16": DType.bf16,
-          "int32": DType.i32, "half": DType.f16, "float": DType.f32, "int": DType.i32}
+_NAMES = {"float32": DType.f32, "float16": DType.f16, "bfloat16": DType.bf16, "float64": DType.f64,
+          "int32": DType.i32, "int64": DType.i64, "int8": DType.i8, "uint8": DType.u8,
+          "half": DType.f16, "float": DType.f32, "double": DType.f64, "int": DType.i32, "long": DType.i64}
 
 # dtypes PyTorch and numpy have that Saturn does not, with what to use instead
-_MISSING = {"int64": "i32 (the values must fit)", "long": "i32 (the values must fit)",
-            "float64": "f32", "double": "f32", "int8": "i32", "uint8": "i32", "int16": "i32",
-            "uint16": "i32", "uint32": "i32", "uint64": "i32"}
+_MISSING = {"int16": "i32", "short": "i32", "uint16": "i32", "uint32": "i64 (the values fit)",
+            "uint64": "i64 (the values must fit)", "float8_e4m3fn": "f16 or bf16", "float8_e5m2": "f16 or bf16"}
 
-# Promotion order for mixed binary ops (like PyTorch: bool < i32 < f16/bf16 < f32; f16+bf16 -> f32).
-_RANK = {DType.bool: 0, DType.i32: 1, DType.f16: 2, DType.bf16: 2, DType.f32: 3}
+# Promotion order for mixed binary ops, like PyTorch: bool < u8, i8 < i32 < i64 < f16, bf16 <
+# f32 < f64; f16 + bf16 -> f32 (as in PyTorch); u8 + i8 -> i32 (PyTorch: int16, which Saturn lacks).
+_RANK = {DType.bool: 0, DType.u8: 1, DType.i8: 1, DType.i32: 2, DType.i64: 3, DType.f16: 4, DType.bf16: 4,
+         DType.f32: 5, DType.f64: 6}
 
 
 def as_dtype(x) -> DType:
     """Accept a DType, its name ('f16', 'float16'), a numpy dtype, or a torch dtype or its name."""
     if isinstance(x, DType):
         return x
+    if x is None:    # np.dtype(None) would be float64
+        raise TypeError(f"no dtype given; expected one of {[d.value for d in DType]}")
     if type(x).__module__ == "torch":  # torch.float16 and friends, without importing torch
         x = str(x)
     if isinstance(x, str):
@@ -76,7 +121,7 @@ def as_dtype(x) -> DType:
     try:
         return _FROM_NUMPY[np.dtype(x)]
     except (TypeError, KeyError):
-        name = np.dtype(x).name if x is not None and _is_numpy_dtype(x) else None   # dtype(None) is f64
+        name = np.dtype(x).name if _is_numpy_dtype(x) else None
         if name in _MISSING:
             raise TypeError(_missing_message(name)) from None
         raise TypeError(f"unsupported dtype {x!r}; Saturn supports {[d.value for d in DType]}") from None
@@ -92,7 +137,7 @@ def _is_numpy_dtype(x) -> bool:
 
 def _missing_message(name: str) -> str:
     return (f"dtype {name} is not supported: Saturn has {', '.join(d.value for d in DType)} "
-            f"(no 8-, 16-bit integer or 64-bit types); use {_MISSING[name]}")
+            f"(no 16-bit or unsigned integers but u8); use {_MISSING[name]}")
 
 
 def promote(a: DType, b: DType) -> DType:
@@ -100,9 +145,12 @@ def promote(a: DType, b: DType) -> DType:
         return a
     if {a, b} == HALVES:
         return DType.f32
+    if {a, b} == SMALL_INTS:
+        return DType.i32
     return a if _RANK[a] > _RANK[b] else b
 
 
 class dtypes:
     """Namespace so users can write `dtypes.f16`."""
-    f32, f16, bf16, i32, bool = DType.f32, DType.f16, DType.bf16, DType.i32, DType.bool
+    f32, f16, bf16, f64, i32, i64, i8, u8, bool = (DType.f32, DType.f16, DType.bf16, DType.f64, DType.i32,
+                                                   DType.i64, DType.i8, DType.u8, DType.bool)

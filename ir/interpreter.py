@@ -1,7 +1,7 @@
 """The numpy reference interpreter: the definition of what every primitive op means.
 
 Half types (f16, bf16) compute in f32 and round to storage after every op; reductions
-accumulate in f32 (or wider) whatever the storage type. Every backend and every rewrite
+accumulate in f32 (or wider) whatever the storage type; f64 computes in f64. Integers wrap. Every backend and every rewrite
 rule is checked against this file.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ir.view import ShapeTracker, View
 
 
 def typed_fill(fill: float, dtype: np.dtype):
-    """`fill` (a float) as a value of `dtype`: for i32, +-inf saturate to the i32 range and NaN
+    """`fill` (a float) as a value of `dtype`: for integers, +-inf saturate to the type's range and NaN
     is 0; for bool, nonzero (NaN included) is True."""
     if dtype == np.bool_:
         return bool(fill != 0)
@@ -88,7 +88,7 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
         if op in (Op.SUM, Op.MAX):
             x = vals[0]
             if op == Op.SUM:
-                acc = np.float64 if dt == DType.f32 else (np.float32 if dt.is_float else x.dtype)
+                acc = np.float64 if dt in (DType.f32, DType.f64) else (np.float32 if dt.is_float else x.dtype)
                 r = x.astype(acc).sum(axis=n.arg, keepdims=True) if dt.is_float else \
                     x.sum(axis=n.arg, keepdims=True, dtype=acc)
             else:
@@ -107,6 +107,14 @@ def gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
         return np.zeros(idx.shape, x.dtype)
     got = np.take_along_axis(x, np.where(ok, idx, 0).astype(np.intp), axis)
     return np.where(ok, got, np.zeros((), x.dtype)).astype(x.dtype)
+
+
+def float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """A float cast to an integer type: truncated toward zero; to i64 directly, to i32 and
+    narrower through i32 and then wrapped (C's `(T)(int)x`; PyTorch's CPU casts agree in range).
+    NaN and values outside the intermediate's range are implementation-defined, as in C."""
+    t = np.trunc(x.astype(np.float64))
+    return t.astype(np.int64) if dtype == np.int64 else t.astype(np.int32).astype(dtype)
 
 
 def int_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -134,8 +142,8 @@ def elementwise(op: Op, dtype: DType, src_dtype: DType, vals) -> np.ndarray:
             src = vals[0]
             if dtype == DType.bool:
                 return src != 0
-            if dtype == DType.i32 and src.dtype.kind == "f":
-                return np.trunc(src.astype(np.float64)).astype(np.int32)
+            if dtype.is_int and src_dtype.is_float:
+                return float_to_int(src, dtype.np)
             return src.astype(dtype.np)
         if op == Op.WHERE:
             return np.where(vals[0], vals[1], vals[2])

@@ -800,7 +800,7 @@ def _eval_value(e: Value, ev, lin, env, bufs, pos, ndim):
                 shape[pos[v]] = v.extent
             body = np.broadcast_to(np.asarray(body).reshape(list(np.shape(body)) + [1] * (ndim - np.ndim(body))), shape)
             if e.op == Op.SUM:
-                acc = np.float64 if e.dtype == DType.f32 else (np.float32 if e.dtype.is_float else np.int64)
+                acc = np.float64 if e.dtype in (DType.f32, DType.f64) else (np.float32 if e.dtype.is_float else np.int64)
                 r = body.astype(acc).sum(axis=axes, keepdims=True)
             else:
                 r = body.max(axis=axes, keepdims=True)

@@ -78,7 +78,7 @@ def const(value, shape: Shape, dtype: DType) -> Node:
     elif dtype == DType.bool:
         value = bool(value)
     else:
-        value = int(value)
+        value = dtype.wrap(value)    # modulo 2**bits, as numpy's and C's conversions do
     return Node(Op.CONST, dtype, tuple(shape), (), value)
 
 

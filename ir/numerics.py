@@ -24,7 +24,7 @@ import numpy as np
 from ir.dtypes import DType
 
 # unit roundoff (half an ulp of 1) of each float type; halves compute in f32 (ir.interpreter)
-UNIT_ROUNDOFF = {DType.f32: 2.0 ** -24, DType.f16: 2.0 ** -11, DType.bf16: 2.0 ** -8}
+UNIT_ROUNDOFF = {DType.f64: 2.0 ** -53, DType.f32: 2.0 ** -24, DType.f16: 2.0 ** -11, DType.bf16: 2.0 ** -8}
 # largest finite value and smallest normal of each float type
 MAX_FINITE = {d: float(ml_dtypes.finfo(d.np).max) for d in UNIT_ROUNDOFF}
 SMALLEST_NORMAL = {d: float(ml_dtypes.finfo(d.np).smallest_normal) for d in UNIT_ROUNDOFF}
@@ -39,16 +39,16 @@ BOUND_SAFETY = 4.0
 
 # Allowed error relative to the largest magnitude in a reference output, where the reference
 # is plain values without a bound (a compiled program standing in for the interpreter).
-OUTPUT_TOLERANCE = {DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 3e-2}
+OUTPUT_TOLERANCE = {DType.f64: 1e-12, DType.f32: 1e-4, DType.f16: 1e-2, DType.bf16: 3e-2}
 
 # (rtol, atol) per element for one rounded op, in the style of JAX's test utilities; composite
 # ops widen both by a scale (tests/tolerances.py).
 ELEMENT_TOLERANCE = {
+    DType.f64: (1e-13, 1e-14),
     DType.f32: (1e-5, 1e-6),
     DType.f16: (2e-3, 1e-3),
     DType.bf16: (1.6e-2, 1e-2),
-    DType.i32: (0.0, 0.0),
-    DType.bool: (0.0, 0.0),
+    **{d: (0.0, 0.0) for d in (DType.i64, DType.i32, DType.i8, DType.u8, DType.bool)},   # exact
 }
 
 
@@ -88,9 +88,11 @@ def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family =
     shape = tuple(shape)
     if dtype == DType.bool:
         return rng.random(shape) < 0.5
-    if dtype == DType.i32:
+    if dtype == DType.u8:
+        return rng.integers(1, 9, size=shape).astype(np.uint8)     # nonzero (inputs may be divisors)
+    if dtype.is_int:
         # nonzero (inputs may be divisors), both signs
-        return (rng.integers(1, 9, size=shape) * rng.choice([-1, 1], size=shape)).astype(np.int32)
+        return (rng.integers(1, 9, size=shape) * rng.choice([-1, 1], size=shape)).astype(dtype.np)
     if family.name == "dynamic":
         a = 10.0 ** rng.uniform(-6, 6, shape) * rng.choice([-1.0, 1.0], shape)
     elif family.name == "near_max":
@@ -98,7 +100,9 @@ def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family =
     elif family.name == "cancel":
         a = 1e4 * rng.choice([-1.0, 1.0], shape) + rng.standard_normal(shape)
     else:
-        a = rng.standard_normal(shape, dtype=np.float32) * np.float32(family.scale) + np.float32(family.shift)
+        # f64 inputs are drawn in f64: f32 draws would hide a target that computes in f32
+        wide = np.float64 if dtype == DType.f64 else np.float32
+        a = rng.standard_normal(shape, dtype=wide) * wide(family.scale) + wide(family.shift)
     if family.name == "special":
         a = _sprinkle(rng, a.astype(np.float64), dtype, mild)
     with np.errstate(over="ignore"):

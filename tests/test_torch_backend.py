@@ -366,12 +366,10 @@ def _check_lm(model):
     compiled, got, want = _run(model, ids)
     check(got.logits, want.logits, scale=10)
     report = explain(compiled)
-    assert "aten.embedding.default" in report.fell_back()
     assert report.regions and all(r.status == "saturn" for r in report.regions), str(report)
-    # everything but the token/position lookups and int64 index arithmetic ran in Saturn
-    assert {op for op, _ in report.fallbacks} <= {"aten.embedding.default", "aten.arange.default",
-                                                  "aten.add.Tensor", "aten.unsqueeze.default",
-                                                  "aten.view.default", "aten._to_copy.default"}, str(report)
+    # everything ran in Saturn, the token/position lookups of int64 ids included
+    assert not report.fell_back(), str(report)
+    assert "aten.embedding.default" in set().union(*(r.ops for r in report.regions))
     return report
 
 

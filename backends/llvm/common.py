@@ -9,11 +9,14 @@ from llvmlite import ir
 from ir.dtypes import DType
 from ir.kernel import Kernel, KernelSchedule
 
-F32, F16, I1, I8, I16, I32, I64 = (ir.FloatType(), ir.HalfType(), ir.IntType(1), ir.IntType(8),
-                                   ir.IntType(16), ir.IntType(32), ir.IntType(64))
+F32, F64, F16, I1, I8, I16, I32, I64 = (ir.FloatType(), ir.DoubleType(), ir.HalfType(), ir.IntType(1),
+                                        ir.IntType(8), ir.IntType(16), ir.IntType(32), ir.IntType(64))
 PTR = ir.PointerType()
-STORAGE = {DType.f32: F32, DType.f16: F16, DType.bf16: I16, DType.i32: I32, DType.bool: I8}
-COMPUTE = {DType.f32: F32, DType.f16: F32, DType.bf16: F32, DType.i32: I32, DType.bool: I1}
+STORAGE = {DType.f32: F32, DType.f16: F16, DType.bf16: I16, DType.f64: F64, DType.i32: I32, DType.i64: I64,
+           DType.i8: I8, DType.u8: I8, DType.bool: I8}
+COMPUTE = {DType.f32: F32, DType.f16: F32, DType.bf16: F32, DType.f64: F64, DType.i32: I32, DType.i64: I64,
+           DType.i8: I8, DType.u8: I8, DType.bool: I1}
+FLOAT_TYPES = (F32, F64)
 FAST = ("reassoc", "nsz", "contract")
 
 
@@ -98,6 +101,8 @@ def const(value, dt: DType) -> ir.Constant:
             import numpy as np
             v = float(np.asarray(v, dtype=dt.np).astype(np.float32))
         return ir.Constant(F32, v)
-    if ty == I32:
-        return ir.Constant(I32, int(value))
-    return ir.Constant(I1, int(bool(value)))
+    if ty == F64:
+        return ir.Constant(F64, float(value))
+    if ty == I1:
+        return ir.Constant(I1, int(bool(value)))
+    return ir.Constant(ty, (DType.i8 if dt == DType.u8 else dt).wrap(value))   # u8 255: the bits of i8 -1

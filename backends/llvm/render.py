@@ -4,7 +4,8 @@ Every kernel becomes `void @name(ptr noalias %buf..., i64 %start, i64 %end)`: th
 `parallel` axes are collapsed into one loop over [start, end), so the runtime can hand chunks of
 it to threads; deeper axes are ordinary loops; the innermost one is left for LLVM's loop
 vectorizer (contiguous loads, no aliasing, math that vectorizes: see mathfns.py). Values live in
-their compute type: f32 for every float dtype (halves are rounded after each op), i32, i1.
+their compute type: f32 for f32 and the halves (which are rounded after each op), double for f64,
+i64, i32, i8 (u8 too: its compares, divisions and widening are the unsigned ones), i1 for bool.
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from dataclasses import dataclass
 from llvmlite import ir
 
 from backends.llvm import jit, mathfns
-from backends.llvm.common import (COMPUTE, F16, F32, FAST, I1, I8, I16, I32, I64, PTR, STORAGE, _i64, const,
-                                  for_range, parallel_depth)
+from backends.llvm.common import (COMPUTE, F16, F32, F64, FAST, FLOAT_TYPES, I1, I8, I16, I32, I64, PTR, STORAGE,
+                                  _i64, const, for_range, parallel_depth)
 from backends.llvm.online import OnlineRenderer, _Row
 from ir.dtypes import DType
 from ir.kernel import (Compute, Const, Div, Gather, Iota, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load,
@@ -370,22 +371,20 @@ class KernelRenderer(OnlineRenderer):
         return v
 
     def _init(self, e: Reduce) -> ir.Constant:
-        ty = COMPUTE[e.dtype]
-        if e.op == Op.SUM:
-            return ir.Constant(ty, 0.0 if ty == F32 else 0)
-        return ir.Constant(ty, float("-inf")) if ty == F32 else ir.Constant(ty, -2 ** 31 if ty == I32 else 0)
+        return const(0 if e.op == Op.SUM else e.dtype.lowest, e.dtype)
 
     def _combine(self, e: Reduce, acc: ir.Value, x: ir.Value) -> ir.Value:
         b, ty = self.b, COMPUTE[e.dtype]
         flags = FAST if self.ks.fast_math else ()
         if e.op == Op.SUM:
-            return b.fadd(acc, x, flags=flags) if ty == F32 else (b.add(acc, x) if ty == I32 else b.or_(acc, x))
-        if ty == F32:
-            new = b.call(self._intrinsic("llvm.maximum.f32", F32, 2), [acc, x])
+            return b.fadd(acc, x, flags=flags) if ty in FLOAT_TYPES else (b.or_(acc, x) if ty == I1 else b.add(acc, x))
+        if ty in FLOAT_TYPES:
+            name = "llvm.maximum.f32" if ty == F32 else "llvm.maximum.f64"
+            new = b.call(self._intrinsic(name, ty, 2), [acc, x])
             if flags:
                 new.fastmath.add("nsz")
             return new
-        return b.select(b.icmp_signed(">", x, acc) if ty == I32 else b.icmp_unsigned(">", x, acc), x, acc)
+        return b.select(_icmp(b, ">", x, acc, e.dtype), x, acc)
 
     def _reduce(self, e: Reduce) -> ir.Value:
         b = self.b
@@ -431,9 +430,15 @@ class KernelRenderer(OnlineRenderer):
             return b.select(xs[0], xs[1], xs[2])
         ty = COMPUTE[src_dt]
         if op == Op.CMPLT:
-            if ty == F32:
+            if ty in FLOAT_TYPES:
                 return b.fcmp_ordered("<", xs[0], xs[1])
-            return b.icmp_signed("<", xs[0], xs[1]) if ty == I32 else b.icmp_unsigned("<", xs[0], xs[1])
+            return _icmp(b, "<", xs[0], xs[1], src_dt)
+        if ty == F64:   # double math: LLVM's intrinsics (libm's exp2, log2, sin; sqrt inline)
+            if op in (Op.ADD, Op.MUL, Op.MOD):
+                return {Op.ADD: b.fadd, Op.MUL: b.fmul, Op.MOD: b.frem}[op](xs[0], xs[1])
+            if op == Op.RECIP:
+                return b.fdiv(ir.Constant(F64, 1.0), xs[0])
+            return b.call(self._intrinsic(f"llvm.{op.value}.f64", F64), [xs[0]])
         if ty == F32:
             if op == Op.ADD:
                 r = b.fadd(xs[0], xs[1])
@@ -454,16 +459,19 @@ class KernelRenderer(OnlineRenderer):
             else:
                 raise NotImplementedError(op)
             return self.round(r, dt)
-        if ty == I32:
+        if ty != I1:   # integers of any width: add and mul wrap
             if op == Op.ADD:
                 return b.add(xs[0], xs[1])
             if op == Op.MUL:
                 return b.mul(xs[0], xs[1])
             if op == Op.MOD:   # C remainder, never trapping: x % 0 and x % -1 (INT_MIN too) are 0
                 # (docs/ir.md): srem by 0, or of INT_MIN by -1, faults; srem by 1 gives that 0
-                trap = b.or_(b.icmp_signed("==", xs[1], ir.Constant(I32, 0)),
-                             b.icmp_signed("==", xs[1], ir.Constant(I32, -1)))
-                return b.srem(xs[0], b.select(trap, ir.Constant(I32, 1), xs[1]))
+                one = ir.Constant(ty, 1)
+                if not src_dt.is_signed:
+                    return b.urem(xs[0], b.select(b.icmp_unsigned("==", xs[1], ir.Constant(ty, 0)), one, xs[1]))
+                trap = b.or_(b.icmp_signed("==", xs[1], ir.Constant(ty, 0)),
+                             b.icmp_signed("==", xs[1], ir.Constant(ty, -1)))
+                return b.srem(xs[0], b.select(trap, one, xs[1]))
         if ty == I1:
             if op == Op.ADD:
                 return b.or_(xs[0], xs[1])
@@ -504,21 +512,32 @@ class KernelRenderer(OnlineRenderer):
         return v
 
 
+def _icmp(b: ir.IRBuilder, pred: str, x, y, dt: DType) -> ir.Value:
+    """An integer compare, unsigned for u8 and bool."""
+    return b.icmp_signed(pred, x, y) if dt.is_signed else b.icmp_unsigned(pred, x, y)
+
+
 def cast(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
+    """The interpreter's casts (ir.interpreter.elementwise): floats to integers truncate, to i64
+    directly and to narrower types through i32 (then wrap); integers wrap or extend by their
+    own sign (u8 and bool zero-extend)."""
     s, d = COMPUTE[src], COMPUTE[dst]
-    if s == d:
+    if s == d:      # the same compute type (i8 <-> u8: the same bits)
         return v
     if d == I1:
-        return b.fcmp_unordered("!=", v, ir.Constant(F32, 0.0)) if s == F32 else b.icmp_unsigned("!=", v, ir.Constant(s, 0))
-    if s == F32 and d == I32:
-        return b.fptosi(v, I32)
-    if s == I32 and d == F32:
-        return b.sitofp(v, F32)
-    if s == I1 and d == F32:
-        return b.uitofp(v, F32)
-    if s == I1 and d == I32:
-        return b.zext(v, I32)
-    raise NotImplementedError(f"cast {src} -> {dst}")
+        return b.fcmp_unordered("!=", v, ir.Constant(s, 0.0)) if s in FLOAT_TYPES else b.icmp_unsigned("!=", v, ir.Constant(s, 0))
+    if s in FLOAT_TYPES and d in FLOAT_TYPES:
+        return b.fpext(v, d) if d == F64 else b.fptrunc(v, d)
+    if s in FLOAT_TYPES:
+        if d == I64:
+            return b.fptosi(v, I64)
+        w = b.fptosi(v, I32)
+        return w if d == I32 else b.trunc(w, d)
+    if d in FLOAT_TYPES:
+        return b.sitofp(v, d) if src.is_signed else b.uitofp(v, d)
+    if s.width > d.width:
+        return b.trunc(v, d)
+    return b.sext(v, d) if src.is_signed else b.zext(v, d)
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,10 @@ from compiler.torch_backend.registry import OPS, Unsupported
 from ir import node as N
 from ir.dtypes import DType
 
-# torch dtype names Saturn has (int64 and float64, torch's defaults for integers and doubles, are not)
+# torch dtype names Saturn has (not int16, the unsigned types but uint8, float8, complex)
 DTYPES = {"torch.float32": DType.f32, "torch.float16": DType.f16, "torch.bfloat16": DType.bf16,
-          "torch.int32": DType.i32, "torch.bool": DType.bool}
+          "torch.float64": DType.f64, "torch.int32": DType.i32, "torch.int64": DType.i64, "torch.int8": DType.i8,
+          "torch.uint8": DType.u8, "torch.bool": DType.bool}
 
 # why a common operator has no translation yet (the general message covers the rest)
 MISSING = {
