@@ -2,10 +2,11 @@
 
 A case is a seed: it fixes a program (1 to 6 frontend ops over one or two inputs: elementwise
 math, binary ops with broadcasting, reductions, norms, softmax family, matmul, movement ops,
-casts; f32/f16/bf16/i32/bool; 0-d and 0-size tensors sometimes) and its inputs (normal
-values, sometimes with NaN, +-inf, +-0 and subnormals). The reference is numpy in float64,
-written here op by op and independent of the tracer and the interpreter; each op's result is
-rounded to its dtype's range (overflow is inf there too). Saturn's output must equal it
+casts; f32/f16/bf16/i32/bool inputs, casts also to f64/i64/i8/u8 (values of those types flow into
+the ops after the cast and into new inputs); 0-d and 0-size tensors sometimes) and its inputs (normal
+values, sometimes with NaN, +-inf, +-0 and subnormals). The reference is numpy in float64
+(integers exact, wrapping to their type), written here op by op and independent of the tracer and
+the interpreter; each op's result is rounded to its dtype's range (overflow is inf there too). Saturn's output must equal it
 within the traced program's propagated error bound (`ir.bounds`). Each case runs in its own
 subprocess with a timeout, so a crash or a hang is recorded, not suffered. A failure is
 minimized (ops dropped, shapes shrunk) and printed as a standalone reproduction.
@@ -22,7 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-FLOATS = ("f32", "f16", "bf16")
+FLOATS = ("f32", "f16", "bf16", "f64")
+INTS = ("i64", "i32", "i8", "u8")
+CASTS = ("f32", "f16", "bf16", "i32", "bool", "f64", "i64", "i8", "u8")
 
 
 # --- programs --------------------------------------------------------------------------------
@@ -97,7 +100,7 @@ def _random_step(rng, shape, dtype, inputs):
         inputs.append(((k, n), dtype))
         return ("matmul", {"input": len(inputs) - 1})
     if kind == "cast":
-        return ("cast", {"to": str(rng.choice(["f32", "f16", "bf16", "i32", "bool"]))})
+        return ("cast", {"to": str(rng.choice(CASTS))})
     op = str(rng.choice(MOVE))
     if op == "transpose" and r < 2:
         op = "unsqueeze"
@@ -150,7 +153,7 @@ def _float_of(dtype):
 
 
 def _sum_dtype(dtype, op):
-    return "i32" if dtype == "bool" and op == "sum" else dtype
+    return "i32" if dtype in ("bool", "i8", "u8") and op == "sum" else dtype   # small ints sum in i32
 
 
 # --- the Saturn side -------------------------------------------------------------------------
@@ -243,9 +246,9 @@ def _as_float(t, dt):
     return (t.astype(np.float64), dt) if dt in FLOATS else (t.astype(np.float64), "f32")
 
 
-def _i32(v):
-    v = np.asarray(v, np.int64)
-    return ((v + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)
+def _wrap(v, dt):
+    """Exact integers (int64, whose numpy arithmetic wraps) wrapped into integer type `dt`."""
+    return np.asarray(v, np.int64).astype(_np_dtype(dt))
 
 
 def _np_step(t, dt, kind, p, xs, prog):
@@ -270,19 +273,17 @@ def _np_step(t, dt, kind, p, xs, prog):
                 raise ValueError("bool subtraction")
             t, o = t.astype(bool), o.astype(bool)
             return {"add": lambda: t | o, "mul": lambda: t & o}[op](), dt
-        if dt == "i32":
+        if dt in INTS:
             a, b = t.astype(np.int64), o.astype(np.int64)
-            return _i32({"add": a + b, "sub": a - b, "mul": a * b}[op]), dt
+            return _wrap({"add": a + b, "sub": a - b, "mul": a * b}[op], dt), dt
         return {"add": t + o, "sub": t - o, "mul": t * o}[op], dt
     if kind == "reduce":
         op, ax, keep = p["op"], p["axis"], p["keepdim"]
         axis = tuple(range(t.ndim)) if ax is None else (ax % t.ndim,)
         keep = keep if ax is not None else False
         if op in ("sum", "max", "min"):
-            if dt == "bool" and op == "sum":
-                return t.astype(np.int64).sum(axis=axis, keepdims=keep).astype(np.int32), "i32"
-            if dt == "i32" and op == "sum":
-                return _i32(t.astype(np.int64).sum(axis=axis, keepdims=keep)), dt
+            if dt in ("bool",) + INTS and op == "sum":
+                return _wrap(t.astype(np.int64).sum(axis=axis, keepdims=keep), _sum_dtype(dt, op)), _sum_dtype(dt, op)
             f = np.max if op == "max" else np.min if op == "min" else np.sum
             if t.size == 0 and op != "sum":
                 raise ValueError("max of an empty axis")
@@ -319,18 +320,23 @@ def _np_step(t, dt, kind, p, xs, prog):
         o = xs[p["input"]]
         if dt == "bool":
             return (t.astype(np.int64) @ o.astype(np.int64)) > 0, dt
-        if dt == "i32":
-            return _i32(t.astype(np.int64) @ o.astype(np.int64)), dt
+        if dt in INTS:
+            return _wrap(t.astype(np.int64) @ o.astype(np.int64), dt), dt
         return t @ o, dt
     if kind == "cast":
         to = p["to"]
         if to == "bool":
             return t != 0, to
-        if to == "i32":
+        if to in INTS:
             if dt in FLOATS:
                 with np.errstate(all="ignore"):
-                    return np.trunc(t), to          # out-of-range and NaN: left unchecked (bounds)
-            return t.astype(np.int64), to
+                    tr = np.trunc(t)                # out-of-range and NaN: left unchecked (bounds)
+                    if to == "i32":
+                        return tr, to
+                    # to i64 directly; to i8, u8 through i32, then wrapped (ir.interpreter.float_to_int)
+                    ok = np.abs(tr) < (2.0 ** 63 if to == "i64" else 2.0 ** 31)
+                    return np.where(ok, _wrap(np.where(ok, tr, 0), to).astype(np.float64), tr), to
+            return _wrap(np.asarray(t).astype(np.int64), to), to
         return t.astype(np.float64), to
     op = p["op"]
     if op == "transpose":
@@ -389,6 +395,8 @@ def check(prog: Program, target: str, budget: float) -> dict:
             bad = np.where(np.isnan(w), ~np.isnan(g), np.where(np.isinf(w), g != w, ~np.isfinite(g) | (np.abs(g - w) > tol)))
         else:
             bad = np.abs(g - w) > tol
+            if np.asarray(want).dtype.kind in "iu":    # exactly (float64 cannot hold every i64)
+                bad |= (tol == 0) & (got.astype(np.int64) != np.asarray(want).astype(np.int64))
         bad &= tol < np.inf
     if bad.any():
         i = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()

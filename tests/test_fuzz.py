@@ -28,8 +28,9 @@ def test_programs_cover_the_frontend():
     progs = [fuzz.random_program(s) for s in range(300)]
     kinds = {k for p in progs for k, _ in p.steps}
     assert kinds == {"unary", "binary", "reduce", "norm", "move", "matmul", "cast"}
-    dtypes = {d for p in progs for _, d in p.inputs}
-    assert dtypes == {"f32", "f16", "bf16", "i32", "bool"}
+    dtypes = {d for p in progs for _, d in p.inputs}     # the wide types: second inputs after a cast
+    assert dtypes == {"f32", "f16", "bf16", "i32", "bool", "f64", "i64", "i8", "u8"}
+    assert {p["to"] for p_ in progs for k, p in p_.steps if k == "cast"} >= {"f64", "i64", "i8", "u8"}
     shapes = [s for p in progs for s, _ in p.inputs]
     assert any(len(s) == 0 for s in shapes) and any(0 in s for s in shapes)
     assert any(p.special for p in progs)

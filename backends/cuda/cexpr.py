@@ -1,6 +1,7 @@
 """Render primitive-IR expressions to CUDA C, with the interpreter's exact semantics.
 
-Values are held in their compute type (float for f32/f16/bf16, int for i32, bool for bool);
+Values are held in their compute type (float for f32/f16/bf16, double for f64, long long, int,
+signed char, unsigned char for i64, i32, i8, u8, bool for bool);
 half types round to storage after every op (as `ir.interpreter` does). Views become index
 arithmetic on the source: a ShapeTracker's views are applied last to first, masks become a
 validity test that selects the fill value.
@@ -18,21 +19,32 @@ from typing import Callable
 import numpy as np
 
 from ir.dtypes import DType
+from ir.interpreter import typed_fill
 from ir.node import Node
 from ir.ops import Op
 from ir.view import ShapeTracker, View, contiguous_strides
 
-C_STORAGE = {DType.f32: "float", DType.f16: "__half", DType.bf16: "__nv_bfloat16", DType.i32: "int",
-             DType.bool: "bool"}
-C_COMPUTE = {DType.f32: "float", DType.f16: "float", DType.bf16: "float", DType.i32: "int", DType.bool: "bool"}
+# the types with a C type of their own; f16 and bf16 compute in float
+_C_TYPES = {DType.f32: "float", DType.f64: "double", DType.i32: "int", DType.i64: "long long",
+            DType.i8: "signed char", DType.u8: "unsigned char", DType.bool: "bool"}
+C_STORAGE = {**_C_TYPES, DType.f16: "__half", DType.bf16: "__nv_bfloat16"}
+C_COMPUTE = {**_C_TYPES, DType.f16: "float", DType.bf16: "float"}
 
 
 def c_literal(value, dtype: DType) -> str:
     """An exact C literal of `value` stored as `dtype`, in its compute type."""
     if dtype == DType.bool:
         return "true" if value else "false"
-    if dtype == DType.i32:
-        return f"({int(value)})"
+    if dtype.is_int:
+        v = dtype.wrap(value)
+        if dtype == DType.i64:   # -2**63 is no literal: its negation overflows
+            return "(-9223372036854775807LL - 1)" if v == dtype.lowest else f"({v}LL)"
+        return f"({v})" if dtype == DType.i32 else f"(({C_COMPUTE[dtype]}){v})"
+    if dtype == DType.f64:
+        v = float(value)
+        if math.isnan(v) or math.isinf(v):   # float's NaN and infinities convert exactly
+            return f"((double){c_literal(v, DType.f32)})"
+        return f"({v.hex()})"
     v = float(np.asarray(value, dtype=dtype.np).astype(np.float32))
     if math.isnan(v):
         return "__int_as_float(0x7fc00000)"
@@ -45,12 +57,21 @@ def reduce_identity(op: Op, dtype: DType) -> str:
     """The starting value of a SUM or MAX accumulator."""
     if op == Op.SUM:
         return "0.f" if dtype.is_float else "0"
-    return "-__int_as_float(0x7f800000)" if dtype.is_float else "(-2147483647 - 1)"
+    return "-__int_as_float(0x7f800000)" if dtype.is_float else c_literal(dtype.lowest, dtype)
 
 
-def reduce_combine(op: Op, acc: str, v: str) -> str:
-    """acc combined with v: a sum, or numpy's NaN-propagating max."""
-    return f"{acc} + {v}" if op == Op.SUM else f"max_nan({acc}, {v})"
+def reduce_combine(op: Op, acc: str, v: str, dtype: DType | None = None) -> str:
+    """acc combined with v (C variables): a sum, or numpy's NaN-propagating max (the prelude's
+    max_nan for float and int; written out for `dtype` f64 and the other integers)."""
+    if op == Op.SUM:
+        if dtype in (DType.i8, DType.u8, DType.i64):   # wrapping, as the interpreter's
+            return Emitter.math(Op.ADD, [acc, v], dtype)
+        return f"{acc} + {v}"
+    if dtype == DType.f64:
+        return f"(({acc} != {acc}) ? {acc} : (({v} != {v} || {v} > {acc}) ? {v} : {acc}))"
+    if dtype is not None and dtype.is_int and dtype != DType.i32:
+        return f"(({v} > {acc}) ? {v} : {acc})"
+    return f"max_nan({acc}, {v})"
 
 
 def round_to(expr: str, dtype: DType) -> str:
@@ -226,8 +247,21 @@ class Emitter:
         if dtype == DType.i32:
             e = {Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "(({1} == 0 || {1} == -1) ? 0 : {0} % {1})"}[op]
             return e.format(*xs)
+        if dtype == DType.i64:   # add and mul in unsigned arithmetic: they wrap, without undefined overflow
+            e = {Op.ADD: "((long long)((unsigned long long){0} + (unsigned long long){1}))",
+                 Op.MUL: "((long long)((unsigned long long){0} * (unsigned long long){1}))",
+                 Op.MOD: "(({1} == 0LL || {1} == -1LL) ? 0LL : {0} % {1})"}[op]
+            return e.format(*xs)
+        if dtype in (DType.i8, DType.u8):   # computed in int (no overflow), wrapped by the conversion
+            trap = "{1} == 0" if dtype == DType.u8 else "{1} == 0 || {1} == -1"
+            e = {Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: f"(({trap}) ? 0 : {{0}} % {{1}})"}[op]
+            return f"(({C_COMPUTE[dtype]}){e.format(*xs)})"
         if dtype == DType.bool:
             e = {Op.ADD: "({0} || {1})", Op.MUL: "({0} && {1})"}[op]
+            return e.format(*xs)
+        if dtype == DType.f64:
+            e = {Op.EXP2: "exp2({0})", Op.LOG2: "log2({0})", Op.SIN: "sin({0})", Op.SQRT: "sqrt({0})",
+                 Op.RECIP: "(1.0 / {0})", Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "fmod({0}, {1})"}[op]
             return e.format(*xs)
         e = {
             Op.EXP2: "exp2f({0})", Op.LOG2: "log2f({0})", Op.SIN: "sinf({0})", Op.SQRT: "sqrtf({0})",
@@ -239,9 +273,15 @@ class Emitter:
     def _cast(x: str, src: DType, dst: DType) -> str:
         if dst == DType.bool:
             return f"({x} != 0)"
-        if dst == DType.i32:
-            return f"((int)truncf({x}))" if src.is_float else f"((int){x})"
-        # to a float type: via float, rounded to the target's precision
+        if dst.is_int:   # floats truncate: to i64 directly, to narrower types through int, then wrap
+            ct = C_COMPUTE[dst]
+            if not src.is_float:
+                return f"(({ct}){x})"
+            t = f"trunc({x})" if src == DType.f64 else f"truncf({x})"
+            return f"((long long){t})" if dst == DType.i64 else f"(({ct})(int){t})" if dst != DType.i32 else f"((int){t})"
+        if dst == DType.f64:
+            return f"((double){x})"
+        # to another float type: via float, rounded to the target's precision
         return round_to(f"((float){x})", dst)
 
     def _view(self, n: Node, idx: tuple[str, ...]) -> str:
@@ -249,7 +289,7 @@ class Emitter:
         src = n.srcs[0]
         off, tests = apply_tracker(st, idx)
         ct = C_COMPUTE[n.dtype]
-        fill = c_literal(st.fill if n.dtype.is_float else int(st.fill), n.dtype)
+        fill = c_literal(st.fill if n.dtype.is_float else typed_fill(st.fill, n.dtype.np), n.dtype)
         if "false" in tests:
             return fill
         if src in self.buffers and src not in self.hooks:

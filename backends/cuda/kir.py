@@ -114,7 +114,8 @@ class _ValueEmitter:
         ct = C_COMPUTE[e.dtype]
         acc = self.tmp(ct, reduce_identity(e.op, e.dtype))
         outer = self.lanes
-        lanes, self.lanes = outer and e.dtype.is_float, False    # nested reductions stay in the lane
+        # nested reductions stay in the lane; warp_sum / warp_max are the prelude's float ones
+        lanes, self.lanes = outer and e.dtype.compute == DType.f32, False
         self._accumulate(acc, e, *(("lane", 32) if lanes else ("0", 1)))
         if lanes:   # fixed-order butterfly, then lane 0's bits for every lane
             combine = "warp_sum" if e.op == Op.SUM else "warp_max"
@@ -131,7 +132,7 @@ class _ValueEmitter:
             self.indent += "  "
         self.memo.append({})
         x = self.value(e.body)
-        self.emit(f"{acc} = {reduce_combine(e.op, acc, x)};")
+        self.emit(f"{acc} = {reduce_combine(e.op, acc, x, e.dtype)};")
         self.memo.pop()
         for _ in e.vars:
             self.indent = self.indent[:-2]
@@ -250,7 +251,7 @@ def _block_rows(k: Kernel, p: int) -> bool:
         return False
     row = [l for l in k.lets if l.depth == p]
     return bool(row) and all((isinstance(l, Online) and l.lane is None) or
-                             (isinstance(l, Let) and isinstance(l.value, Reduce) and l.value.dtype.is_float)
+                             (isinstance(l, Let) and isinstance(l.value, Reduce) and l.value.dtype.compute == DType.f32)
                              for l in row)
 
 

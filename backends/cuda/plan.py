@@ -277,13 +277,14 @@ def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs) -> dict[Node, No
     return fused
 
 
-# ops the templates have no form for: a program holding one is rendered from the kernel IR
-# (backends/cuda/kir.py), whose Iota and Gather values cover them
+# ops and dtypes the templates have no form for: a program holding one is rendered from the
+# kernel IR (backends/cuda/kir.py), whose Iota and Gather values and C types cover them
 KERNEL_IR_ONLY = frozenset({Op.IOTA, Op.GATHER})
+TEMPLATE_DTYPES = frozenset({DType.f32, DType.f16, DType.bf16, DType.i32, DType.bool})
 
 
 def needs_kernel_ir(graph: Graph) -> bool:
-    return any(n.op in KERNEL_IR_ONLY for n in graph.nodes)
+    return any(n.op in KERNEL_IR_ONLY or n.dtype not in TEMPLATE_DTYPES for n in graph.nodes)
 
 
 def expand_contractions(graph: Graph) -> tuple[Graph, frozenset]:
@@ -312,7 +313,8 @@ def expand_contractions(graph: Graph) -> tuple[Graph, frozenset]:
 def plan(graph: Graph) -> list[Step]:
     """The steps of `graph` (contraction terms expanded: `expand_contractions`)."""
     if needs_kernel_ir(graph):
-        raise ValueError("the CUDA templates cannot plan iota or gather: use Schedule(lowering='kernel_ir')")
+        raise ValueError("the CUDA templates cannot plan iota, gather or the dtypes f64, i64, i8, u8: "
+                         "use Schedule(lowering='kernel_ir')")
     graph, products = expand_contractions(graph)
     nodes = graph.nodes
     consumers: dict[Node, list[Node]] = {n: [] for n in nodes}
