@@ -249,8 +249,8 @@ class _KernelBuilder:
                 return Const(0.0 if n.dtype.is_float else (False if n.dtype.name == "bool" else 0), n.dtype)
             return Const(n.dtype.lowest, n.dtype)
         at = ("multi", tuple(src_idx))
-        if n.op == Op.CONTRACT:   # the product of the two operands in f32, summed in f32
-            f32 = DType.f32
+        if n.op == Op.CONTRACT:   # the product of the two operands in f32, summed in f32 (f64: in f64)
+            f32 = n.dtype.compute
             operands = []
             for s in n.srcs:
                 x = yield s, at

@@ -81,8 +81,8 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
             return apply_tracker(n.arg, vals[0])
         if op == Op.CONTIGUOUS:
             return vals[0].copy()
-        if op == Op.CONTRACT:   # products and sums of halves in f32, of f32 in f64 (like SUM)
-            acc = np.float64 if dt == DType.f32 else np.float32
+        if op == Op.CONTRACT:   # products and sums of halves in f32, of f32 and f64 in f64 (like SUM)
+            acc = np.float64 if dt in (DType.f32, DType.f64) else np.float32
             a, b = (v.astype(acc) for v in vals)
             return (a * b).sum(axis=n.arg, keepdims=True).astype(dt.np)
         if op in (Op.SUM, Op.MAX):

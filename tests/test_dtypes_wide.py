@@ -237,6 +237,15 @@ def test_cpu_i64_values_beyond_f64_are_exact():
         np.testing.assert_array_equal(f(x), x * 3 + 1)
 
 
+def test_f64_products_stay_f64_through_the_search():
+    """A matmul becomes a contraction term in the searched programs: in f64 it must multiply and
+    sum in f64 (an f32 one fails verification, and no candidate would be left)."""
+    rng = np.random.default_rng(2)
+    a, b = rng.standard_normal((33, 65)), rng.standard_normal((65, 17))
+    f = compiler.compile(lambda x, y: x @ y, a, b, target="cpu", budget=1, quiet=True)
+    np.testing.assert_allclose(f(a, b), a @ b, rtol=1e-13, atol=1e-13)
+
+
 def test_cpu_compile_verifies_each_new_dtype():
     for dt in NEW:
         f = compiler.compile(lambda x, y: (x * y + x).max(-1), compiler.spec((6, 9), dt), compiler.spec((6, 9), dt),
