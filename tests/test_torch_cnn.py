@@ -213,7 +213,8 @@ class PoolIndices(nn.Module):
 def test_pool_indices_that_are_read_fall_back_with_the_reason():
     report, _ = run(PoolIndices(), torch.randn(1, 2, 4, 4), CPU, scale=1.0)
     reasons = {why for (op, why) in report.fallbacks if op == "aten.max_pool2d_with_indices.default"}
-    assert reasons and all("int64" in why for why in reasons), str(report)
+    # (the int64 indices are a Saturn dtype now: the reason is that the translation lacks them)
+    assert reasons and all("pooling indices" in why for why in reasons), str(report)
     assert "aten.relu.default" in ran_in_saturn(report), str(report)
 
 
