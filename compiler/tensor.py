@@ -456,7 +456,10 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
     def var(self, axis=None, keepdim: bool = False, correction: int = 1):
         """Variance with `correction` (1: unbiased, like torch.var; 0: like np.var)."""
         axes = _norm_axes("var", axis, self.ndim, self.shape)
-        return self._float()._var(axes, keepdim, correction)
+        x = self._float()
+        if x._squares_overflow_f32(axes):
+            return x._scaled_var(axes, keepdim, correction)
+        return x._var(axes, keepdim, correction)
 
     @_half_in_f32
     def _var(self, axes, keepdim, correction):
@@ -502,7 +505,10 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
     def layer_norm(self, normalized_shape=None, weight=None, bias=None, eps: float = 1e-5):
         """(x - mean) / sqrt(biased var + eps) * weight + bias over the trailing `normalized_shape`."""
         axes = self._norm_axes_of("layer_norm", normalized_shape, ("weight", weight), ("bias", bias))
-        return self._float()._layer_norm(axes, weight, bias, eps)
+        x = self._float()
+        if x._squares_overflow_f32(axes):
+            return x._scaled_layer_norm(axes, weight, bias, eps)
+        return x._layer_norm(axes, weight, bias, eps)
 
     @_half_in_f32
     def _layer_norm(self, axes, weight, bias, eps):
@@ -517,7 +523,10 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
     def rms_norm(self, normalized_shape=None, weight=None, eps: float = 1e-6):
         """x / sqrt(mean(x^2) + eps) * weight over the trailing `normalized_shape`."""
         axes = self._norm_axes_of("rms_norm", normalized_shape, ("weight", weight))
-        return self._float()._rms_norm(axes, weight, eps)
+        x = self._float()
+        if x._squares_overflow_f32(axes):
+            return x._scaled_rms_norm(axes, weight, eps)
+        return x._rms_norm(axes, weight, eps)
 
     @_half_in_f32
     def _rms_norm(self, axes, weight, eps):

@@ -1,11 +1,21 @@
 """Reductions beyond sum/max/min/mean/var, mixed into `Tensor`: prod, std, all/any,
-count_nonzero, logsumexp."""
+count_nonzero, logsumexp; and the row-scaled forms of var, std, layer_norm and rms_norm for
+bf16, whose squares overflow the f32 it computes in."""
 from __future__ import annotations
 
 import math
 
+import ml_dtypes
+
 from compiler.tensor_args import half_in_f32, norm_axes
 from ir.dtypes import HALVES, DType
+
+# Rows whose largest magnitude m is 2^48 or more are divided by a power of two s with
+# m / s in [2^32, 2^48) before squaring: squares of x / s stay below 2^96 and their sums (up to
+# 2^32 terms) inside f32; 1 / s >= 2^-112 is a normal f32 (a flush-to-zero target keeps it).
+SCALED_BELOW = 2.0 ** 48
+_F32_MAX = float(ml_dtypes.finfo("float32").max)
+_F32_TINY = float(ml_dtypes.finfo("float32").tiny)   # the smallest normal f32
 
 
 class ReduceOps:
@@ -46,11 +56,77 @@ class ReduceOps:
 
     def std(self, axis=None, keepdim: bool = False, correction: int = 1):
         """sqrt(var): `correction` 1 is the unbiased estimate, like torch.std. Halves compute in
-        f32 and round once, so the std of f16 values near 3e4 is finite though their variance is not."""
+        f32 and round once, so the std of f16 values near 3e4 is finite though their variance is
+        not; bf16 takes the row-scaled form, s * std(x / s), finite where s^2 * var(x / s) is not."""
         x = self._float()
+        axes = norm_axes("std", axis, x.ndim, x.shape)
+        if x._squares_overflow_f32(axes):
+            s, v = x._scale_and_scaled_var(axes, correction)
+            return x._drop_axes(s * v.sqrt(), axes, keepdim).astype(x.dtype)
         if x.dtype in HALVES:
-            return x.astype(DType.f32).var(axis, keepdim, correction).sqrt().astype(x.dtype)
-        return x.var(axis, keepdim, correction).sqrt()
+            return x.astype(DType.f32).var(axes, keepdim, correction).sqrt().astype(x.dtype)
+        return x.var(axes, keepdim, correction).sqrt()
+
+    # --- row-scaled square-based forms ------------------------------------------------------
+    # bf16 has f32's range and computes in f32, so the squares of its values above 2^64 (and the
+    # sums of its values near its max) overflow. Each form below equals the plain one over the
+    # reals with x / s in place of x (var = s^2 * var(x / s), rms = s * rms(x / s), eps / s^2),
+    # for s from _row_scale. f16 squares fit in f32 and keep the plain forms; so do f32 inputs,
+    # whose values above 2^64 overflow as before (no wider type to compute in).
+
+    def _squares_overflow_f32(self, axes) -> bool:
+        """Whether var, std, layer_norm and rms_norm over `axes` take the row-scaled form: a half
+        type (computing in f32) whose largest squares overflow f32, over non-empty axes."""
+        return (self.dtype in HALVES and float(ml_dtypes.finfo(self.dtype.np).max) ** 2 > _F32_MAX
+                and self.ndim > 0 and bool(axes) and all(self.shape[a] > 0 for a in axes))
+
+    def _row_scale(self, axes):
+        """(s, 1 / s) per row over `axes` (kept): powers of two such that max|x| / s is below
+        SCALED_BELOW, chosen by comparisons (exact on every target, no exp2 or log2); 1 for rows
+        below it and for rows with an inf or NaN, which so compute exactly the plain form. A
+        power of two divides exactly: the scaled form adds no rounding of its own."""
+        m = self.abs().max(axes, keepdim=True)
+        m = (m < math.inf).where(m, 0.0)          # inf rows keep s = 1 (NaN compares false anyway)
+        s, r = 1.0, 1.0
+        for k in (64, 32, 16):                    # after step k, m * r < 2^(32 + k)
+            big = (m * r < 2.0 ** (32 + k)).logical_not()
+            s, r = big.where(s * 2.0 ** k, s), big.where(r * 2.0 ** -k, r)
+        return s, r
+
+    def _drop_axes(self, out, axes, keepdim: bool):
+        """`out`, reduced with kept axes, without them unless `keepdim`."""
+        return out if keepdim else out.reshape(tuple(s for a, s in enumerate(self.shape) if a not in axes))
+
+    def _scale_and_scaled_var(self, axes, correction):
+        """(s, var(x / s)) in f32 with kept axes."""
+        x = self.astype(DType.f32)
+        s, r = x._row_scale(axes)
+        return s, (x * r)._var(axes, True, correction)
+
+    def _scaled_var(self, axes, keepdim, correction):
+        s, v = self._scale_and_scaled_var(axes, correction)
+        # s * (s * v), not s * s * v: a zero variance stays 0 where s * s overflows
+        return self._drop_axes(s * (s * v), axes, keepdim).astype(self.dtype)
+
+    def _scaled_rows_and_eps(self, axes, eps):
+        """(x / s, eps / s^2) in f32 for layer_norm and rms_norm. eps / s^2 is (eps / s) / s,
+        never through s^2, which overflows f32 (an intermediate overflow would also leave the
+        verifier's error bound infinite for the row); where it underflows it is floored at the
+        smallest normal f32 (or eps, if smaller): at 0 a constant row (variance 0) would give
+        0 * rsqrt(0) = NaN instead of 0, and the floor is far below any nonzero variance of a
+        scaled row (its largest magnitude is at least 2^32)."""
+        x = self.astype(DType.f32)
+        _, r = x._row_scale(axes)
+        e, floor = eps * r * r, min(eps, _F32_TINY)
+        return x * r, (e < floor).where(floor, e)
+
+    def _scaled_layer_norm(self, axes, weight, bias, eps):
+        y, e = self._scaled_rows_and_eps(axes, eps)
+        return y._layer_norm(axes, weight, bias, e).astype(self.dtype)
+
+    def _scaled_rms_norm(self, axes, weight, eps):
+        y, e = self._scaled_rows_and_eps(axes, eps)
+        return y._rms_norm(axes, weight, e).astype(self.dtype)
 
     def _truth(self):
         return self if self.dtype == DType.bool else self != 0   # NaN is true, as in torch
