@@ -233,8 +233,9 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None
                 c += prof.second_pass * (math.prod(infos[e.children[0]][0]) or 1)
             if e.op == "contract" and any(spread[ch][1].get(e.ints[0], 1) > 1 for ch in e.children):
                 # an operand is a reduction result broadcast along the contracted axis: a scaled
-                # sum (its factor belongs outside, `sum-factor`), not a product; charge its multiply
-                c += math.prod(infos[e.children[0]][0]) or 1
+                # sum (its factor belongs outside, `sum-factor`), not a product: dearer than the
+                # sum of products, so extraction never ties between the two forms
+                c += (math.prod(infos[e.children[0]][0]) or 1) + 2
             if prof.jitter:
                 c *= math.exp(rng.uniform(-prof.jitter, prof.jitter))
             for ch in set(e.children):
