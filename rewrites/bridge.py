@@ -534,7 +534,7 @@ class SerializedEGraph:
             if nd["op"] == "Out":
                 outs[int(nodes[nd["children"][0]]["op"])] = nd["eclass"]
         roots = [outs[i] for i in range(len(session.roots))]
-        return SerializedEGraph(classes, roots, session.tables)
+        return SerializedEGraph(canonical_order(classes, roots), roots, session.tables)
 
     @property
     def num_enodes(self) -> int:
@@ -543,6 +543,30 @@ class SerializedEGraph:
     @property
     def num_eclasses(self) -> int:
         return len(self.classes)
+
+
+def canonical_order(classes: dict[str, list[ENode]], roots: list[str], rounds: int = 8) -> dict[str, list[ENode]]:
+    """`classes` with classes and e-nodes sorted by their content, not by egglog's ids or its
+    serialization order (which may differ between builds and platforms): extraction breaks
+    ties by position, so the same e-graph must list its nodes in the same order everywhere.
+    A class's key is refined a few rounds from its e-nodes' ops, integer/float/string
+    arguments and the keys of their children (ranks, so no hashing); roots first."""
+    rank = {c: 0 for c in classes}
+    for _ in range(rounds):
+        sig = {c: tuple(sorted((e.op, e.ints, e.floats, e.strs, tuple(rank.get(k, -1) for k in e.children))
+                               for e in nodes)) for c, nodes in classes.items()}
+        order = {v: i for i, v in enumerate(sorted(set(sig.values())))}
+        new = {c: order[sig[c]] for c in classes}
+        if len(set(new.values())) == len(set(rank.values())):
+            rank = new
+            break
+        rank = new
+    first = {r: i for i, r in enumerate(roots)}
+
+    def node_key(e: ENode):
+        return (e.op, e.ints, e.floats, e.strs, tuple(rank.get(k, -1) for k in e.children))
+    ordered = sorted(classes, key=lambda c: (first.get(c, len(first)), rank[c], min(map(node_key, classes[c]))))
+    return {c: sorted(classes[c], key=node_key) for c in ordered}
 
 
 _RULESETS: dict[tuple, object] = {}

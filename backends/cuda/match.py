@@ -68,7 +68,9 @@ def contraction_axes(r: Node) -> GemmMatch | None:
     if not m_axes and not n_axes:
         return None
     a, b = x.srcs
-    if not m_axes:               # orient so that the operand varying along n is b
+    # orient by the output's axes, not by the operands' order (a product is the same whichever
+    # operand comes first): m holds the earlier axes (the rows), b is the operand along n
+    if not m_axes or (n_axes and max(m_axes) > max(n_axes)):
         a, b, m_axes, n_axes = b, a, n_axes, m_axes
     return GemmMatch(r, x, a, b, k, tuple(m_axes), tuple(n_axes), tuple(batch))
 
