@@ -253,9 +253,9 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None
             below = dict(paid[kids[0]]) if kids else {}
             for c in kids[1:]:
                 below.update(paid[c])
-            total = own + sum(below.values())
+            total = math.fsum((own, *below.values()))   # exact: the same on every Python
         else:
-            total = own + sum(best[c][0] for c in e.children)
+            total = math.fsum((own, *(best[c][0] for c in e.children)))
         heapq.heappush(heap, (total, i, below))
 
     for i, w in enumerate(waiting):
