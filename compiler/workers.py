@@ -36,6 +36,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+# big data sets travel as files (re-exported: the search stores, the workers load)
+from compiler.array_files import FILE_BYTES, load_arrays, store_arrays  # noqa: F401
+
 _HEADER = struct.Struct("<Q")
 
 
@@ -185,35 +188,6 @@ def _check_variant(state: _WorkerState, trial: Trial, res):
                                   run_s=res.run_s)
     res.note = f"also verified at odd shapes ({shapes})"
     return res
-
-
-# --- big arrays travel as files -------------------------------------------------------------
-
-FILE_BYTES = 16 << 20  # data sets larger than this are written once to .npy files, not piped
-
-
-def store_arrays(sets, directory: str, name: str):
-    """`sets` (lists of arrays) as is when small, else as lists of .npy paths under `directory`."""
-    import numpy as np
-    if sets is None or sum(a.nbytes for s in sets for a in s) <= FILE_BYTES:
-        return sets
-    out = []
-    for i, arrays in enumerate(sets):
-        paths = []
-        for j, a in enumerate(arrays):
-            path = os.path.join(directory, f"{name}-{i}-{j}.npy")
-            np.save(path, np.asarray(a), allow_pickle=False)
-            paths.append(path)
-        out.append(paths)
-    return out
-
-
-def load_arrays(sets):
-    """The inverse of `store_arrays` (reads any .npy paths into memory)."""
-    import numpy as np
-    if not sets:
-        return sets
-    return [[np.load(a, allow_pickle=False) if isinstance(a, str) else a for a in arrays] for arrays in sets]
 
 
 def _first_line(e: BaseException) -> str:
