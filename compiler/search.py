@@ -234,10 +234,15 @@ class _Runner:
             expected_sets = store_arrays(expected_sets, self.tmpdir, f"{key}-out")
         self.data_requests.append(("data", key, input_sets, expected_sets, out_dtypes))
 
-    def _worker(self, i: int):
+    def _worker(self, i: int, until: float | None = None):
+        """Worker i with this search's data loaded. `until` (perf_counter seconds): a fresh
+        worker's start-up and data load are waited for only until then (the budget's hard end),
+        not for a trial's whole timeout; past it the worker is killed (WorkerFailure)."""
         w = self.pool.get(i)
         for req in self.data_requests:
-            w = self.pool.ensure_data(i, req, self.options.timeout)
+            timeout = self.options.timeout if until is None else \
+                max(0.05, min(self.options.timeout, until - time.perf_counter()))
+            w = self.pool.ensure_data(i, req, timeout)
         return w
 
     def _local(self):
@@ -290,7 +295,8 @@ class _Runner:
                     break
                 t = queue.popleft()
                 try:
-                    w = self._worker(i)
+                    # (only the baseline, while nothing has passed, may wait past the hard end)
+                    w = self._worker(i, None if t.id == self.baseline_id else self.end)
                     w.start(("verify", self._msg(t, backend_spec)))
                     running[i] = (t, time.perf_counter())
                 except WorkerFailure as e:
