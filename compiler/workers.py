@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from compiler.array_files import FILE_BYTES, load_arrays, store_arrays  # noqa: F401
 
 _HEADER = struct.Struct("<Q")
+KILL_REAP_S = 5.0     # how long a killed worker is waited for before it is left to the OS
 
 
 # --- framing -------------------------------------------------------------------------------
@@ -334,9 +335,27 @@ class Worker:
         return (fatal[0] if fatal else (lines[-1] if lines else ""))[:200]
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
+        """SIGKILL the worker and reap it, without Popen.wait(): a Ctrl-C that lands inside a
+        wait on this worker can leave the Popen's wait lock held (CPython cannot guarantee a
+        `with` block's exit on an interrupt right after its enter), and a blocking wait on it
+        then hangs the process forever (seen in a test run after the interrupt tests)."""
+        if self.proc.returncode is not None:
+            return
+        try:
             self.proc.kill()
-            self.proc.wait()
+        except OSError:
+            pass
+        end = time.monotonic() + KILL_REAP_S
+        while time.monotonic() < end:
+            try:
+                pid, status = os.waitpid(self.proc.pid, os.WNOHANG)
+            except ChildProcessError:      # reaped already (by the Popen, in another call)
+                self.proc.returncode = self.proc.returncode if self.proc.returncode is not None else -9
+                return
+            if pid:
+                self.proc.returncode = os.waitstatus_to_exitcode(status)
+                return
+            time.sleep(0.002)
 
     def close(self) -> None:
         if self.out_of_step():   # it may be busy with a request nobody waits for: no grace

@@ -71,19 +71,30 @@ def _infer(e: ENode, infos: dict, eg: SerializedEGraph) -> Info | None:
 
 
 def class_infos(eg: SerializedEGraph) -> dict[str, Info]:
+    """Shape and dtype of every class that has a well-formed e-node, by a worklist from the
+    leaves (each e-node is tried when one of its children gets its info: linear in e-nodes)."""
+    from collections import deque
     infos: dict[str, Info] = {}
-    changed = True
-    while changed:
-        changed = False
-        for cid, nodes in eg.classes.items():
-            if cid in infos:
-                continue
-            for e in nodes:
-                info = _infer(e, infos, eg)
-                if info is not None:
-                    infos[cid] = info
-                    changed = True
-                    break
+    parents: dict[str, list[tuple[str, ENode]]] = {}
+    ready = deque()
+    for cid, nodes in eg.classes.items():
+        for e in nodes:
+            if e.children:
+                for c in set(e.children):
+                    parents.setdefault(c, []).append((cid, e))
+            else:
+                ready.append((cid, e))
+    while ready:
+        cid, e = ready.popleft()
+        if cid in infos:
+            continue
+        info = _infer(e, infos, eg)
+        if info is None:
+            continue
+        infos[cid] = info
+        for p in parents.get(cid, ()):
+            if p[0] not in infos:
+                ready.append(p)
     return infos
 
 

@@ -98,3 +98,18 @@ def test_compile_after_sigint(delay):
         signal.signal(signal.SIGALRM, old)
     assert interrupted, "no SIGINT of three reached the compile"
     _compiles_again()
+
+
+def test_killing_a_worker_whose_wait_lock_an_interrupt_left_held_does_not_hang():
+    """A Ctrl-C inside Popen.wait() can leave the Popen's wait lock held; killing that worker
+    later (a search's abandoned trial) must still return, with the process reaped."""
+    import time
+    from compiler.workers import Worker
+    w = Worker()
+    assert w.proc.poll() is None
+    w.proc._waitpid_lock.acquire()          # what the interrupted wait left behind
+    t0 = time.monotonic()
+    w.kill()
+    assert time.monotonic() - t0 < 3 and w.proc.returncode is not None
+    w.proc._waitpid_lock.release()
+    w.close()

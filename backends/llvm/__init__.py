@@ -8,10 +8,15 @@
 """
 from __future__ import annotations
 
+import math
 import time
 
+from ir.dtypes import DType
 from ir.graph import Graph
 from ir.kernel import KernelProgram, KernelSchedule, Schedule
+
+# f32 product work (multiply-adds) from which the host BLAS is the second schedule tried
+LIBRARY_FIRST_MACS = 1 << 26
 
 
 def native_vector_width() -> int:
@@ -42,7 +47,8 @@ class LLVMBackend:
         """Candidate schedules, the default heuristic first, then one thread (second: handing
         chunks to the pool costs ~0.1 ms per kernel on a shared machine, which decides small
         programs, and a search whose budget runs out after a few schedules should have seen
-        it), the BLAS numpy links for plain products (when the program has one: blas.py),
+        it; the BLAS numpy links comes before it when f32 products carry over LIBRARY_FIRST_MACS of
+        work), the BLAS numpy links for plain products (when the program has one: blas.py),
         LLVM's loop unroller on, matmul tiles, vector widths, and strict (no reassociated
         reductions)."""
         from backends.llvm import blas
@@ -50,8 +56,13 @@ class LLVMBackend:
         out = [self.default_schedule(),
                Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread")]
         library = KernelSchedule(vector_width=w, library=blas.LIBRARY)
-        if blas.split_epilogues(self.lower(graph), Schedule(default=library))[1]:
-            out.append(Schedule(default=library, name=blas.LIBRARY))
+        products = blas.split_epilogues(self.lower(graph), Schedule(default=library))[1]
+        if products:
+            # second, before one thread, when f32 products carry the program's work (a decoder:
+            # the search of a big program may verify only its first two schedules)
+            big = sum(math.prod(p.out.matrix) * p.a.matrix[-1] for p in products.values()
+                      if set(p.dtypes) == {DType.f32}) >= LIBRARY_FIRST_MACS
+            out.insert(1 if big else 2, Schedule(default=library, name=blas.LIBRARY))
         out += [Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"),
                 Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3")]
         if w == 16:
