@@ -8,6 +8,7 @@ The fakes live at module level so the isolated worker processes can unpickle the
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 
 import numpy as np
@@ -55,6 +56,9 @@ class FailingBackend:
 
     def build(self, graph, schedule=None):
         if schedule.startswith("build_error"):
+            flag = os.environ.get("SATURN_TEST_SLOW_START_FLAG")
+            if flag:                     # from now on, workers (the replacements) start slowly
+                open(flag, "w").close()
             time.sleep(SLOW_S)
             raise RuntimeError("planted compile error")
         return FailingExecutable(graph, schedule)
@@ -99,18 +103,23 @@ def test_budget_is_kept_when_every_candidate_computes_wrong_or_hangs():
 
 _SLOW_START = """\
 import os, time
-time.sleep(float(os.environ.get("SATURN_TEST_WORKER_START_DELAY", "0")))
+flag = os.environ.get("SATURN_TEST_SLOW_START_FLAG")
+if flag and os.path.exists(flag):
+    time.sleep(float(os.environ.get("SATURN_TEST_WORKER_START_DELAY", "0")))
 """
 
 
 def test_budget_is_kept_when_every_build_fails_and_workers_start_slowly(tmp_path, monkeypatch):
     # each failed build retires its worker; its replacement takes 2 s to start (a loaded
-    # machine, a GPU context, big data sets to reload): the search must not wait past its end
+    # machine, a GPU context, big data sets to reload): the search must not wait past its end.
+    # Only workers started after the first failed build are slow: the baseline's own worker,
+    # which the search may wait for while nothing has passed, starts as fast as it can
     site = tmp_path / "slow_start"
     site.mkdir()
     (site / "sitecustomize.py").write_text(_SLOW_START)
     monkeypatch.syspath_prepend(str(site))        # the workers' PYTHONPATH is this sys.path
     monkeypatch.setenv("SATURN_TEST_WORKER_START_DELAY", "2.0")
+    monkeypatch.setenv("SATURN_TEST_SLOW_START_FLAG", str(tmp_path / "slow-from-now-on"))
     wall, text = _compile_failing(["build_error", "crash", "build_error2", "build_error3"])
     assert "build failed" in text and "planted compile error" in text
     assert wall <= BOUND, f"compile took {wall:.2f} s at budget={BUDGET:g}\n{text}"
