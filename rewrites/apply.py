@@ -3,9 +3,9 @@ every node a rule's left side matches into its right side.
 
 This is how the program a user wrote gets its kernel terms (the kernels family) for the
 candidate that keeps its algorithm, and for a program too big to explore: the same rules as
-data, not a second matcher. Only rules over the primitive ops apply here (a left side with a
-structured view such as `expand` or `split` needs the e-graph's view decomposition); the guard
-may test dtypes (`IsFloat`, `IsF32`).
+data, not a second matcher. Only rules over the primitive ops, the scalar forms (`addc`,
+`mulc`) and kernel terms apply here (a left side with a structured view such as `expand` or
+`split` needs the e-graph's view decomposition); the guard may test dtypes (`IsFloat`, `IsF32`).
 """
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from ir.ops import Op
 from rewrites import pattern as P
 from rewrites.build import build
 
-# pattern op -> the IR op it matches (single-source reductions over exactly one axis)
+# pattern op -> the IR op it matches (reductions and contractions over exactly one axis)
 _MATCHES = {"exp2": Op.EXP2, "log2": Op.LOG2, "sin": Op.SIN, "sqrt": Op.SQRT, "recip": Op.RECIP,
             "contiguous": Op.CONTIGUOUS, "add": Op.ADD, "mul": Op.MUL, "mod": Op.MOD, "lt": Op.CMPLT,
-            "where": Op.WHERE, "sum": Op.SUM, "max": Op.MAX}
+            "where": Op.WHERE, "sum": Op.SUM, "max": Op.MAX, "contract": Op.CONTRACT,
+            "addc": Op.ADD, "mulc": Op.MUL}
 _GUARDS = (P.IsFloat, P.IsF32)
 
 
@@ -37,12 +38,19 @@ def _match(p, n: Node, env: dict) -> bool:
             return env[p.name] is n
         env[p.name] = n
         return True
+    if p.op in ("addc", "mulc"):          # x + c, x * c: one source a float constant
+        if n.op != _MATCHES[p.op] or not n.dtype.is_float:
+            return False
+        for x, k in (n.srcs, n.srcs[::-1]):
+            if k.op == Op.CONST and _match_float(p.args[1], float(k.arg), env) and _match(p.args[0], x, env):
+                return True
+        return False
     if n.op != _MATCHES[p.op] or len(n.srcs) != sum(k == "t" for k in P.OPS[p.op]):
         return False
-    if p.op in ("sum", "max"):
+    if p.op in ("sum", "max", "contract"):
         if len(n.arg) != 1:
             return False
-        axis = p.args[1]
+        axis = p.args[-1]
         if isinstance(axis, P.IntVar):
             if env.setdefault(axis.name, n.arg[0]) != n.arg[0]:
                 return False
@@ -50,6 +58,12 @@ def _match(p, n: Node, env: dict) -> bool:
             return False
     tensors = [a for a, k in zip(p.args, P.OPS[p.op]) if k == "t"]
     return all(_match(a, s, env) for a, s in zip(tensors, n.srcs))
+
+
+def _match_float(p, value: float, env: dict) -> bool:
+    if isinstance(p, P.FloatVar):
+        return env.setdefault(p.name, value) == value
+    return isinstance(p, (int, float)) and float(p) == value
 
 
 def _guarded(rule: P.Rule, env: dict) -> bool:
@@ -74,7 +88,12 @@ def _build(p, env: dict) -> Node:
                 raise IRError(f"integer expression {a} in a directly applied rule")
             ints.append(a if isinstance(a, int) else env[a.name])
         elif k == "f":
-            floats.append(float(a))
+            if isinstance(a, P.FloatVar):
+                floats.append(env[a.name])
+            elif isinstance(a, (int, float)):
+                floats.append(float(a))
+            else:
+                raise IRError(f"float expression {a} in a directly applied rule")
         else:
             strs.append(a)
     return build(p.op, ts, ints, floats, strs)
@@ -105,6 +124,13 @@ def apply_rules(graph: Graph, rules) -> Graph:
 
 
 def kernel_terms(graph: Graph) -> Graph:
-    """`graph` with the kernels family applied: its sums of products as contraction terms."""
+    """`graph` with the kernels family's term-making rules applied: its sums of products as
+    contraction terms (a rule that takes a term apart, e.g. contraction-as-sum, is for the
+    e-graph only: applied here it would undo what the others make)."""
     from rewrites.registry import family_rules
-    return apply_rules(graph, family_rules("kernels"))
+    return apply_rules(graph, [r for r in family_rules("kernels") if not _has_kernel_op(r.lhs)])
+
+
+def _has_kernel_op(p) -> bool:
+    return isinstance(p, P.App) and (p.op in P.KERNEL_OPS or any(
+        _has_kernel_op(a) for a, k in zip(p.args, P.OPS[p.op]) if k == "t"))

@@ -156,3 +156,11 @@ def test_a_product_is_oriented_by_its_output_axes_not_its_operand_order():
     for x, y in ((ax, bx), (bx, ax)):
         g = contraction_axes(N.reduce(Op.SUM, N.binary(Op.MUL, x, y), (1,)))
         assert (g.m_axes, g.n_axes, g.a, g.b) == ((0,), (2,), ax, bx)
+
+
+def test_kernel_terms_keep_existing_terms():
+    """The direct translation only makes terms: a graph that already holds a contraction keeps it
+    (the e-graph's contraction-as-sum is not applied outside the e-graph)."""
+    a, b = N.input_(0, "a", (3, 40), DType.f32), N.input_(1, "b", (3, 40), DType.f32)
+    g = Graph((a, b), (N.contract(a, b, (1,)),))
+    assert kernel_terms(g).outputs == g.outputs
