@@ -172,25 +172,18 @@ class _Instance:
                 raise Retry()
             source = self.rng.choice([d for d in (DType.f32, DType.f16, DType.bf16, DType.i32) if d != dtype])
             return self.walk(args[0], shape, source)
-        if op in ("sum", "max"):
-            a = self.int_(args[1], "axis", r)
+        if op in ("sum", "max", "contract"):     # operands, then the reduced axis
+            if op == "contract" and not dtype.is_float:
+                raise Retry()
+            a = self.int_(args[-1], "axis", r)
             if not 0 <= a < r:
                 raise Retry()
             self.need(shape[a], 1)
             child = list(shape)
             child[a] = Cell()
-            return self.walk(args[0], child, dtype)
-        if op == "contract":
-            if not dtype.is_float:
-                raise Retry()
-            a = self.int_(args[2], "axis", r)
-            if not 0 <= a < r:
-                raise Retry()
-            self.need(shape[a], 1)
-            child = list(shape)
-            child[a] = Cell()
-            self.walk(args[0], child, dtype)
-            return self.walk(args[1], list(child), dtype)
+            for k, x in enumerate(args[:-1]):
+                self.walk(x, child if k == 0 else list(child), dtype)
+            return
         if op == "expand":
             a = self.int_(args[1], "axis", r)
             if not 0 <= a < r:
