@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from egglog import (EGraph, Expr, StringLike, f64, f64Like, function, i64, i64Like, relation,
-                    rewrite, rule, ruleset, set_, String, union, var)
+                    rewrite, rule, ruleset, set_, String, union, unstable_combine_rulesets, var)
 from egglog import eq as eg_eq
 
 from ir.dtypes import DType
@@ -442,9 +442,7 @@ class EGraphSession:
     def run_phase(self, name: str, rulesets: list, *, max_iterations: int, node_limit: int,
                   deadline: float) -> PhaseReport:
         t0 = time.perf_counter()
-        combined = rulesets[0]
-        for rs in rulesets[1:]:
-            combined = combined | rs
+        combined = combined_ruleset(rulesets)
         stopped, it, last = "iterations", 0, 0.0
         size, growth = self.size(), 4.0
         for it in range(1, max_iterations + 1):
@@ -545,28 +543,39 @@ class SerializedEGraph:
         return len(self.classes)
 
 
-def canonical_order(classes: dict[str, list[ENode]], roots: list[str], rounds: int = 8) -> dict[str, list[ENode]]:
+def canonical_order(classes: dict[str, list[ENode]], roots: list[str]) -> dict[str, list[ENode]]:
     """`classes` with classes and e-nodes sorted by their content, not by egglog's ids or its
     serialization order (which may differ between builds and platforms): extraction breaks
     ties by position, so the same e-graph must list its nodes in the same order everywhere.
-    A class's key is refined a few rounds from its e-nodes' ops, integer/float/string
-    arguments and the keys of their children (ranks, so no hashing); roots first."""
+    A class's rank is refined from its e-nodes' ops, integer/float/string arguments and the
+    ranks of their children (ranks, so no hashing) until a round splits no rank: a fixed
+    number of rounds left classes that differ only deeper down (a transformer block needs 10)
+    tied, and so in egglog's order. Classes tied at the end look the same at every depth;
+    they keep the serialization's order. Roots first."""
     rank = {c: 0 for c in classes}
-    for _ in range(rounds):
-        sig = {c: tuple(sorted((e.op, e.ints, e.floats, e.strs, tuple(rank.get(k, -1) for k in e.children))
-                               for e in nodes)) for c, nodes in classes.items()}
+    distinct = 1
+    while True:
+        # every round's signature holds the previous one's (the e-node's own content and its
+        # children's ranks one level shallower), so each round refines the last
+        sig = {c: tuple(sorted(_node_key(e, rank) for e in nodes)) for c, nodes in classes.items()}
         order = {v: i for i, v in enumerate(sorted(set(sig.values())))}
-        new = {c: order[sig[c]] for c in classes}
-        if len(set(new.values())) == len(set(rank.values())):
-            rank = new
+        rank = {c: order[sig[c]] for c in classes}
+        if len(order) == distinct:
             break
-        rank = new
+        distinct = len(order)
     first = {r: i for i, r in enumerate(roots)}
+    ordered = sorted(classes, key=lambda c: (first.get(c, len(first)), rank[c]))
+    return {c: sorted(classes[c], key=lambda e: _node_key(e, rank)) for c in ordered}
 
-    def node_key(e: ENode):
-        return (e.op, e.ints, e.floats, e.strs, tuple(rank.get(k, -1) for k in e.children))
-    ordered = sorted(classes, key=lambda c: (first.get(c, len(first)), rank[c], min(map(node_key, classes[c]))))
-    return {c: sorted(classes[c], key=node_key) for c in ordered}
+
+def _node_key(e: ENode, rank: dict[str, int]) -> tuple:
+    return (e.op, e.ints, tuple(map(_float_key, e.floats)), e.strs, tuple(rank.get(k, -1) for k in e.children))
+
+
+def _float_key(f: float) -> tuple:
+    # a total order: NaN compares false with everything (so a sort keeps whatever order it
+    # got) and -0.0 == 0.0 (a tie); the repr tells them apart
+    return (f != f, 0.0 if f != f else f, repr(f))
 
 
 _RULESETS: dict[tuple, object] = {}
@@ -580,3 +589,22 @@ def cached_ruleset(family: str, rules: list) -> object | None:
     if key not in _RULESETS:
         _RULESETS[key] = make_ruleset(f"{family}_{len(_RULESETS)}", rules)
     return _RULESETS[key]
+
+
+_COMBINED: dict[tuple[str, ...], object] = {}
+
+
+def combined_ruleset(rulesets: list) -> object:
+    """One egglog ruleset running `rulesets` together, named by the names of its parts and kept
+    for the process. An unnamed combination (`a | b`) is named `combined_ruleset_<id(object)>`,
+    and an e-graph registers a ruleset once per name: a phase's combination that was allocated
+    where an earlier phase's (already collected) one had been got its name, so the e-graph ran
+    the earlier phase's rules instead, and the new family's rules never ran. That happened in
+    a few processes in a hundred (wherever the allocator reused the address)."""
+    if len(rulesets) == 1:
+        return rulesets[0]
+    key = tuple(str(r.__egg_ident__) for r in rulesets)
+    if key not in _COMBINED:
+        name = "combined__" + "__".join(key)
+        _COMBINED[key] = unstable_combine_rulesets(*rulesets, name=name)
+    return _COMBINED[key]

@@ -6,6 +6,11 @@ how they price long reductions, broadcasts and materialization, plus seeded rand
 perturbations for diversity. Every choice is rebuilt as an ordinary IR `Graph` (hash-consed
 `ir.node` constructors, so shared sub-terms stay shared) and de-duplicated by
 `Graph.structural_hash()`. Ranking is left to the static cost model (`rewrites.cost`).
+
+Every loop here walks the serialized e-graph in its content order (`bridge.canonical_order`),
+an e-node's children in their own order (`dict.fromkeys`, never a set of class-id strings,
+whose order changes with PYTHONHASHSEED), and cost ties go to the earlier position, so the
+same e-graph gives the same candidates in every process.
 """
 from __future__ import annotations
 
@@ -80,7 +85,7 @@ def class_infos(eg: SerializedEGraph) -> dict[str, Info]:
     for cid, nodes in eg.classes.items():
         for e in nodes:
             if e.children:
-                for c in set(e.children):
+                for c in dict.fromkeys(e.children):
                     parents.setdefault(c, []).append((cid, e))
             else:
                 ready.append((cid, e))
@@ -249,7 +254,7 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None
                 c += (math.prod(infos[e.children[0]][0]) or 1) + 2
             if prof.jitter:
                 c *= math.exp(rng.uniform(-prof.jitter, prof.jitter))
-            for ch in set(e.children):
+            for ch in dict.fromkeys(e.children):
                 parents.setdefault(ch, []).append(len(entries))
             entries.append((cid, e, c))
     waiting = [len(set(e.children)) for _, e, _ in entries]
@@ -260,7 +265,7 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None
         cid, e, own = entries[i]
         below = None
         if prof.dag:
-            kids = sorted(set(e.children), key=lambda c: -len(paid[c]))
+            kids = sorted(dict.fromkeys(e.children), key=lambda c: -len(paid[c]))
             below = dict(paid[kids[0]]) if kids else {}
             for c in kids[1:]:
                 below.update(paid[c])

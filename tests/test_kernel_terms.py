@@ -124,9 +124,6 @@ def test_a_multi_axis_contraction_round_trips_through_the_egraph():
         np.testing.assert_allclose(evaluate(c.graph, [x, y])[0], want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=False, reason="open: in one fresh-clone CI run the first extraction found no flash "
-                   "form and the reversed one did, so a process-dependent tie remains (the H200 runs showed the "
-                   "same symptom); passes in every other run so far")
 def test_extraction_does_not_depend_on_the_serialization_order(monkeypatch):
     """egglog may list e-nodes in another order on another build or platform; extraction breaks
     ties by position, so the serialized e-graph is put in a content order first. The rules'
