@@ -450,7 +450,10 @@ def partition(graph: Graph) -> list[Node]:
 
 
 def lower(graph: Graph) -> KernelProgram:
-    """The kernels that compute `graph`, in execution order, with their buffers."""
+    """The kernels that compute `graph`, in execution order, with their buffers (an
+    online-contraction term as its primitive definition: no kernel IR kind for it yet)."""
+    from ir.terms import expand_terms
+    graph = expand_terms(graph)
     realized = partition(graph)
     buffers: dict[Node, str] = {n: f"in{i}" for i, n in enumerate(graph.inputs)}
     buffer_list = [Buffer(f"in{i}", n.dtype, n.numel, "input") for i, n in enumerate(graph.inputs)]

@@ -70,6 +70,21 @@ def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray]) -> list[Bounded
     return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64)) for b, o in zip(outs, outputs)]
 
 
+def _attend(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
+    from ir.terms import attend_primitives
+    a, b = (Node(Op.INPUT, s.dtype, s.shape, (), (-1 - i, "attend")) for i, s in enumerate(n.srcs))
+    out = attend_primitives(a, b, n.arg[0])
+    vals = {a: srcs[0], b: srcs[1]}
+    for m in toposort([out]):
+        if m not in vals:
+            ins = [vals[s] for s in m.srcs]
+            if m.op not in (Op.SUM, Op.CONTIGUOUS) and not (m.op == Op.VIEW and _unmasked(m)):
+                ins = [_materialize(v, s) for v, s in zip(ins, m.srcs)]
+            vals[m] = _step(m, ins, final and m is out)
+            vals[m] = Bounded(np.asarray(vals[m].value), vals[m].bound)
+    return vals[out]
+
+
 def _unmasked(n: Node) -> bool:
     return all(v.mask is None for v in n.arg.views)
 
@@ -153,6 +168,8 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
         prod = Node(Op.MUL, dt.compute, n.srcs[0].shape, n.srcs)
         total = Node(Op.SUM, dt, n.shape, (prod,), n.arg)
         return _reduce(total, _float(prod, srcs, False), final)
+    if op == Op.ATTEND:     # the bound of its primitive definition (computed in f32, one rounding)
+        return _attend(n, srcs, final)
     if op == Op.CAST:
         return _cast(n, srcs[0], final)
     if op == Op.CMPLT:

@@ -30,7 +30,7 @@ def format_arg(n: Node) -> str:
         return f"#{n.arg[0]} {n.arg[1]}"
     if n.op == Op.CONST:
         return repr(n.arg)
-    if n.op in (Op.SUM, Op.MAX, Op.CONTRACT):
+    if n.op in (Op.SUM, Op.MAX, Op.CONTRACT, Op.ATTEND):
         return f"axes={n.arg}"
     if n.op == Op.VIEW:
         return str(n.arg)

@@ -85,6 +85,12 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
             acc = np.float64 if dt in (DType.f32, DType.f64) else np.float32
             a, b = (v.astype(acc) for v in vals)
             return (a * b).sum(axis=n.arg, keepdims=True).astype(dt.np)
+        if op == Op.ATTEND:     # softmax2 over the axis, then the weighted sum (f32; f64 for f32 and f64)
+            acc = np.float64 if dt in (DType.f32, DType.f64) else np.float32
+            a, b = (v.astype(acc) for v in vals)
+            m = a.max(axis=n.arg, keepdims=True) if a.size else np.full(n.shape, -np.inf, acc)
+            p = np.exp2(a - m)
+            return ((p * b).sum(axis=n.arg, keepdims=True) / p.sum(axis=n.arg, keepdims=True)).astype(dt.np)
         if op in (Op.SUM, Op.MAX):
             x = vals[0]
             if op == Op.SUM:

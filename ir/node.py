@@ -153,6 +153,17 @@ def contract(a: Node, b: Node, axes) -> Node:
     return Node(Op.CONTRACT, a.dtype, shape, (a, b), axes)
 
 
+def attend(a: Node, b: Node, axis: int) -> Node:
+    """The online contraction sum(softmax2(a, axis) * b, axis): a (the scores) and b of one shape
+    and one float dtype; softmax2(a) = exp2(a - max a) / sum exp2(a - max a) along `axis`."""
+    if a.shape != b.shape or a.dtype != b.dtype or not a.dtype.is_float:
+        raise IRError(f"attend needs two float operands of one shape and dtype, got {a!r}, {b!r}")
+    if not 0 <= axis < len(a.shape):
+        raise IRError(f"bad attend axis {axis} for shape {a.shape}")
+    shape = tuple(1 if i == axis else s for i, s in enumerate(a.shape))
+    return Node(Op.ATTEND, a.dtype, shape, (a, b), (axis,))
+
+
 def view(x: Node, st: ShapeTracker) -> Node:
     """x read through `st` (whose views[0] indexes x's contiguous layout)."""
     if st.is_identity and st.shape == x.shape:

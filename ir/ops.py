@@ -1,9 +1,13 @@
 """The primitive ops. Every program Saturn compiles is built from these and nothing else.
 
 Fourteen compute ops (exact meaning in `ir.interpreter`), three leaves, two structural ops, and
-one kernel op the e-graph's rules introduce below them (the frontend never builds it):
+two kernel ops the e-graph's rules introduce below them (the frontend never builds them):
 CONTRACT is a contraction kernel, sum over axes of a * b, products and accumulation in f32 (never
 rounded to a half type in between); the backends run it as their matrix-product kernels.
+ATTEND is an online contraction, sum over one axis of softmax2(a) * b (softmax2: exp2(a - max a)
+normalized over that axis), in f32: flash attention when a holds the scores; the backends run
+it as one streaming kernel (no score tensor in memory) or as its primitive definition
+(`ir.terms.attend_primitives`).
 
 VIEW carries movement metadata (reshape/permute/expand/slice/pad) on an edge and never
 computes; CONTIGUOUS marks a value to be materialized in memory.
@@ -42,6 +46,7 @@ class Op(enum.Enum):
     CONTIGUOUS = "contiguous"
     # kernel kinds (introduced by rewrite rules, rendered by the backends' product kernels)
     CONTRACT = "contract"  # arg: tuple of axes reduced (kept with size 1); srcs a, b of one shape
+    ATTEND = "attend"      # arg: (axis,) reduced (kept with size 1); srcs a (scores), b of one shape
 
     def __repr__(self) -> str:
         return f"Op.{self.name}"
@@ -55,7 +60,7 @@ ELEMENTWISE = UNARY | BINARY | TERNARY
 REDUCE = frozenset({Op.SUM, Op.MAX})
 INDEXING = frozenset({Op.GATHER})
 STRUCTURAL = frozenset({Op.VIEW, Op.CONTIGUOUS})
-KERNEL = frozenset({Op.CONTRACT})
+KERNEL = frozenset({Op.CONTRACT, Op.ATTEND})
 # ops whose arg is the axes they reduce (each kept with size 1)
 REDUCING = REDUCE | KERNEL
 COMPUTE = ELEMENTWISE | REDUCE | INDEXING | KERNEL
@@ -66,7 +71,7 @@ ASSOCIATIVE = frozenset({Op.ADD, Op.MUL, Op.SUM, Op.MAX})
 REDUCE_IDENTITY = {Op.SUM: 0.0, Op.MAX: float("-inf")}
 
 ARITY = {**{o: 0 for o in LEAF}, **{o: 1 for o in UNARY | REDUCE | STRUCTURAL},
-         **{o: 2 for o in BINARY}, Op.WHERE: 3, Op.GATHER: 2, Op.CONTRACT: 2}
+         **{o: 2 for o in BINARY}, Op.WHERE: 3, Op.GATHER: 2, Op.CONTRACT: 2, Op.ATTEND: 2}
 
 # name, arity, dtype rule, numpy meaning of the compute ops (rendered into docs/ir.md by
 # `op_table_markdown`; a test checks the doc against it). Halves compute in f32, round on store.
@@ -88,6 +93,8 @@ OP_TABLE = [
      "np.take_along_axis(a, idx, axis)"),
     ("contract", 2, "T, T -> T (float); arg axes; products and sums in >= f32",
      "(a * b).sum(axes, keepdims=True)"),
+    ("attend", 2, "T, T -> T (float); arg (axis,); computed in >= f32",
+     "(softmax2(a, axis) * b).sum(axis, keepdims=True)"),
 ]
 
 # the leaves and structural ops, same columns

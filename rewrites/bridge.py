@@ -82,6 +82,8 @@ def Pad(x: Term, a: i64Like, p: i64Like, fill: f64Like) -> Term: ...
 @function
 def Contract(x: Term, y: Term, a: i64Like) -> Term: ...
 @function
+def Attend(x: Term, y: Term, a: i64Like) -> Term: ...
+@function
 def dim(x: Term, a: i64Like) -> i64: ...
 @function
 def Out(i: i64Like) -> Term: ...   # marks output i's e-class (survives merges, unlike let names)
@@ -94,7 +96,7 @@ isf32 = relation("isf32", Term)      # holds f32 values (for rules that are type
 CTOR = {"exp2": Exp2, "log2": Log2, "sin": Sin, "sqrt": Sqrt, "recip": Recip, "contiguous": Contig,
         "cast": CastT, "add": Add, "mul": Mul, "mod": Mod, "lt": Lt, "where": Where, "addc": AddC,
         "mulc": MulC, "sum": SumT, "max": MaxT, "expand": Expand, "unsq": Unsq, "sqz": Sqz,
-        "split": Split, "merge": Merge, "pad": Pad, "contract": Contract}
+        "split": Split, "merge": Merge, "pad": Pad, "contract": Contract, "attend": Attend}
 
 
 # --- shape analysis ------------------------------------------------------------------------
@@ -121,9 +123,10 @@ def _shape_rules():
     for c in (SumT, MaxT):
         rs.append(rule(eg_eq(e).to(c(x, a)), dim(x, i) == n, i != a).then(set_(dim(e, i)).to(n)))
         rs.append(rule(eg_eq(e).to(c(x, a)), dim(x, a) == n).then(set_(dim(e, a)).to(i64(1))))
-    for src in (x, y):
-        rs.append(rule(eg_eq(e).to(Contract(x, y, a)), dim(src, i) == n, i != a).then(set_(dim(e, i)).to(n)))
-    rs.append(rule(eg_eq(e).to(Contract(x, y, a)), dim(x, a) == n).then(set_(dim(e, a)).to(i64(1))))
+    for k in (Contract, Attend):
+        for src in (x, y):
+            rs.append(rule(eg_eq(e).to(k(x, y, a)), dim(src, i) == n, i != a).then(set_(dim(e, i)).to(n)))
+        rs.append(rule(eg_eq(e).to(k(x, y, a)), dim(x, a) == n).then(set_(dim(e, a)).to(i64(1))))
     rs.append(rule(eg_eq(e).to(Expand(x, a, t)), dim(x, i) == n, i != a).then(set_(dim(e, i)).to(n)))
     rs.append(rule(eg_eq(e).to(Expand(x, a, t)), dim(x, a) == n).then(set_(dim(e, a)).to(t)))
     rs.append(rule(eg_eq(e).to(Unsq(x, a)), dim(x, i) == n, i < a).then(set_(dim(e, i)).to(n)))
@@ -157,6 +160,7 @@ def _shape_rules():
         rs.append(rule(eg_eq(e).to(c(x, a, t)), isfloat(x)).then(isfloat(e)))
     rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), isfloat(x)).then(isfloat(e)))
     rs.append(rule(eg_eq(e).to(Contract(x, y, a))).then(isfloat(e)))
+    rs.append(rule(eg_eq(e).to(Attend(x, y, a))).then(isfloat(e)))
     # the same for f32 exactly: every op but a cast keeps its operand's dtype
     for c in (Exp2, Log2, Sin, Sqrt, Recip, Contig):
         rs.append(rule(eg_eq(e).to(c(x)), isf32(x)).then(isf32(e)))
@@ -172,6 +176,7 @@ def _shape_rules():
         rs.append(rule(eg_eq(e).to(c(x, a, t)), isf32(x)).then(isf32(e)))
     rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), isf32(x)).then(isf32(e)))
     rs.append(rule(eg_eq(e).to(Contract(x, y, a)), isf32(x)).then(isf32(e)))
+    rs.append(rule(eg_eq(e).to(Attend(x, y, a)), isf32(x)).then(isf32(e)))
     return rs
 
 
@@ -383,6 +388,8 @@ class Importer:
             for a in n.arg[1:]:
                 x = self._let(SumT(x, i64(a)))
             return x
+        if op == Op.ATTEND:
+            return self._let(Attend(srcs[0], srcs[1], i64(n.arg[0])))
         raise ValueError(f"cannot import {op}")
 
     def _view(self, n: Node):

@@ -47,6 +47,9 @@ def build(op: str, ts: list[Node], ints: list[int], floats: list[float], strs: l
     if op == "contract":
         _axis(ts[0], ints[0])
         return N.contract(ts[0], ts[1], (ints[0],))
+    if op == "attend":
+        _axis(ts[0], ints[0])
+        return N.attend(ts[0], ts[1], ints[0])
     if op in ("sum", "max"):
         _axis(ts[0], ints[0])
         return N.reduce(Op.SUM if op == "sum" else Op.MAX, ts[0], (ints[0],))

@@ -52,7 +52,7 @@ def _kernel_reads(m: Node, mat_set: set) -> tuple[dict[Node, float], float]:
             spread *= max(1.0, n.numel / max(1, n.srcs[0].numel))
         stack.extend((s, spread) for s in n.srcs)
     if m.op in REDUCING:   # a contraction: a multiply and an add per element, as its sum of products
-        flops += m.srcs[0].numel * (2 if m.op == Op.CONTRACT else 1)
+        flops += m.srcs[0].numel * (2 if m.op in (Op.CONTRACT, Op.ATTEND) else 1)
     return reads, flops
 
 

@@ -19,7 +19,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ir import node as N
@@ -54,7 +54,7 @@ def _infer(e: ENode, infos: dict, eg: SerializedEGraph) -> Info | None:
         return ch[1]
     if op == "cast":
         return shape, DType(e.strs[0])
-    if op in ("sum", "max", "contract"):
+    if op in ("sum", "max", "contract", "attend"):
         if e.ints[0] >= len(s):
             return None
         s[e.ints[0]] = 1
@@ -117,6 +117,7 @@ class Profile:
     jitter: float = 0.0          # random factor range for diversity
     dag: bool = False            # count a shared sub-program once (greedy DAG cost)
     seed: int = 0
+    without: tuple[str, ...] = ()   # e-node ops this extraction never picks
 
 
 PROFILES = (
@@ -140,7 +141,7 @@ def node_cost(e: ENode, info: Info, infos: dict, prof: Profile) -> float:
         return 1.0 + prof.view * numel
     if op == "contiguous":
         return 1.0 + prof.materialize * numel
-    if op in ("sum", "max", "contract"):     # a contraction: the sum without a separate product
+    if op in ("sum", "max", "contract", "attend"):     # a contraction: the sum without a separate product
         cshape = infos[e.children[0]][0]
         cn = math.prod(cshape) or 1
         length = cshape[e.ints[0]]
@@ -178,10 +179,10 @@ def broadcast_analysis(eg: SerializedEGraph) -> dict[str, tuple[frozenset, dict]
                 op = e.op
                 if op in ("inp", "lit", "view"):
                     continue
-                if op in ("sum", "max", "contract"):
+                if op in ("sum", "max", "contract", "attend"):
                     a = e.ints[0]
                     r0, b0 = kids[0]
-                    if op == "contract":   # the product of both operands, then the sum
+                    if op in ("contract", "attend"):   # the product of both operands, then the sum
                         r0, b0 = r0 | kids[1][0], {k: max(kids[0][1].get(k, 0), kids[1][1].get(k, 0))
                                                    for k in set(kids[0][1]) | set(kids[1][1])}
                     nr, nb = r0 | {a}, {k: v for k, v in b0.items() if k != a}
@@ -241,10 +242,10 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None
         if cid not in infos:
             continue
         for e in nodes:
-            if any(c not in infos for c in e.children):
+            if any(c not in infos for c in e.children) or e.op in prof.without:
                 continue
             c = node_cost(e, infos[cid], infos, prof)
-            if e.op in ("sum", "max", "contract") and \
+            if e.op in ("sum", "max", "contract", "attend") and \
                     max(spread[ch][1].get(e.ints[0], 1) for ch in e.children) > prof.long_axis:
                 c += prof.second_pass * (math.prod(infos[e.children[0]][0]) or 1)
             if e.op == "contract" and any(spread[ch][1].get(e.ints[0], 1) > 1 for ch in e.children):
@@ -397,10 +398,16 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
 
     deadline = deadline if deadline is not None else time.perf_counter() + 60.0
     late = lambda: time.perf_counter() > deadline
-    # 1. one choice per profile (the first two whatever the clock says)
+    # 1. one choice per profile (the first two whatever the clock says), then the same without
+    # the online-contraction term: its static cost is low wherever it appears, but a target
+    # that runs it as its definition may be faster with the e-graph's other forms of the same
+    # softmax (tiled online loops, one-pass rows), so measurement must see those too
     base = []
     # extraction work is bounded in (extractions x e-nodes): each one visits every e-node
     rounds = None if random_work is None else random_work // max(1, eg.num_enodes)
+    if any(e.op == "attend" for nodes in eg.classes.values() for e in nodes):
+        profiles = tuple(profiles) + tuple(replace(p, name=f"{p.name}-plain", without=("attend",))
+                                           for p in profiles)
     for n, prof in enumerate(profiles):
         if n >= 2 and (late() or (rounds is not None and n >= rounds)):
             break
@@ -432,8 +439,7 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
         if len(out) >= 3 * k or late():
             break
         p = profiles[i % len(profiles)]
-        prof = Profile(f"{p.name}~{i}", p.long_reduce, p.long_axis, p.view, p.materialize,
-                       p.second_pass, jitter=0.7, seed=i + 1, dag=p.dag)
+        prof = replace(p, name=f"{p.name}~{i}", jitter=0.7, seed=i + 1)
         choice = choose(eg, infos, prof, spread)
         if any(r not in choice for r in eg.roots):
             continue

@@ -13,9 +13,19 @@ it replaces; the soundness check bounds the left side's roundings, which covers 
 
 The traced program gets these terms directly (`rewrites.apply.kernel_terms`: the same rules,
 applied bottom up), so the user's own algorithm keeps its fast kernels with no exploration;
-the e-graph holds both forms of each product and extraction picks one."""
-from rewrites.pattern import IsF32, IsFloat, Rule, contract, mul, sum_
-from rewrites.vars import a, x, y
+the e-graph holds both forms of each product and extraction picks one.
+
+A product of a softmax with another operand is an online contraction (`attend`, flash
+attention when the softmax is over attention scores): `attend(x, y, a)` is
+sum(softmax2(x, a) * y, a) with softmax2(x) = exp2(x - max x) / sum exp2(x - max x), so the
+softmax's scale moves into the scores (`x * c`) and the backends run it as one streaming
+kernel that never stores the softmax. softmax2 is shift-invariant, so max(c x) may stand for
+c max(x) whatever the sign of c. The frontend computes a half-typed softmax in f32 and rounds
+it before the product; the term computes it in f32 and does not round (more accurate, within
+the check's bound of the left side's roundings)."""
+from rewrites.pattern import (Cond, Dim, IsF32, flt, IsFloat, Rule, add, attend, cast, contract, exp2, expand, max_,
+                              mul, mulc, recip, sum_, unsq)
+from rewrites.vars import a, c, m, n, x, y
 
 F = "kernels"
 RULES = [
@@ -25,3 +35,26 @@ RULES = [
     #                                         product would round where the contraction does not)
     Rule("contraction-as-sum", contract(x, y, a), sum_(mul(x, y), a), (IsF32(x),), family=F),
 ]
+
+# softmax(x) along a, as the frontend writes it: e = exp2((x - bcast(max x)) * c), e * recip(bcast(sum e))
+_e = exp2(mulc(add(x, mulc(expand(max_(x, a), a, n), -1.0)), c))
+_softmax = mul(_e, recip(expand(sum_(_e, a), a, n)))
+
+
+def _operand(p):        # a product's left operand: p broadcast along a new axis after a
+    return expand(unsq(p, a + 1), a + 1, m)
+
+
+# contract(bcast(softmax(x)), y, a) -> attend(bcast(x * c), y, a)   (and with the softmax rounded to a half)
+for _name, _p in (("attention", _softmax), ("attention-f16", cast(cast(_softmax, "f16"), "f32")),
+                  ("attention-bf16", cast(cast(_softmax, "bf16"), "f32"))):
+    RULES.append(Rule(_name, contract(_operand(_p), y, a), attend(_operand(mulc(x, c)), y, a),
+                      (IsF32(x),), family=F))
+# attend(bcast(x * c), y, a) -> contract(bcast(softmax(x)), y, a)   if c > 0   (f32: so the softmax rules
+#                                                                       see the softmax; with c < 0 exp2((x - max x) c) overflows)
+RULES.append(Rule("attention-as-softmax", attend(_operand(mulc(x, c)), y, a), contract(_operand(_softmax), y, a),
+                  (IsF32(x), Cond("==", n, Dim(x, a)), flt(0.0, c)), family=F))
+
+# the rules that write a term as its definition: for the e-graph only (applied straight to a
+# program, rewrites.apply.kernel_terms, they would undo what the others make)
+DEFINITIONS = ("contraction-as-sum", "attention-as-softmax")

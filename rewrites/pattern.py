@@ -117,8 +117,9 @@ OPS: dict[str, str] = {
     "merge": "ti",      # merge(x, a): axes a, a+1 -> one axis
     "pad": "tiif",      # pad(x, a, p, fill): p elements of `fill` after axis a's end
     "contract": "tti",  # contract(x, y, a): the contraction kernel sum(x * y, a) (floats)
+    "attend": "tti",    # attend(x, y, a): the online contraction sum(softmax2(x, a) * y, a) (floats)
 }
-KERNEL_OPS = ("contract",)
+KERNEL_OPS = ("contract", "attend")
 UNARY_OPS = ("exp2", "log2", "sin", "sqrt", "recip")
 ELEMENTWISE_OPS = UNARY_OPS + ("cast", "add", "mul", "mod", "lt", "where", "addc", "mulc", "contiguous")
 VIEW_OPS = ("expand", "unsq", "sqz", "split", "merge", "pad")
@@ -155,6 +156,7 @@ def split(x, a, t): return _app("split", x, a, t)
 def merge(x, a): return _app("merge", x, a)
 def pad(x, a, p, fill): return _app("pad", x, a, p, fill)
 def contract(x, y, a): return _app("contract", x, y, a)
+def attend(x, y, a): return _app("attend", x, y, a)
 
 
 # --- guards -------------------------------------------------------------------------------

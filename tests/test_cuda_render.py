@@ -9,7 +9,7 @@ from compiler import nn
 from compiler.trace import spec, trace
 from backends.cuda import CUDABackend, render
 from backends.cuda.cases import CASES, graph_of
-from backends.cuda.plan import expand_contractions, plan
+from backends.cuda.plan import plan, prepare
 from backends.cuda.resolve import resolve
 from backends.cuda.toolchain import compile_source, find_nvcc, parse_resources
 
@@ -28,18 +28,21 @@ def test_templates_are_chosen():
     assert kinds(lambda x: x.softmax(-1), spec((8, 16))) == ["row"]
     assert kinds(lambda x, w, b: x.layer_norm((16,), w, b), spec((8, 16)), spec((16,)), spec((16,))) == ["row"]
     assert kinds(lambda x: (x * 1.7 + 0.3).gelu(), spec((8, 16))) == ["elementwise"]
-    # naive attention: products and a fused softmax row (flash is the lowering of the rules'
-    # online form, test_rules_flash_form_is_one_attention_kernel)
-    assert kinds(nn.attention, *[spec((2, 4, 32, 64), "f16")] * 3) == ["gemm", "row", "gemm"]
-    # ... except where the rules cannot split the keys into tiles (50, 2047): then directly
-    assert kinds(nn.attention, *[spec((2, 3, 50, 64), "f16")] * 3) == ["attention"]
-    assert kinds(nn.attention, *[spec((1, 2, 2047, 64), "f16")] * 3) == ["attention"]
-    # ... or inside a program with other products (the block's projections)
+    # attention: the traced program's online-contraction term is one flash kernel, at any
+    # key length (no tile has to divide it) and inside a program with other products
+    for shape in ((2, 4, 32, 64), (2, 3, 50, 64), (1, 2, 2047, 64), (1, 1, 7, 16)):
+        assert kinds(nn.attention, *[spec(shape, "f16")] * 3) == ["attention"], shape
     block = compiler.trace(lambda *xs: nn.transformer_block(*xs, heads=2),
                            *nn.transformer_block_specs(1, 64, 64, 128, "f16"))
-    assert "attention" in [s.kind for s in plan(block)]
-    # f32 attention has no tensor-core path: product, fused softmax row, product
+    assert [s.kind for s in plan(block)].count("attention") == 1
+    # the same program without the term: products and a fused softmax row
+    from ir.terms import expand_terms
+    g = compiler.trace(nn.attention, *[spec((2, 4, 32, 64), "f16")] * 3)
+    assert [s.kind for s in plan(expand_terms(g))] == ["gemm", "row", "gemm"]
+    # f32 attention has no tensor-core path: the term runs as its definition (product, fused
+    # softmax row, product); so does a head dim the kernel does not take
     assert kinds(nn.attention, *[spec((2, 4, 32, 64))] * 3) == ["gemm", "row", "gemm"]
+    assert kinds(nn.attention, *[spec((2, 4, 32, 24), "f16")] * 3) == ["gemm", "row", "gemm"]
     # the MLP's bias + GELU ride in the first product's epilogue
     assert kinds(nn.mlp, spec((64, 32), "f16"), spec((32, 128), "f16"), spec((128,), "f16"),
                  spec((128, 32), "f16"), spec((32,), "f16")) == ["gemm", "gemm"]
@@ -49,11 +52,12 @@ def test_templates_are_chosen():
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_rules_flash_form_is_one_attention_kernel(dtype):
     """The e-graph's online-softmax form of attention (running max, rescaled sums and
-    accumulator over key tiles) is planned as one flash kernel; the naive program is not."""
+    accumulator over key tiles) is planned as one flash kernel, as is the traced program's
+    online-contraction term."""
     from compiler.explore import explore
     g = compiler.trace(nn.attention, *[spec((2, 2, 256, 64), dtype)] * 3)
     plans = {c.description: [s.kind for s in plan(c.graph)] for c in explore(g).candidates}
-    assert plans["original program"] == ["gemm", "row", "gemm"]
+    assert plans["original program"] == ["attention"]
     flash = [d for d, k in plans.items() if k == ["attention"]]
     assert flash, plans
     from backends.cuda import render as render_graph
@@ -79,8 +83,8 @@ def test_every_case_renders(name):
     g = graph_of(name)
     src, launches = render(g)
     # every output that is not an input is written by a kernel (the launches name the nodes
-    # of the graph with its contraction terms expanded)
-    outputs = expand_contractions(g)[0].outputs
+    # of the graph as the plan prepared it)
+    outputs = prepare(g)[0].outputs
     assert {l.output for l in launches} >= {o for o in outputs if o.op.value != "input"}
     for l in launches:
         assert l.name in src and l.block[0] > 0 and min(l.grid) >= 1

@@ -123,9 +123,9 @@ class CUDABackend:
         if res.error:
             raise CUDAFailure("compile", res.error, res.log)
         module = rt.load(res.binary)
-        # the launches name the plan's nodes: the graph with its contraction terms expanded
-        from backends.cuda.plan import expand_contractions
-        return CUDAExecutable(expand_contractions(graph)[0], launches, source, module, rt, res.log)
+        # the launches name the plan's nodes: the graph as the plan prepared it
+        from backends.cuda.plan import prepare
+        return CUDAExecutable(prepare(graph)[0], launches, source, module, rt, res.log)
 
     @staticmethod
     def _build_kernel_ir(graph: Graph, rt):

@@ -5,9 +5,10 @@ A contraction (a CONTRACT term, expanded by the planner to SUM over one axis of 
 runs as a GEMM; `contraction_axes` says which of its axes are m (a varies, b is constant
 along them), n (the other way round), k and batch. Only contraction terms are read this way:
 whether a sum of products runs as a GEMM is the e-graph's choice (rewrites/kernels.py), not
-this module's. Flash attention is the
-online-softmax form the e-graph's rules produce (`match_flash`), recognized op by op; the
-naive softmax(c * Q K^T) V is not: it lowers to its products and a row kernel.
+this module's. Flash attention is an online-contraction term (ATTEND, `attention_term`), whose
+score expression the flash kernel computes when it is a scaled product plus a mask; the
+online-softmax form the e-graph's reduction rules produce is still recognized op by op
+(`match_flash`). A softmax(c * Q K^T) V without the term lowers to its products and a row kernel.
 """
 from __future__ import annotations
 
@@ -266,95 +267,66 @@ def _query_axes(m_axes: tuple[int, ...], nd: int) -> bool:
     return bool(m_axes) and m_axes[-1] == nd - 3 and all(a < nd - 3 for a in m_axes[:-1])
 
 
-def match_naive_attention(pv: GemmMatch) -> FlashMatch | None:
-    """softmax(c * (Q @ K^T)) @ V in the frontend's primitive form, axes batch..., m, k, n: the
-    planner's fallback where the online rules cannot apply (see plan.py), so not a rule."""
-    r2 = pv.reduce
-    nd = len(r2.shape)
-    if nd < 3 or pv.k_axis != nd - 2 or not _query_axes(pv.m_axes, nd) or pv.n_axes != (nd - 1,):
+def _linear_scores(n: Node, products):
+    """n = alpha * (Q @ K^T) + beta * mask, through float casts, constant factors and one
+    ADD, with Q @ K^T a reshape of a product in `products` -> (product SUM, alpha, mask or
+    None, beta); else None. This is the flash kernel's limit on its score expression (it
+    computes the scores in f32: the casts between are roundings it skips)."""
+    n = peel_casts(n)
+    mc = _mul_const(n)
+    if mc is not None:
+        got = _linear_scores(mc[0], products)
+        return None if got is None else (got[0], got[1] * mc[1], got[2], got[3] * mc[1])
+    if is_pure_reshape(n) and n.srcs[0] in products:
+        return n.srcs[0], 1.0, None, 0.0
+    if n.op == Op.ADD:
+        for sc, m in (n.srcs, n.srcs[::-1]):
+            got = _linear_scores(sc, products)
+            if got is not None and got[2] is None and m.shape == n.shape:
+                return got[0], got[1], m, 1.0
+    return None
+
+
+def attention_term(n: Node, products) -> FlashMatch | None:
+    """An online-contraction term attend(x, y, a) (rewrites/kernels.py) read as the flash kernel's
+    parameters: x = the scores (.., q, key) broadcast along the value axis, y = V read as
+    (.., q, key, d), a the key axis. The scores must be alpha * (Q @ K^T) + beta * mask (see
+    `_linear_scores`) with alpha > 0; anything else is not this kernel's (None), and the
+    planner runs the term as its primitive definition."""
+    if n.op != Op.ATTEND:
         return None
-    pview = pv.a
-    if pview.op != Op.VIEW or len(pview.arg.views) != 1:
+    x, v = n.srcs
+    nd = len(n.shape)
+    if nd < 3 or n.arg != (nd - 2,) or x.op != Op.VIEW or not is_row_broadcast_after(x):
         return None
-    p = peel_casts(pview.srcs[0])
-    # P = E * bcast(recip(sum(E)))
-    if p.op != Op.MUL:
+    got = _linear_scores(x.srcs[0], products)
+    if got is None:
         return None
-    def recip_of_sum(x: Node):   # bcast(recip(sum)) or recip(bcast(sum)) -> the sum
-        if x.op == Op.VIEW and is_row_broadcast(x) and x.srcs[0].op == Op.RECIP:
-            return x.srcs[0].srcs[0]
-        if x.op == Op.RECIP and x.srcs[0].op == Op.VIEW and is_row_broadcast(x.srcs[0]):
-            return x.srcs[0].srcs[0]
+    r1, alpha, mask, beta = got
+    qk = contraction_axes(r1)
+    if qk is None or alpha <= 0 or len(r1.shape) != nd or qk.k_axis != nd - 2 \
+            or not _query_axes(qk.m_axes, nd) or qk.n_axes != (nd - 1,):
         return None
-    e, rb = p.srcs
-    if recip_of_sum(rb) is None:
-        e, rb = rb, e
-    ssum = recip_of_sum(rb)
-    if ssum is None:
+    scores = x.srcs[0]
+    if scores.shape != r1.shape[:nd - 2] + (r1.shape[nd - 1],) or scores.shape[:nd - 2] != n.shape[:nd - 2]:
         return None
-    if ssum.op != Op.SUM or ssum.srcs[0] is not e or ssum.arg != (len(e.shape) - 1,):
-        return None
-    # E = exp2((S + bcast(max(S)) * -1) * c)
-    if e.op != Op.EXP2:
-        return None
-    mc = _mul_const(e.srcs[0])
-    if mc is None:
-        return None
-    diff, c = mc
-    if diff.op != Op.ADD:
-        return None
-    s, negmax = diff.srcs
-    if _mul_const(negmax) is None:
-        s, negmax = negmax, s
-    nm = _mul_const(negmax)
-    if nm is None or nm[1] != -1.0 or not is_row_broadcast(nm[0]):
-        return None
-    smax = nm[0].srcs[0]
-    if smax.op != Op.MAX or smax.srcs[0] is not s or smax.arg != (len(s.shape) - 1,):
-        return None
-    # S = reshape(QK) * scale (or reshape(QK)), plus an additive mask or not; casts between
-    # float types allowed anywhere
-    scale = 1.0
-    inner = peel_casts(s)
-    inner, mask = _split_mask(inner)
-    inner = peel_casts(inner)
-    sc = _mul_const(inner)
-    if sc is not None:
-        inner, scale = peel_casts(sc[0]), sc[1]
-    if not is_pure_reshape(inner):
-        return None
-    qk = contraction_axes(inner.srcs[0])
-    if qk is None:
-        return None
-    r1 = qk.reduce
-    if len(r1.shape) != nd or qk.k_axis != nd - 2 or not _query_axes(qk.m_axes, nd) or qk.n_axes != (nd - 1,):
-        return None
-    if r1.shape[:nd - 2] != r2.shape[:nd - 2]:
-        return None
-    if p.shape != s.shape or s.shape[-1] != r1.shape[-1] or pv.mul.shape[nd - 2] != s.shape[-1]:
-        return None
-    # every node from P@V's left operand down to Q@K^T is computed inside the fused kernel
-    internal, stack = {pv.mul, r2}, [pview]
+    # the kernel computes the term, its score expression and Q @ K^T (not the operands' reads)
+    internal, stack = {n, r1}, [x]
     while stack:
-        n = stack.pop()
-        if n in internal or n is mask:
+        m = stack.pop()
+        if m in internal or m is mask:
             continue
-        internal.add(n)
-        if n is not r1:
-            stack.extend(x for x in n.srcs if x.op != Op.CONST)
-    return FlashMatch(qk, pv.b, 1, scale * c, frozenset(internal), mask, c if mask is not None else 0.0)
+        internal.add(m)
+        stack.extend(s for s in m.srcs if s.op != Op.CONST)
+    return FlashMatch(qk, v, 1, alpha, frozenset(internal), mask, beta if mask is not None else 0.0)
 
 
-def _split_mask(x: Node) -> tuple[Node, Node | None]:
-    """x = ADD(scores, mask), scores = (a constant times) a reshape of a product -> (scores,
-    mask); else (x, None). The mask is any value of the scores' shape (the planner puts its
-    base in memory; the kernel reads it through its view)."""
-    if x.op != Op.ADD:
-        return x, None
-    for sc, m in (x.srcs, x.srcs[::-1]):
-        inner = peel_casts(sc)
-        mc = _mul_const(inner)
-        inner = peel_casts(mc[0]) if mc is not None else inner
-        if is_pure_reshape(inner) and contraction_axes(inner.srcs[0]) is not None:
-            return sc, m
-    return x, None
+def is_row_broadcast_after(v: Node) -> bool:
+    """v = src (.., q, key) read as (.., q, key, d): a new last axis along which it is broadcast."""
+    if v.op != Op.VIEW or len(v.arg.views) != 1:
+        return False
+    src = v.srcs[0]
+    if len(v.shape) != len(src.shape) + 1 or v.shape[:-1] != src.shape:
+        return False
+    want = View(v.shape, contiguous_strides(src.shape) + (0,), 0, None).canonical()
+    return v.arg.views[0].canonical() == want

@@ -5,10 +5,10 @@ operands), and any value read through an expanding view (recomputing it per broa
 would multiply its cost); everything else is fused into the kernel that consumes it. Each
 materialized value becomes one step, by the first template that fits:
 
-  attention   the rules' online-softmax form of softmax(c * Q K^T) V (match.match_flash),
-              f16/bf16 -> flash kernel (tensor cores, running (m, l, acc) over key tiles); the
-              naive form only where the rules cannot split the keys (has_online_tile) or
-              inside a program with other products (a fallback for extraction; see plan())
+  attention   an online-contraction term (ATTEND, match.attention_term) or the rules'
+              online-softmax form (match.match_flash), f16/bf16 operands -> flash kernel
+              (tensor cores, running (m, l, acc) over key tiles); a term the kernel cannot
+              take runs as its primitive definition (`prepare`)
   gemm        SUM(MUL(a, b)) over one axis -> tensor-core GEMM (f16/bf16, aligned) or SIMT
               GEMM; an elementwise consumer (bias, activation) is fused as its epilogue
   row         reductions over the last axis plus elementwise work on those rows (softmax,
@@ -24,8 +24,8 @@ from ir.graph import Graph
 from ir.node import Node
 from ir.ops import ELEMENTWISE, Op
 from ir.dtypes import HALVES, DType
-from backends.cuda.match import (FlashMatch, GemmMatch, contraction_axes, is_pure_reshape, is_row_broadcast,
-                                 match_flash, match_naive_attention)
+from backends.cuda.match import (FlashMatch, GemmMatch, attention_term, contraction_axes, is_pure_reshape,
+                                 is_row_broadcast, match_flash)
 
 
 def is_lossless_cast(n: Node) -> bool:
@@ -184,22 +184,6 @@ def _flash_output(out: Node, consumers, outputs) -> Node:
     return out
 
 
-def _keys(pv: GemmMatch) -> int:
-    """The key length of a P @ V product (its reduced axis)."""
-    return pv.mul.shape[pv.k_axis]
-
-
-def has_online_tile(n: int) -> bool:
-    """Whether the e-graph's online-softmax rules can split a row of n (compiler.explore's
-    default tile for n divides it). Where they cannot (a key length like 2047), the naive
-    softmax(Q K^T) V is planned as the flash kernel directly: a fallback for that gap in the
-    rules, not a rule (a standalone attention of such a length gets flash only from the rules'
-    form)."""
-    from compiler.explore import tile_for
-    t = tile_for(n)
-    return n > t and n % t == 0
-
-
 def _chain(start: Node, end: Node) -> set[Node]:
     """Nodes from end down its first sources to start (the reshape/cast chain _flash_output took)."""
     out, n = set(), end
@@ -310,17 +294,58 @@ def expand_contractions(graph: Graph) -> tuple[Graph, frozenset]:
     return Graph(graph.inputs, tuple(new[o] for o in graph.outputs)), frozenset(products)
 
 
+def _consumers(graph: Graph) -> dict[Node, list[Node]]:
+    consumers: dict[Node, list[Node]] = {n: [] for n in graph.nodes}
+    for n in graph.nodes:
+        for s in n.srcs:
+            consumers[s].append(n)
+    return consumers
+
+
+def _flash_step(n: Node, products, consumers, outputs) -> tuple[Node, FlashMatch] | None:
+    """(the node the flash kernel writes, its match) for an attention at n, or None: n is not
+    one, the kernel cannot read its operands, or a value it computes inside is read elsewhere."""
+    fm = attention_term(n, products) if n.op == Op.ATTEND else match_flash(n)
+    if fm is None or flash_access(fm) is None:
+        return None
+    o = _flash_output(n, consumers, outputs)
+    inside = (fm.internal | _chain(n, o)) - {o}
+    ok = all(c in inside or c is o for x in inside for c in consumers.get(x, ()))
+    if not ok or inside & outputs:
+        return None
+    return o, replace(fm, internal=frozenset(inside))
+
+
+def prepare(graph: Graph) -> tuple[Graph, frozenset]:
+    """The graph the plan runs and the products it runs as GEMMs: contraction terms expanded
+    (`expand_contractions`), and each online-contraction term the flash kernel cannot take
+    written as its primitive definition (ir.terms). The executable's launches name its nodes."""
+    from ir.terms import attend_primitives
+    graph, products = expand_contractions(graph)
+    while True:          # (a term's definition holds a contraction term: expanded on the next round)
+        consumers, outputs = _consumers(graph), set(graph.outputs)
+        bad = [n for n in graph.nodes if n.op == Op.ATTEND and _flash_step(n, products, consumers, outputs) is None]
+        if not bad:
+            return graph, products
+        new: dict[Node, Node] = {}
+        for n in graph.nodes:
+            srcs = tuple(new[s] for s in n.srcs)
+            if n is bad[0]:
+                new[n] = attend_primitives(srcs[0], srcs[1], n.arg[0])
+            else:
+                new[n] = n if srcs == n.srcs else Node(n.op, n.dtype, n.shape, srcs, n.arg)
+        graph, more = expand_contractions(Graph(graph.inputs, tuple(new[o] for o in graph.outputs)))
+        products = products | more
+
+
 def plan(graph: Graph) -> list[Step]:
-    """The steps of `graph` (contraction terms expanded: `expand_contractions`)."""
+    """The steps of `graph` (as `prepare` writes it)."""
     if needs_kernel_ir(graph):
         raise ValueError("the CUDA templates cannot plan iota, gather or the dtypes f64, i64, i8, u8: "
                          "use Schedule(lowering='kernel_ir')")
-    graph, products = expand_contractions(graph)
+    graph, products = prepare(graph)
     nodes = graph.nodes
-    consumers: dict[Node, list[Node]] = {n: [] for n in nodes}
-    for n in nodes:
-        for s in n.srcs:
-            consumers[s].append(n)
+    consumers = _consumers(graph)
     outputs = set(graph.outputs)
 
     gemms: dict[Node, GemmMatch] = {}
@@ -330,22 +355,9 @@ def plan(graph: Graph) -> list[Step]:
             gemms[n] = g
     attns: dict[Node, FlashMatch] = {}
     for n in nodes:
-        fm = match_flash(n)
-        if fm is None and n in gemms:
-            fm = match_naive_attention(gemms[n])
-            # a fallback for two gaps, not a rule: the rules cannot split this key length, or
-            # the attention sits in a program with other products (the extractor does not yet
-            # produce programs that are online in attention and plain elsewhere)
-            if fm is not None and has_online_tile(_keys(gemms[n])) and \
-                    not any(r not in fm.internal and r is not n for r in gemms):
-                fm = None
-        if fm is None or flash_access(fm) is None:
-            continue
-        o = _flash_output(n, consumers, outputs)
-        inside = (fm.internal | _chain(n, o)) - {o}
-        ok = all(c in inside or c is o for x in inside for c in consumers.get(x, ()))
-        if ok and not (inside & outputs):
-            attns[o] = replace(fm, internal=frozenset(inside))
+        found = _flash_step(n, products, consumers, outputs)
+        if found is not None:
+            attns[found[0]] = found[1]
     internal = frozenset().union(*(a.internal for a in attns.values())) if attns else frozenset()
 
     M: set[Node] = set()
