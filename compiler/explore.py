@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ir.graph import Graph
-from ir.ops import REDUCING
+from ir.ops import REDUCING, Op
 
 
 @dataclass
@@ -105,6 +105,28 @@ def _describe(profile: str, g: Graph) -> str:
             f"{counts.get('contiguous', 0)} materialized, {counts.get('exp2', 0)} exp2")
 
 
+def _has_attend(g: Graph) -> bool:
+    return any(n.op == Op.ATTEND for n in g.nodes)
+
+
+def _profiles_first(cands: list) -> list:
+    """The cheapest candidate of each extraction profile first, then the others (cost order)."""
+    picked, profiles = [], set()
+    for c in cands:
+        profile = c.description.split(":")[0].split("~")[0]      # (a hill-climbed one counts apart)
+        if profile not in profiles:
+            profiles.add(profile)
+            picked.append(c)
+    return picked + [c for c in cands if c not in picked]
+
+
+def _interleave(groups: list[list]) -> list:
+    out = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        out += [g[i] for g in groups if i < len(g)]
+    return out
+
+
 def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int = 8, rules=None,
             progress: Callable[[str], None] | None = None) -> Exploration:
     """Saturate `graph` under the rule families (or just `rules`) and extract up to
@@ -161,13 +183,9 @@ def explore(graph: Graph, *, limits: Limits | None = None, max_candidates: int =
     original, rest = cands[0], sorted(cands[1:], key=lambda c: c.cost)
     # the best program of each extraction profile first (they aim at different forms: one pass
     # over the data, tiles, online statistics), then the cheapest of the others; by cost alone a
-    # few near-identical variants of one form could crowd out a form the model misjudges
-    picked, profiles = [], set()
-    for c in rest:
-        profile = c.description.split(":")[0].split("~")[0]      # (a hill-climbed one counts apart)
-        if profile not in profiles:
-            profiles.add(profile)
-            picked.append(c)
-    picked += [c for c in rest if c not in picked]
+    # few near-identical variants of one form could crowd out a form the model misjudges. The
+    # programs with an online-contraction term and those without take turns: the term is cheap
+    # by the static cost everywhere, but a target may run it as its definition
+    picked = _interleave([_profiles_first([c for c in rest if _has_attend(c.graph) == w]) for w in (True, False)])
     chosen = sorted([original] + picked[:max(0, max_candidates - 1)], key=lambda c: c.cost)
     return Exploration(chosen, phases, tiles, time.perf_counter() - t0, len(extracted), notes)

@@ -10,7 +10,7 @@ from ir import node as N
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
 from ir.node import Node
-from ir.ops import Op
+from ir.ops import ELEMENTWISE, Op
 
 
 def _bcast(x: Node, shape) -> Node:
@@ -25,38 +25,47 @@ def softmax2(x: Node, axis: int) -> Node:
     return N.binary(Op.MUL, p, N.unary(Op.RECIP, _bcast(N.reduce(Op.SUM, p, (axis,)), shape)))
 
 
-def _broadcast_source(a: Node, axis: int):
-    """(source, its axis) when a only broadcasts its source along new axes other than `axis`
-    (attention's scores read along the value axis), else None."""
-    if a.op != Op.VIEW or len(a.arg.views) != 1:
-        return None
-    v, src = a.arg.views[0], a.srcs[0]
-    if v.mask is not None or v.offset != 0:
-        return None
-    new = [i for i, (s, st) in enumerate(zip(v.shape, v.strides)) if st == 0 and s > 1]
-    kept = [i for i in range(len(v.shape)) if i not in new]
-    if axis in new or tuple(v.shape[i] for i in kept) != src.shape:
-        return None
-    want = N.move(src, lambda st: st.reshape(tuple(1 if i in new else s for i, s in enumerate(v.shape)))
-                  .expand(v.shape))
-    if want is not a and (want.op != Op.VIEW or want.arg.views[0].canonical() != v.canonical()):
-        return None
-    return src, kept.index(axis)
+def constant_axes(n: Node, depth: int = 32) -> set[int]:
+    """Axes of size > 1 along which n cannot change: stride-0 axes of a view, kept through
+    elementwise ops (a scaled or masked broadcast). A cheap local analysis: it looks `depth`
+    ops deep and no further (an empty set is always a safe answer)."""
+    if n.op == Op.CONST:
+        return {i for i, s in enumerate(n.shape) if s > 1}
+    if depth == 0:
+        return set()
+    if n.op == Op.VIEW:
+        v = n.arg.views[-1]
+        return {i for i, (s, st) in enumerate(zip(v.shape, v.strides))
+                if st == 0 and s > 1 and (v.mask is None or v.mask[i] == (0, s))}
+    if n.op in ELEMENTWISE and all(s.shape == n.shape for s in n.srcs):
+        out = None
+        for src in n.srcs:
+            axes = constant_axes(src, depth - 1)
+            out = axes if out is None else out & axes
+            if not out:
+                return set()
+        return out or set()
+    return set()
 
 
 def attend_primitives(a: Node, b: Node, axis: int) -> Node:
     """sum(softmax2(a, axis) * b, axis) as the softmax and a contraction, computed in f32 (f64
     for f64) and rounded once to a's dtype. Where a only broadcasts its source (attention's
-    scores), the softmax is computed on the source and broadcast, as a program would write it."""
+    scores), the softmax is computed once per distinct row and broadcast, as a program would
+    write it: `a` read at index 0 of its constant axes, those axes dropped."""
     work = a.dtype if a.dtype in (DType.f32, DType.f64) else DType.f32
     y = b if b.dtype == work else N.cast(b, work)
-    found = _broadcast_source(a, axis)
-    if found is not None:
-        src, src_axis = found
-        s = src if src.dtype == work else N.cast(src, work)
-        p = N.view(softmax2(s, src_axis), a.arg)
+    const = constant_axes(a) - {axis}
+    x = a if a.dtype == work else N.cast(a, work)
+    if const:
+        rows = tuple(s for i, s in enumerate(a.shape) if i not in const)
+        x = N.move(x, lambda st: st.shrink(tuple((0, 1) if i in const else (0, s) for i, s in enumerate(a.shape)))
+                   .reshape(rows))
+        p = softmax2(x, axis - sum(1 for i in const if i < axis))
+        p = N.move(p, lambda st: st.reshape(tuple(1 if i in const else s for i, s in enumerate(a.shape)))
+                   .expand(a.shape))
     else:
-        p = softmax2(a if a.dtype == work else N.cast(a, work), axis)
+        p = softmax2(x, axis)
     out = N.contract(p, y, (axis,))
     return out if out.dtype == a.dtype else N.cast(out, a.dtype)
 

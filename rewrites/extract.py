@@ -345,19 +345,19 @@ def _reachable(eg: SerializedEGraph, choice: dict[str, ENode]) -> list[str]:
 
 def improve(eg: SerializedEGraph, choice: dict[str, ENode], cost: Callable[[Graph], float],
             evaluations: int = 200, on_better: Callable[[Graph], None] | None = None,
-            deadline: float = math.inf) -> dict[str, ENode]:
+            deadline: float = math.inf, without: tuple[str, ...] = ()) -> dict[str, ENode]:
     """Hill-climb on the real (DAG) cost: swap one chosen class to another of its e-nodes
-    (its new children keep their tree-cost choices) while that lowers `cost`. The tree cost
-    counts a shared sub-program once per use; this step sees sharing. Bounded by the number
-    of programs evaluated (so it ends in the same place on any machine); `deadline` is only
-    an emergency stop."""
+    (its new children keep their tree-cost choices; never an op in `without`) while that
+    lowers `cost`. The tree cost counts a shared sub-program once per use; this step sees
+    sharing. Bounded by the number of programs evaluated (so it ends in the same place on any
+    machine); `deadline` is only an emergency stop."""
     current = cost(rebuild(eg, choice))
     improved, left = True, evaluations
     while improved and left > 0:
         improved = False
         for cid in _reachable(eg, choice):
             for e in eg.classes[cid]:
-                if e is choice[cid] or any(c not in choice for c in e.children):
+                if e is choice[cid] or e.op in without or any(c not in choice for c in e.children):
                     continue
                 if left <= 0 or time.perf_counter() > deadline:
                     return choice
@@ -423,12 +423,13 @@ def extract_candidates(eg: SerializedEGraph, k: int, profiles=PROFILES, random_r
     # 2. hill-climb on the real cost from the two best of them
     if cost is not None and base:
         ranked = sorted(base, key=lambda b: cost(b[2]))
-        starts = [b for b in ranked if b[0].second_pass > 0][:1] + ranked[:1]
+        starts = [b for b in ranked if b[0].second_pass > 0][:1] + ranked[:1] + \
+            [b for b in ranked if b[0].without and b[0].second_pass > 0][:1]     # (and one without the term)
         for prof, choice, _ in starts:
             steps: list[Graph] = []
             if late():
                 break
-            improve(eg, choice, cost, climb_evaluations, steps.append, deadline)
+            improve(eg, choice, cost, climb_evaluations, steps.append, deadline, prof.without)
             for g in steps[-3:]:           # the end point and the two steps before it
                 add(f"{prof.name}+climb", g)
     # 3. seeded random perturbations for diversity

@@ -74,12 +74,12 @@ def test_online_softmax_is_found_and_ranked_first():
 def test_flash_attention_form_is_found():
     g = saturn.trace(nn.attention, *[saturn.spec((1, 512, 16))] * 3)
     exp = explore(g, limits=Limits(seconds=30))
-    best = exp.candidates[0].graph                 # ranked first by the static cost
-    stats = online_softmax_stats(best)
-    # both running sums: l = sum_b exp(m_b - m) l_b, and the accumulator
-    # O = sum_b exp(m_b - m) (exp(s_b - m_b) @ v_b), over 512 / 16 = 32 tiles of K/V
-    shapes = {lb.shape for _, lb, _, _ in stats}
-    assert (1, 512, 32, 1) in shapes and (1, 512, 32, 1, 16) in shapes, str(exp)
+    # ranked first by the static cost: the online-contraction term (one streaming kernel)
+    assert exp.candidates[0].graph.op_counts().get("attend") == 1, str(exp)
+    # and the rules' own online form: both running sums, l = sum_b exp(m_b - m) l_b, and the
+    # accumulator O = sum_b exp(m_b - m) (exp(s_b - m_b) @ v_b), over 512 / 16 = 32 tiles of K/V
+    forms = [{lb.shape for _, lb, _, _ in online_softmax_stats(c.graph)} for c in exp.candidates]
+    assert any((1, 512, 32, 1) in f and (1, 512, 32, 1, 16) in f for f in forms), str(exp)
     assert not online_softmax_stats(g)
     for c in exp.candidates:
         _same(g, c.graph, rtol=1e-4)
