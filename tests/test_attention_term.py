@@ -169,7 +169,8 @@ def test_cuda_runs_the_term_as_one_flash_kernel(cuda, shape, dtype):
     if shape[2] > 1:
         assert [l.kind for l in exe.launches] == ["attention"], exe.explain()
     q, k, v = _qkv(shape, dtype, seed=3, offset=30.0)
-    assert_close(exe(q, k, v)[0], _np_attention(q, k, v), dtype, scale=4.0, graph=g, args=[q, k, v])
+    # (no propagated bound here: the reference interpreter would hold the (.., q, key, d) broadcast)
+    assert_close(exe(q, k, v)[0], _np_attention(q, k, v), dtype, scale=4.0)
 
 
 @pytest.mark.gpu
@@ -186,7 +187,7 @@ def test_cuda_flash_with_causal_mask_and_grouped_heads(cuda, dtype):
     mask = np.triu(np.full((s, s), -np.inf), 1).astype(DType(dtype).np)
     got = exe(q, k, v, mask)[0]
     kk, vv = np.repeat(k, heads // kv, 1), np.repeat(v, heads // kv, 1)
-    assert_close(got, _np_attention(q, kk, vv, mask), dtype, scale=4.0, graph=g, args=[q, k, v, mask])
+    assert_close(got, _np_attention(q, kk, vv, mask), dtype, scale=4.0)
 
 
 @pytest.mark.gpu
