@@ -95,6 +95,33 @@ class TorchEnv:
             self.torch.cuda.empty_cache()
 
 
+def chosen_info(fn) -> dict:
+    """What the search chose: the program (its description, kernel terms) and the schedule,
+    and the kernels it runs (their kinds, in order)."""
+    out = {}
+    result = getattr(fn, "result", None)
+    winner = getattr(result, "winner", None)
+    if winner is not None:
+        out["chosen"] = winner.description
+        out["schedule"] = getattr(winner.schedule, "name", "") or str(winner.schedule)
+    chosen = getattr(fn, "chosen", None)
+    if chosen is not None:
+        counts = chosen.op_counts()
+        out["kernel_terms"] = {op: counts[op] for op in ("contract", "attend") if op in counts}
+    launches = getattr(getattr(fn, "executable", None), "launches", None)
+    if launches:
+        out["kernels"] = [_kernel_kind(l) for l in launches]
+    return out
+
+
+def _kernel_kind(launch) -> str:
+    """A launch's template kind (CUDA) or its kernel's name (CPU: `k0_contract`, `blas` for the library)."""
+    if hasattr(launch, "kind"):
+        return launch.kind
+    name = getattr(getattr(launch, "kernel", None), "name", type(launch).__name__)
+    return f"{name}:blas" if type(launch).__name__ == "BlasLaunch" else name
+
+
 class SaturnContender:
     """`compiler.compile(case.saturn_fn, ...)` for one target, timed by its executable where it can."""
     name = "saturn"
@@ -121,6 +148,7 @@ class SaturnContender:
             info["cache"] = self.fn.cache
         if isinstance(getattr(self.fn, "timings", None), dict):
             info["compile_parts_s"] = {k: float(v) for k, v in self.fn.timings.items()}
+        info.update(chosen_info(self.fn))
         return info
 
     def output(self) -> np.ndarray:
