@@ -19,9 +19,6 @@ from ir.graph import Graph
 from ir.ops import REDUCING, Op
 
 
-BIG_PROGRAM = 64      # compute ops: past this, exploration's clock share shrinks (Limits.for_budget)
-
-
 @dataclass
 class Limits:
     """Bounds of one exploration. The work is bounded by counts — iterations and e-nodes in
@@ -37,15 +34,10 @@ class Limits:
     extract_work: int | None = None  # random extractions x e-nodes (None: no bound but their count)
 
     @staticmethod
-    def for_budget(budget: float, compute_ops: int = 0) -> "Limits":
+    def for_budget(budget: float) -> "Limits":
         """A compile's exploration, in proportion to the budget: about what a 2-core machine
-        saturates and extracts in 40 % of it, as counts; the clock as an emergency stop. Past
-        BIG_PROGRAM compute ops the clock's share shrinks in proportion (to a fifth of the
-        budget): a whole model's rewritten programs rarely win, its builds take seconds each,
-        and the budget is better spent on the original program's schedules (a 2-layer decoder
-        on the H200 spent 5.6 of its 10 s exploring and then built one schedule)."""
-        share = 0.6 if compute_ops <= BIG_PROGRAM else max(0.2, 0.6 * BIG_PROGRAM / compute_ops)
-        return Limits(seconds=max(share * budget, 0.5),
+        saturates and extracts in 40 % of it, as counts; the clock as an emergency stop."""
+        return Limits(seconds=max(0.6 * budget, 0.5),
                       node_limit=int(min(30000, max(2000, 2000 * budget))),
                       climb_work=int(max(1000, 300 * budget)),
                       extract_work=int(max(20000, 8000 * budget)))

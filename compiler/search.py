@@ -147,8 +147,7 @@ def explore_candidates(graph: Graph, options: SearchOptions, notes: list[str], p
     """Candidates from the e-graph, or just the original program if exploration fails."""
     original = [Candidate(graph, 0.0, "original program")]
     try:
-        limits = Limits.for_budget(options.budget, graph.num_compute_ops())
-        exp = explore(graph, max_candidates=options.max_candidates, limits=limits,
+        exp = explore(graph, max_candidates=options.max_candidates, limits=Limits.for_budget(options.budget),
                       progress=progress.phase if progress is not None else None)
     except Exception as e:  # an exploration bug must not take compile() down
         notes.append(f"e-graph exploration failed ({type(e).__name__}: {e}); searching the original program")
