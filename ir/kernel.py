@@ -1,4 +1,4 @@
-"""The backend-neutral kernel IR: what `compiler.lower` produces and every code backend renders.
+"""The backend-neutral kernel IR: what `ir.lower` produces and every code backend renders.
 
 A `KernelProgram` is a list of `Kernel`s over named `Buffer`s. A kernel is a loop nest over one
 output index space (`axes`, outer to inner). Per iteration it evaluates value expressions and
@@ -378,7 +378,7 @@ class Online(Struct):
     Each term depends on the max only through one factor exp2(A) with A affine in the max with
     coefficient -scale (scale > 0), so a backend may run it as one pass over var carrying the
     state (m, sums): m' = max(m, tile_max); sums[k] = sums[k] * exp2(scale * (m - m')) + terms[k]
-    with Ref(name) read as m'. `compiler.lower` builds it from the two-level split reductions
+    with Ref(name) read as m'. `ir.lower` builds it from the two-level split reductions
     the online-softmax rules produce (row max of tile maxes, sums of per-tile sums rescaled by
     exp2(c * (m_b - m))); it is what lets them run as one kernel that never materializes tiles.
     """

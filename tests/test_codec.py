@@ -17,7 +17,7 @@ from backends.cuda.templates.gemm_simt import SIMT_CONFIGS
 from backends.llvm import LLVMBackend
 from benchmarks.workloads import WORKLOADS
 from compiler import cache, codec
-from compiler.lower import lower
+from ir.lower import lower
 from ir.dtypes import DType
 from ir.view import ShapeTracker
 

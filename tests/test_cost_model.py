@@ -12,7 +12,7 @@ from backends.cuda import CUDABackend
 from backends.llvm import LLVMBackend
 from compiler import cost_model
 from compiler.explore import explore
-from compiler.lower import lower
+from ir.lower import lower
 from ir.kernel_cost import FEATURES, program_features
 from tests.test_search import BUILDS, Cand, FakeBackend, softmax, softmax_rewritten, SPEC
 

@@ -1,4 +1,4 @@
-"""The CUDA target on a real GPU: every case of backends/cuda/cases.py (all frontend ops, odd
+"""The CUDA target on a real GPU: every case of tests/cuda_cases.py (all frontend ops, odd
 shapes, f16/bf16, the transformer block) against the reference interpreter, plus determinism
 and failures-as-data. Marked gpu: skipped where pycuda, nvcc or a device is missing."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.cuda.cases import CASES, graph_of
+from cuda_cases import CASES, graph_of
 from ir.dtypes import DType
 from ir.interpreter import evaluate
 
@@ -166,7 +166,7 @@ KERNEL_IR_CASES = ["softmax_f32", "layernorm_f16", "matmul_f16", "sum0_f32", "mo
 
 @pytest.mark.parametrize("name", KERNEL_IR_CASES)
 def test_kernel_ir_lowering_matches_reference(backend, name):
-    """The shared kernel IR (compiler/lower.py) rendered by backends/cuda/kir.py."""
+    """The shared kernel IR (ir/lower.py) rendered by backends/cuda/kir.py."""
     from backends.cuda.render import Schedule
     g = graph_of(name)
     exe = backend.build(g, Schedule(lowering="kernel_ir"))

@@ -8,7 +8,7 @@ import compiler
 from compiler import nn
 from compiler.trace import spec, trace
 from backends.cuda import CUDABackend, render
-from backends.cuda.cases import CASES, graph_of
+from cuda_cases import CASES, graph_of
 from backends.cuda.plan import plan, prepare
 from backends.cuda.resolve import resolve
 from backends.cuda.toolchain import compile_source, find_nvcc, parse_resources

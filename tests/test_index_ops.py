@@ -94,7 +94,7 @@ def test_gather_rejects_ill_formed_nodes():
 
 def test_gather_of_a_computed_value_materializes_it():
     """The gathered operand is computed by its own kernel; the gather is a load from it."""
-    from compiler.lower import lower
+    from ir.lower import lower
     from ir.kernel import Gather, walk
     graph = compiler.trace(lambda x, i: (x * 2).exp().gather(0, i), compiler.spec((5, 3)), compiler.spec((4, 3), "i32"))
     program = lower(graph)
@@ -486,7 +486,7 @@ def test_gather_at_an_unsure_index_accepts_any_value():
 def test_iota_and_gather_round_trip_through_the_cache_codec():
     """Graphs and kernel programs with iota and gather are stored by the winners' cache."""
     from compiler import codec
-    from compiler.lower import lower
+    from ir.lower import lower
     graph = compiler.trace(lambda x, i: x.exp().gather(1, i) + x.argmax(1, keepdim=True).astype("f32"),
                            compiler.spec((4, 6)), compiler.spec((4, 3), "i32"))
     back = codec.loads(codec.dumps(graph))

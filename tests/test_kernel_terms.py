@@ -6,7 +6,7 @@ import pytest
 import compiler
 from compiler import spec
 from compiler.explore import Limits, explore
-from compiler.lower import lower
+from ir.lower import lower
 from ir import node as N
 from ir.bounds import evaluate_bounded
 from ir.dtypes import DType

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 import compiler as saturn
 from compiler import nn
-from compiler.lower import lower
+from ir.lower import lower
 from ir.interpreter import evaluate
 from ir.kernel import Ref, evaluate_program
 

@@ -9,7 +9,7 @@ import pytest
 
 import compiler as saturn
 from compiler import nn
-from compiler.lower import lower
+from ir.lower import lower
 from compiler.tensor import Tensor
 from backends import get_backend
 from ir.interpreter import evaluate
@@ -83,7 +83,7 @@ def test_a_10000_op_chain_lowers_builds_and_runs():
 
 
 def test_deep_elementwise_work_is_split_into_kernels():
-    from compiler.lower import MAX_DEPTH
+    from ir.lower import MAX_DEPTH
     prog = _lower_and_check(lambda x: _chain(x, 2 * MAX_DEPTH), (16,))
     assert 1 < len(prog.kernels) <= 8
 

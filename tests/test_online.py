@@ -1,5 +1,5 @@
 """The tuple-accumulator lowering of the online-softmax rules' two-level reductions
-(compiler/online.py, ir.kernel.Online): when it applies, that it keeps the meaning, and that
+(ir/online.py, ir.kernel.Online): when it applies, that it keeps the meaning, and that
 every backend runs it like the interpreter (odd tiles, halves, NaN/inf rows)."""
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.lower import lower
-from compiler.online import affine_coefficient
+from ir.lower import lower
+from ir.online import affine_coefficient
 from compiler.trace import spec, trace
 from ir.dtypes import DType
 from ir.interpreter import evaluate

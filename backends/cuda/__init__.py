@@ -135,8 +135,8 @@ class CUDABackend:
 
     @staticmethod
     def _build_kernel_ir(graph: Graph, rt):
-        """compiler.lower's kernel IR, each kernel rendered by backends/cuda/kir.py."""
-        from compiler.lower import lower
+        """ir.lower's kernel IR, each kernel rendered by backends/cuda/kir.py."""
+        from ir.lower import lower
         from backends.cuda import toolchain
         from backends.cuda.kir import KIRExecutable, render_kir_program
         from backends.cuda.runtime import CUDAFailure

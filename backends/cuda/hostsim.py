@@ -91,8 +91,8 @@ def build(source: str, kernels: list[tuple[str, int, int, int]]):
 
 
 def run_kernel_ir(graph, args) -> list[np.ndarray]:
-    """Lower `graph` with compiler.lower, render it with the CUDA kernel-IR renderer, run it here."""
-    from compiler.lower import lower
+    """Lower `graph` with ir.lower, render it with the CUDA kernel-IR renderer, run it here."""
+    from ir.lower import lower
     from backends.cuda.kir import render_kir_program
     program = lower(graph)
     src, launches = render_kir_program(program, row_threads=0)   # no barriers here

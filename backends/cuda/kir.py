@@ -1,4 +1,4 @@
-"""Render the backend-neutral kernel IR (`ir/kernel.py`, built by `compiler.lower.lower`) to CUDA.
+"""Render the backend-neutral kernel IR (`ir/kernel.py`, built by `ir.lower.lower`) to CUDA.
 
 Every IR kernel becomes one CUDA kernel: its leading axes, up to the shallowest `Let` that sits
 inside the loop nest, are spread over threads (one thread per iteration); the remaining axes

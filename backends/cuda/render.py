@@ -51,7 +51,7 @@ class Schedule:
     tile_rank: int = 0                 # gemm="prior": which of the prior's ranked tiles (0: its best)
     stage_operands: bool = True        # copy unaligned / multi-view f16 operands once instead of gathering
     arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
-    lowering: str = "templates"        # "templates" (backends/cuda/plan.py) or "kernel_ir" (compiler/lower.py)
+    lowering: str = "templates"        # "templates" (backends/cuda/plan.py) or "kernel_ir" (ir/lower.py)
     name: str = "default"
 
     def wgmma_allowed(self) -> bool:

@@ -76,7 +76,7 @@ class LLVMBackend:
     def lower(self, graph: Graph) -> KernelProgram:
         """The kernel program of a graph (memoized: the search builds one graph under several
         schedules; nodes are hash-consed, so (inputs, outputs) identifies the program)."""
-        from compiler.lower import lower
+        from ir.lower import lower
         key = (graph.inputs, graph.outputs)
         program = self._lowered.get(key)
         if program is None:

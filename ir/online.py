@@ -12,7 +12,7 @@ twice. Since L depends on m only through one factor exp2(A) with A affine in m (
 
     m' = max(m, m_b);  L = L * exp2(c * (m - m')) + G_b * exp2(c * (m_b - m'))
 
-This module finds such Lets in a kernel built by compiler.lower and replaces them. It checks the
+This module finds such Lets in a kernel built by ir.lower and replaces them. It checks the
 structure on kernel-IR values (so it does not care which of the equivalent forms the extractor
 chose) and changes only the evaluation order: the meaning of every Let is kept (the Online's
 max is the same max; each sum is the same sum, evaluated at the final max).

@@ -30,7 +30,7 @@ from collections import defaultdict
 
 from ir.dtypes import DType
 from ir.graph import Graph
-from compiler.online import fuse_online
+from ir.online import fuse_online
 from ir.kernel import (Buffer, Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
                        Ref, Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
 from ir.interpreter import typed_fill
