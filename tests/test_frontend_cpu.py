@@ -52,12 +52,12 @@ def test_conv2d_lowers_to_a_packed_product():
     summed over C*kh*kw) that the packed-matmul renderer takes."""
     import compiler
     import compiler.functional as F
-    from backends.llvm.matmul import match
+    from backends.llvm.matmul import product_layout
     for groups in (1, 2):
         graph = compiler.trace(lambda x, w: F.conv2d(x, w, stride=2, padding=1, groups=groups),
                                compiler.spec((2, 4, 9, 9)), compiler.spec((6, 4 // groups, 3, 3)))
         program = BACKEND.lower(graph)
-        patterns = [match(k, program) for k in program.kernels]
+        patterns = [product_layout(k, program) for k in program.kernels]
         products = [p for p in patterns if p is not None]
         assert len(products) == 1, str(program)
         assert (products[0].r.extent, products[0].i.extent, products[0].j.extent) == (4 // groups * 9, 6 // groups, 25)

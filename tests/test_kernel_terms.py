@@ -72,8 +72,8 @@ def test_only_the_term_runs_as_the_cpu_product_kernel():
     term = lower(kernel_terms(_plain_product()))
     plain = lower(_plain_product())
     assert any(isinstance(x, Reduce) and x.contraction for k in term.kernels for v in k.values() for x in walk(v))
-    assert [matmul.match(k, term) is not None for k in term.kernels] == [True]
-    assert [matmul.match(k, plain) is not None for k in plain.kernels] == [False]
+    assert [matmul.product_layout(k, term) is not None for k in term.kernels] == [True]
+    assert [matmul.product_layout(k, plain) is not None for k in plain.kernels] == [False]
 
 
 def test_only_the_term_is_planned_as_a_gemm_on_cuda():

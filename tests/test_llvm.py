@@ -230,7 +230,7 @@ def test_blocked_matmul_edges(tile):
     from ir.kernel import KernelSchedule, Schedule
     s = Schedule(default=KernelSchedule(vector_width=8, tile=tile))
     exe = check(lambda a, b, c: (a @ b + c).relu(), [(13, 37), (37, 45), (45,)], schedule=s)
-    assert any(matmul.match(k, exe.program) for k in exe.program.kernels)
+    assert any(matmul.product_layout(k, exe.program) for k in exe.program.kernels)
     check(lambda a, b: a @ b.transpose(-1, -2), [(2, 9, 21), (2, 17, 21)], schedule=s)
     check(lambda a, b: a.T @ b, [(33, 5), (33, 19)], schedule=s)
 
@@ -242,7 +242,7 @@ def test_blocked_matmul_half(tile):
     from ir.kernel import KernelSchedule, Schedule
     s = Schedule(default=KernelSchedule(vector_width=8, tile=tile))
     exe = check(lambda a, b, c: (a @ b + c).gelu(), [(13, 37), (37, 45), (45,)], "f16", schedule=s)
-    assert any(matmul.match(k, exe.program) for k in exe.program.kernels)
+    assert any(matmul.product_layout(k, exe.program) for k in exe.program.kernels)
     check(lambda a, b: (a @ b).astype("f32"), [(5, 300), (300, 17)], "f16", schedule=s)
 
 

@@ -217,7 +217,7 @@ def _operands(kernel: Kernel, program: KernelProgram) -> _Operands | None:
     return _Operands(a, b, bgroups + [m_axes, [j]], sx * sy)
 
 
-def match(kernel: Kernel, program: KernelProgram) -> BlasProduct | None:
+def library_call(kernel: Kernel, program: KernelProgram) -> BlasProduct | None:
     """The library call that is the whole kernel: a product stored bare (no epilogue, no
     scale) in a buffer of its dtype; else None (split_epilogues makes such kernels)."""
     ops = _operands(kernel, program)
@@ -247,7 +247,7 @@ def split_epilogues(program: KernelProgram, schedule: Schedule) -> tuple[KernelP
         if schedule.for_kernel(k.name).library != LIBRARY or any(v.extent == 0 for v in k.axes):
             kernels.append(k)
             continue
-        call = match(k, program)
+        call = library_call(k, program)
         if call is not None:
             kernels.append(k)
             calls[k.name] = call
@@ -270,7 +270,7 @@ def split_epilogues(program: KernelProgram, schedule: Schedule) -> tuple[KernelP
                 index, stride = index + Lin(((v, stride),)), stride * v.extent
         head = Kernel(k.name, k.axes, (Let(let.name, let.depth, bare),), (Store(target, index, acc),))
         trial = KernelProgram(tuple(buffers + extra), (), program.inputs, program.outputs, program.output_shapes)
-        call = match(head, trial)
+        call = library_call(head, trial)
         if call is None:            # the output view is not strided: keep the generated kernel
             kernels.append(k)
             continue

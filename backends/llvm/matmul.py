@@ -33,7 +33,7 @@ DEFAULT_TILE = (6, 2, 256, 1024)     # MR rows, NR in vectors, KC depth, NC colu
 
 
 @dataclass(frozen=True)
-class MatmulPattern:
+class ProductLayout:
     a: Value        # the operand that does not depend on j (packed per row block)
     b: Value        # the operand that does not depend on i (packed per column panel)
     r: Var
@@ -50,7 +50,11 @@ def _plain_in(index, vs: set[Var]) -> bool:
     return True
 
 
-def match(kernel: Kernel, program: KernelProgram) -> MatmulPattern | None:
+def product_layout(kernel: Kernel, program: KernelProgram) -> ProductLayout | None:
+    """How a contraction kernel (one Let whose Reduce is a contraction term, `Reduce.contraction`)
+    lays out its product for the packed GEMM: which operand varies along the row axis i, which
+    along the column axis j, the reduced variable; None for a kernel this GEMM does not render
+    (a reduction that is no contraction term, an epilogue that reduces, a strided store)."""
     if len(kernel.axes) < 2 or len(kernel.lets) != 1 or len(kernel.stores) != 1:
         return None
     let, store = kernel.lets[0], kernel.stores[0]
@@ -79,7 +83,7 @@ def match(kernel: Kernel, program: KernelProgram) -> MatmulPattern | None:
         return None
     if not _plain_in(store.index, {i, j}):
         return None
-    return MatmulPattern(a, b, r, i, j, tuple(kernel.axes[:-2]))
+    return ProductLayout(a, b, r, i, j, tuple(kernel.axes[:-2]))
 
 
 def is_direct(kernel: Kernel, program: KernelProgram) -> bool:
@@ -118,9 +122,9 @@ def scratch_floats(kernel: Kernel, program: KernelProgram, ks: KernelSchedule) -
 
 
 class MatmulRenderer(KernelRenderer):
-    """Renders a kernel matched by `match`; signature (buffers..., scratch, start, end)."""
+    """Renders a contraction kernel laid out by `product_layout`; signature (buffers..., scratch, start, end)."""
 
-    def __init__(self, module, program, kernel, ks, pattern: MatmulPattern):
+    def __init__(self, module, program, kernel, ks, pattern: ProductLayout):
         super().__init__(module, program, kernel, ks)
         self.pat = pattern
 

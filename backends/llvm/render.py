@@ -563,7 +563,7 @@ def render_program(program: KernelProgram, schedule: Schedule,
         if any(v.extent == 0 for v in k.axes) or k.name in skip:
             continue
         ks = schedule.for_kernel(k.name)
-        pat = matmul.match(k, program)
+        pat = matmul.product_layout(k, program)
         if pat is not None:
             r = matmul.MatmulRenderer(module, program, k, ks, pat)
             r.render()
