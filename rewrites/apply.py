@@ -57,7 +57,7 @@ def _match(p, n: Node, env: dict) -> bool:
         return n.op == Op.CAST and n.dtype.value == p.args[1] and _match(p.args[0], n.srcs[0], env)
     if n.op != _MATCHES[p.op] or len(n.srcs) != sum(k == "t" for k in P.OPS[p.op]):
         return False
-    if p.op in ("sum", "max", "contract", "attend"):
+    if p.op in P.REDUCING_OPS:
         if len(n.arg) != 1 or not _match_int(p.args[-1], n.arg[0], env):
             return False
     tensors = [a for a, k in zip(p.args, P.OPS[p.op]) if k == "t"]

@@ -123,7 +123,8 @@ def _shape_rules():
     for c in (SumT, MaxT):
         rs.append(rule(eg_eq(e).to(c(x, a)), dim(x, i) == n, i != a).then(set_(dim(e, i)).to(n)))
         rs.append(rule(eg_eq(e).to(c(x, a)), dim(x, a) == n).then(set_(dim(e, a)).to(i64(1))))
-    for k in (Contract, Attend):
+    kernels = [CTOR[k] for k in P.KERNEL_OPS]     # the kernel terms: shapes and dtypes alike
+    for k in kernels:
         for src in (x, y):
             rs.append(rule(eg_eq(e).to(k(x, y, a)), dim(src, i) == n, i != a).then(set_(dim(e, i)).to(n)))
         rs.append(rule(eg_eq(e).to(k(x, y, a)), dim(x, a) == n).then(set_(dim(e, a)).to(i64(1))))
@@ -159,8 +160,8 @@ def _shape_rules():
     for c in (Expand, Split):
         rs.append(rule(eg_eq(e).to(c(x, a, t)), isfloat(x)).then(isfloat(e)))
     rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), isfloat(x)).then(isfloat(e)))
-    rs.append(rule(eg_eq(e).to(Contract(x, y, a))).then(isfloat(e)))
-    rs.append(rule(eg_eq(e).to(Attend(x, y, a))).then(isfloat(e)))
+    for k in kernels:
+        rs.append(rule(eg_eq(e).to(k(x, y, a))).then(isfloat(e)))
     # the same for f32 exactly: every op but a cast keeps its operand's dtype
     for c in (Exp2, Log2, Sin, Sqrt, Recip, Contig):
         rs.append(rule(eg_eq(e).to(c(x)), isf32(x)).then(isf32(e)))
@@ -175,8 +176,8 @@ def _shape_rules():
     for c in (Expand, Split):
         rs.append(rule(eg_eq(e).to(c(x, a, t)), isf32(x)).then(isf32(e)))
     rs.append(rule(eg_eq(e).to(Pad(x, a, p, f)), isf32(x)).then(isf32(e)))
-    rs.append(rule(eg_eq(e).to(Contract(x, y, a)), isf32(x)).then(isf32(e)))
-    rs.append(rule(eg_eq(e).to(Attend(x, y, a)), isf32(x)).then(isf32(e)))
+    for k in kernels:
+        rs.append(rule(eg_eq(e).to(k(x, y, a)), isf32(x)).then(isf32(e)))
     return rs
 
 

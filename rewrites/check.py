@@ -172,8 +172,8 @@ class _Instance:
                 raise Retry()
             source = self.rng.choice([d for d in (DType.f32, DType.f16, DType.bf16, DType.i32) if d != dtype])
             return self.walk(args[0], shape, source)
-        if op in ("sum", "max", "contract", "attend"):     # operands, then the reduced axis
-            if op in ("contract", "attend") and not dtype.is_float:
+        if op in P.REDUCING_OPS:     # operands, then the reduced axis
+            if op in P.KERNEL_OPS and not dtype.is_float:
                 raise Retry()
             a = self.int_(args[-1], "axis", r)
             if not 0 <= a < r:

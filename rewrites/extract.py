@@ -26,6 +26,7 @@ from ir import node as N
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import IRError, Node
+from rewrites import pattern as P
 from rewrites.build import build
 from rewrites.bridge import ENode, SerializedEGraph
 
@@ -54,7 +55,7 @@ def _infer(e: ENode, infos: dict, eg: SerializedEGraph) -> Info | None:
         return ch[1]
     if op == "cast":
         return shape, DType(e.strs[0])
-    if op in ("sum", "max", "contract", "attend"):
+    if op in P.REDUCING_OPS:
         if e.ints[0] >= len(s):
             return None
         s[e.ints[0]] = 1
@@ -141,7 +142,7 @@ def node_cost(e: ENode, info: Info, infos: dict, prof: Profile) -> float:
         return 1.0 + prof.view * numel
     if op == "contiguous":
         return 1.0 + prof.materialize * numel
-    if op in ("sum", "max", "contract", "attend"):     # a contraction: the sum without a separate product
+    if op in P.REDUCING_OPS:     # a contraction: the sum without a separate product
         cshape = infos[e.children[0]][0]
         cn = math.prod(cshape) or 1
         length = cshape[e.ints[0]]
@@ -179,10 +180,10 @@ def broadcast_analysis(eg: SerializedEGraph) -> dict[str, tuple[frozenset, dict]
                 op = e.op
                 if op in ("inp", "lit", "view"):
                     continue
-                if op in ("sum", "max", "contract", "attend"):
+                if op in P.REDUCING_OPS:
                     a = e.ints[0]
                     r0, b0 = kids[0]
-                    if op in ("contract", "attend"):   # the product of both operands, then the sum
+                    if op in P.KERNEL_OPS:   # the product of both operands, then the sum
                         r0, b0 = r0 | kids[1][0], {k: max(kids[0][1].get(k, 0), kids[1][1].get(k, 0))
                                                    for k in set(kids[0][1]) | set(kids[1][1])}
                     nr, nb = r0 | {a}, {k: v for k, v in b0.items() if k != a}
@@ -245,7 +246,7 @@ def choose(eg: SerializedEGraph, infos: dict, prof: Profile, spread: dict | None
             if any(c not in infos for c in e.children) or e.op in prof.without:
                 continue
             c = node_cost(e, infos[cid], infos, prof)
-            if e.op in ("sum", "max", "contract", "attend") and \
+            if e.op in P.REDUCING_OPS and \
                     max(spread[ch][1].get(e.ints[0], 1) for ch in e.children) > prof.long_axis:
                 c += prof.second_pass * (math.prod(infos[e.children[0]][0]) or 1)
             if e.op == "contract" and any(spread[ch][1].get(e.ints[0], 1) > 1 for ch in e.children):

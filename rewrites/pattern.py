@@ -119,7 +119,8 @@ OPS: dict[str, str] = {
     "contract": "tti",  # contract(x, y, a): the contraction kernel sum(x * y, a) (floats)
     "attend": "tti",    # attend(x, y, a): the online contraction sum(softmax2(x, a) * y, a) (floats)
 }
-KERNEL_OPS = ("contract", "attend")
+KERNEL_OPS = ("contract", "attend")           # two operands of one shape, one axis reduced
+REDUCING_OPS = ("sum", "max") + KERNEL_OPS     # ops whose integer argument is the axis they reduce
 UNARY_OPS = ("exp2", "log2", "sin", "sqrt", "recip")
 ELEMENTWISE_OPS = UNARY_OPS + ("cast", "add", "mul", "mod", "lt", "where", "addc", "mulc", "contiguous")
 VIEW_OPS = ("expand", "unsq", "sqz", "split", "merge", "pad")

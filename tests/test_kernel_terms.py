@@ -164,3 +164,15 @@ def test_kernel_terms_keep_existing_terms():
     a, b = N.input_(0, "a", (3, 40), DType.f32), N.input_(1, "b", (3, 40), DType.f32)
     g = Graph((a, b), (N.contract(a, b, (1,)),))
     assert kernel_terms(g).outputs == g.outputs
+
+
+def test_every_kernel_term_is_declared_in_each_table():
+    """The kernel terms are named once in the IR (`ir.ops.KERNEL`) and once in the pattern
+    language (`KERNEL_OPS`); the e-graph's constructors, the direct rule application and the
+    reducing-op lists follow from them."""
+    from ir.ops import KERNEL, REDUCING
+    from rewrites import apply, bridge, pattern as P
+    assert {o.value for o in KERNEL} == set(P.KERNEL_OPS)
+    assert {o.value for o in REDUCING} == set(P.REDUCING_OPS)
+    for k in P.KERNEL_OPS:
+        assert P.OPS[k] == "tti" and k in bridge.CTOR and apply._MATCHES[k].value == k
