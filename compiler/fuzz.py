@@ -4,10 +4,11 @@ A case is a seed: it fixes a program (1 to 6 frontend ops over one or two inputs
 math, binary ops with broadcasting, reductions, norms, softmax family, matmul, movement ops,
 casts; f32/f16/bf16/i32/bool inputs, casts also to f64/i64/i8/u8 (values of those types flow into
 the ops after the cast and into new inputs); 0-d and 0-size tensors sometimes) and its inputs (normal
-values, sometimes with NaN, +-inf, +-0 and subnormals). The reference is numpy in float64
+values, sometimes with NaN, +-inf, +-0 and subnormals); a quarter of the seeds draw an attention-like
+program instead (`attention_program`). The reference is numpy in float64
 (integers exact, wrapping to their type), written here op by op and independent of the tracer and
 the interpreter; each op's result is rounded to its dtype's range (overflow is inf there too). Saturn's output must equal it
-within the traced program's propagated error bound (`ir.bounds`). Each case runs in its own
+within the propagated error bound (`ir.bounds`) of the program as written (before kernel terms). Each case runs in its own
 subprocess with a timeout, so a crash or a hang is recorded, not suffered. A failure is
 minimized (ops dropped, shapes shrunk) and printed as a standalone reproduction.
 """
@@ -58,6 +59,11 @@ MOVE = ["transpose", "flatten", "slice", "unsqueeze", "expand"]
 
 
 def random_program(seed: int) -> Program:
+    # a quarter of the seeds draw an attention-like program, from a stream of their own so that
+    # the other seeds draw the same programs as before
+    pick = np.random.default_rng([seed, 7])
+    if pick.random() < ATTENTION_SHARE:
+        return attention_program(seed, pick)
     rng = np.random.default_rng(seed)
     dtype = str(rng.choice(["f32"] * 5 + ["f16", "bf16", "i32", "bool"]))
     rank = int(rng.choice([0, 1, 2, 2, 3, 4]))
@@ -73,6 +79,59 @@ def random_program(seed: int) -> Program:
         cur_shape, cur_dtype = _shape_after(step, cur_shape, cur_dtype, inputs)
     if not steps:
         steps.append(("cast", {"to": "f32"}))
+    return Program(inputs, steps, special=bool(rng.random() < 0.3), seed=seed)
+
+
+ATTENTION_SHARE = 0.25
+ODD = [1, 2, 3, 5, 7, 8, 13, 16, 17, 31, 33]
+
+
+def attention_program(seed: int, rng) -> Program:
+    """`softmax(q @ k.T * c [masked]) @ v` (a softmax followed by a product, the shape of the
+    online contraction `attend`): batch and head axes that broadcast, grouped key/value heads
+    (GQA: each key head repeated for `groups` query heads), keys stored transposed or not,
+    -inf masks (selected or added; whole masked rows happen), halves, and a few ordinary steps
+    after it."""
+    dtype = str(rng.choice(["f32", "f32", "f16", "bf16"]))
+    sq, sk, d, dv = (int(rng.choice(ODD)) for _ in range(4))
+    batch = [int(rng.choice([1, 2, 3])) for _ in range(int(rng.integers(0, 3)))]
+    groups = int(rng.choice([2, 3])) if len(batch) == 2 and rng.random() < 0.4 else 1
+    if groups > 1:
+        batch[1] = batch[1] * groups                     # query heads; the keys hold batch[1] / groups
+    kv = list(batch)
+    if groups > 1:
+        kv[1] //= groups
+    elif kv and rng.random() < 0.4:                        # keys broadcast along a batch or head axis
+        if rng.random() < 0.5:
+            kv = kv[1:]
+        else:
+            kv[int(rng.integers(0, len(kv)))] = 1
+    transpose = bool(rng.random() < 0.7)                   # q @ k.transpose(-1, -2), else keys stored (d, sk)
+    inputs = [(tuple(batch) + (sq, d), dtype), (tuple(kv) + ((sk, d) if transpose else (d, sk)), dtype),
+              (tuple(kv) + (sk, dv), dtype)]
+    steps = [("bmm", {"input": 1, "transpose": transpose, "groups": groups})]
+    scale = float(rng.choice([1 / np.sqrt(d), 0.125, 1.0, 2.0, -0.5]))
+    mask = None
+    if rng.random() < 0.5:
+        mshape = [(sq, sk), (1, sk), (sq, 1), tuple(batch) + (sq, sk)][int(rng.integers(0, 4))]
+        inputs.append((tuple(mshape), "bool"))
+        mask = ("mask", {"input": len(inputs) - 1, "additive": bool(rng.random() < 0.5)})
+    if mask and scale > 0 and rng.random() < 0.3:           # masked, then scaled
+        steps += [mask, ("scale", {"c": scale})]
+    else:
+        steps += [("scale", {"c": scale})] + ([mask] if mask else [])
+    steps.append(("norm", {"op": "softmax", "axis": -1}))
+    if dtype == "f32" and rng.random() < 0.2:              # the probabilities rounded to a half
+        half = str(rng.choice(["f16", "bf16"]))
+        steps.append(("cast", {"to": half}))
+        inputs[2] = (inputs[2][0], half)
+    steps.append(("bmm", {"input": 2, "transpose": False, "groups": groups}))
+    shape, dt = tuple(batch) + (sq, dv), inputs[2][1]
+    for _ in range(int(rng.choice([0, 0, 1, 2]))):
+        step = _random_step(rng, shape, dt, inputs)
+        if step is not None:
+            steps.append(step)
+            shape, dt = _shape_after(step, shape, dt, inputs)
     return Program(inputs, steps, special=bool(rng.random() < 0.3), seed=seed)
 
 
@@ -127,6 +186,12 @@ def _shape_after(step, shape, dtype, inputs):
         return out, _float_of(dtype) if p["op"] not in ("sum", "max", "min") else _sum_dtype(dtype, p["op"])
     if kind == "matmul":
         return (shape[0], inputs[p["input"]][0][1]), dtype if dtype != "bool" else "bool"
+    if kind == "bmm":
+        o = inputs[p["input"]][0]
+        batch = np.broadcast_shapes(shape[:-2], o[:-2])
+        return tuple(batch) + (shape[-2], o[-2] if p["transpose"] else o[-1]), _promote(dtype, inputs[p["input"]][1])
+    if kind in ("scale", "mask"):
+        return shape, dtype
     if kind == "cast":
         return shape, p["to"]
     if kind == "move":
@@ -146,6 +211,13 @@ def _shape_after(step, shape, dtype, inputs):
     if kind in ("unary", "norm"):
         return shape, _float_of(dtype)
     return shape, dtype if p["op"] not in ("div",) else _float_of(dtype)
+
+
+def _promote(a, b):
+    """The result type of two float operands (as `ir.dtypes.promote`: f16 with bf16 is f32)."""
+    if a == b:
+        return a
+    return "f32" if {a, b} == {"f16", "bf16"} else max(a, b, key=("f16", "bf16", "f32", "f64").index)
 
 
 def _float_of(dtype):
@@ -199,6 +271,20 @@ def _saturn_step(t, kind, p, xs):
         return getattr(t, op)(-1)
     if kind == "matmul":
         return t @ xs[p["input"]]
+    if kind == "bmm":
+        o, g = xs[p["input"]], p["groups"]
+        if g > 1:                                   # each key head repeated for g query heads
+            s = o.shape
+            o = o.reshape(s[:-2] + (1,) + s[-2:]).expand(s[:-2] + (g,) + s[-2:])
+            o = o.reshape(s[:-3] + (s[-3] * g,) + s[-2:])
+        return t @ (o.transpose(-1, -2) if p["transpose"] else o)
+    if kind == "scale":
+        return t * p["c"]
+    if kind == "mask":
+        m = xs[p["input"]]
+        if p["additive"]:
+            return t + m.where(0.0, float("-inf")).astype(t.dtype)
+        return m.where(t, float("-inf"))
     if kind == "cast":
         return t.astype(p["to"])
     op = p["op"]
@@ -323,6 +409,15 @@ def _np_step(t, dt, kind, p, xs, prog):
         if dt in INTS:
             return _wrap(t.astype(np.int64) @ o.astype(np.int64), dt), dt
         return t @ o, dt
+    if kind == "bmm":
+        o = xs[p["input"]]
+        o = np.repeat(o, p["groups"], axis=-3) if p["groups"] > 1 else o
+        return t @ (np.swapaxes(o, -1, -2) if p["transpose"] else o), _promote(dt, prog.inputs[p["input"]][1])
+    if kind == "scale":
+        return t * p["c"], dt
+    if kind == "mask":
+        m = xs[p["input"]].astype(bool)
+        return (t + np.where(m, 0.0, -np.inf) if p["additive"] else np.where(m, t, -np.inf)), dt
     if kind == "cast":
         to = p["to"]
         if to == "bool":
@@ -363,6 +458,7 @@ def check(prog: Program, target: str, budget: float) -> dict:
     """Compile and run `prog` on `target` in this process; {'status': 'ok'|'mismatch'|'error'|'invalid', ...}."""
     import compiler as saturn
     from compiler.errors import SaturnError
+    from compiler.trace import trace_primitives
     from ir.bounds import allowed, evaluate_bounded
     args = inputs_for(prog)
     specs = [saturn.spec(s, d) for s, d in prog.inputs]
@@ -383,11 +479,12 @@ def check(prog: Program, target: str, budget: float) -> dict:
     except Exception as e:  # noqa: BLE001  (any exception is a finding)
         return {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]}
     out_dt = graph.outputs[0].dtype
+    written = trace_primitives(fn, *specs)      # the bound of the program as written, not as Saturn rewrote it
     if got.shape != np.shape(want):
         return {"status": "mismatch", "reason": f"shape {got.shape}, reference {np.shape(want)}"}
     if out_dt.value != want_dt:
         return {"status": "mismatch", "reason": f"dtype {out_dt.value}, reference {want_dt}"}
-    b = evaluate_bounded(graph, args)[0]
+    b = evaluate_bounded(written, args)[0]
     with np.errstate(all="ignore"):
         tol = allowed(np.asarray(want, np.float64), b.bound, out_dt)
         g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)

@@ -55,6 +55,14 @@ def as_spec(x) -> Spec:
 
 def trace(fn, *specs) -> Graph:
     """Call `fn` on lazy Tensors described by `specs` and return the program it builds."""
+    # the primitive program with its kernel terms (sums of products as contractions): the
+    # program every later stage starts from (rewrites/kernels.py)
+    return kernel_terms(trace_primitives(fn, *specs))
+
+
+def trace_primitives(fn, *specs) -> Graph:
+    """The program `fn` builds as written, in primitive ops only (no kernel terms): its error
+    bound is that of the user's roundings (a half-rounded softmax before a product, say)."""
     specs = [as_spec(s) for s in specs]
     names = getattr(fn, "__code__", None)
     argnames = names.co_varnames[:names.co_argcount] if names else ()
@@ -67,6 +75,4 @@ def trace(fn, *specs) -> Graph:
     for o in outs:
         if not isinstance(o, Tensor):
             raise ShapeError(f"the traced function must return Tensors, got {type(o).__name__}", "trace")
-    # the primitive program with its kernel terms (sums of products as contractions): the
-    # program every later stage starts from (rewrites/kernels.py)
-    return kernel_terms(Graph(tuple(inputs), tuple(o.node for o in outs)))
+    return Graph(tuple(inputs), tuple(o.node for o in outs))
