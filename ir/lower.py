@@ -118,9 +118,26 @@ class _KernelBuilder:
             used_by_last = {x.name for x in walk(last) if isinstance(x, Ref)} if last is not None else set()
             self.needs |= {self.origin[l.value] for l in products[:-1]
                            if self.origin[l.value] is not self.root and l.name not in used_by_last}
+        before = {l.name: l for l in self.lets}
         self.lets, tiles, runs = fuse_online(self.lets, self.axes)
         for run, name in runs.items():        # a separate running max has its max's variables
             self.let_vars[run] = self.let_vars[name]
+        # an online loop whose tile is itself a product that the kernel computes again outside
+        # the loop (a one-pass softmax of q @ k^T with the scale moved into an operand: the
+        # store recomputes exp(s - m)) would compute every dot product twice with no product
+        # kernel: the product gets its own kernel. (Computed only inside the loop, as in the
+        # deferred-normalization form, it stays there: scores never reach memory.)
+        tracked = {runs.get(l.name, l.name) for l in self.lets if isinstance(l, Online)}   # their maxes
+        outside = [store.value] + [l.value for l in self.lets if not isinstance(l, Online) and l.name not in tracked]
+        again = {self.origin[x] for v in outside for x in walk(v)
+                 if isinstance(x, Reduce) and x.contraction and x in self.origin}
+        for l in self.lets:
+            if isinstance(l, Online):
+                body = before[runs.get(l.name, l.name)].value.body
+                node = self.origin.get(body) if isinstance(body, Reduce) and body.contraction else None
+                if node is not None and node is not self.root and node in again \
+                        and math.prod(v.extent for v in body.vars) >= PRODUCT_MIN_EXTENT:
+                    self.needs.add(node)
         self.online_tiles = {self.origin[t] for t in tiles if t in self.origin}
         return Kernel(self.name, self.axes, tuple(self.lets), (store,))
 

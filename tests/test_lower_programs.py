@@ -135,3 +135,17 @@ def test_decoders_compile_through_the_search(layers, tmp_path):
     f = saturn.compile(fn, *specs, target="cpu", budget=5, quiet=True, cache=str(tmp_path))
     want = reference(*[a.astype(np.float64) for a in xs])
     np.testing.assert_allclose(f(*xs), want, rtol=2e-4, atol=2e-4 * np.abs(want).max())
+
+
+def test_a_product_that_is_an_online_tile_and_is_needed_again_gets_its_own_kernel():
+    """softmax(q @ k^T): the one-pass softmax's loop takes the product as its tile and the store
+    recomputes exp(s - m), so inlined every dot product would run twice with no product kernel
+    (a candidate with the scale moved into an operand ran 5x slower for it). The product gets
+    its own kernel; the deferred-normalization form, whose loop alone reads the scores, keeps
+    them inline (tests/test_online.py)."""
+    g = saturn.trace(lambda q, k: (q @ k.transpose(-1, -2)).softmax(-1), saturn.spec((4, 64, 32)),
+                     saturn.spec((4, 64, 32)))
+    prog = lower(g)
+    assert [k.name.split("_", 1)[1] for k in prog.kernels] == ["contract", "mul"]
+    args = _inputs([saturn.spec((4, 64, 32))] * 2)
+    np.testing.assert_allclose(evaluate_program(prog, args)[0], evaluate(g, args)[0], rtol=1e-5, atol=1e-6)
