@@ -18,7 +18,8 @@ from compiler.errors import DTypeError, OptionError, ShapeError, TargetError
 from compiler.progress import Progress
 from compiler.search import SearchOptions, SearchResult, ShapeVariant, same_interface, describe_schedule, search
 from compiler.verify import odd_specs, odd_variant_graph
-from compiler.trace import Spec, as_spec, trace
+from compiler.trace import Spec, as_spec, trace, trace_primitives
+from rewrites.apply import kernel_terms
 from ir.graph import Graph
 
 # seconds of search for a program compiled for the first time; nvcc costs ~1 s per candidate
@@ -195,7 +196,8 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
         raise OptionError("cluster needs isolated workers; drop isolate=False", "compile")
     specs = [as_spec(s) for s in specs]
     arguments.check_function(fn, specs)
-    graph = trace(fn, *specs)
+    written = trace_primitives(fn, *specs)      # the program as written: the reference's error bound
+    graph = kernel_terms(written)
     try:
         be = backend if backend is not None else get_backend(target)
     except BackendUnavailable as e:
@@ -233,7 +235,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
                     device=device, candidates=candidates, options=opts,
                     progress=Progress(f"{name} for {target}", quiet=quiet),
-                    variant=variant)
+                    variant=variant, written=written)
     if opts.odd_shapes and variant is None:
         result.notes.append("odd shapes not checked: the function does not trace at other shapes "
                             f"(tried {', '.join(str(list(s.shape)) for s in odd_specs(specs))} and smaller)")

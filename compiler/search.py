@@ -402,13 +402,17 @@ class _Runner:
 
 def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str = "",
            candidates=None, options: SearchOptions | None = None, progress: Progress | None = None,
-           variant: ShapeVariant | None = None) -> SearchResult:
+           variant: ShapeVariant | None = None, written: Graph | None = None) -> SearchResult:
     """Search candidates of `graph` on `backend`; return the verified fastest, built here.
 
     `candidates` (objects with .graph, .cost, .description) replace the e-graph's;
     `backend_spec` is what workers use to get the backend (the target name, or a picklable
     backend object); it defaults to `target`. `variant`: the program at odd shapes; every
-    candidate that has a counterpart there is verified at those shapes too.
+    candidate that has a counterpart there is verified at those shapes too. `written`: the
+    program as the user wrote it (`graph` before its kernel terms, same inputs and outputs):
+    the reference whose float64 value and error bound every candidate must meet (a kernel term
+    skips roundings the user's program makes, e.g. of a half-typed softmax, so its own bound is
+    tighter than the user's); default `graph`.
     """
     options = options or SearchOptions()
     backend_spec = target if backend_spec is None else backend_spec
@@ -429,8 +433,9 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
             from compiler.cluster.runner import ClusterRunner
             runner = ClusterRunner(options, backend, backend_spec, result)
         try:
+            reference = written if written is not None and same_interface(graph, written) is None else graph
             return _search(graph, backend, target, backend_spec, candidates, options, progress, variant,
-                           result, runner, t_start, deadline, main_key, odd_key)
+                           result, runner, t_start, deadline, main_key, odd_key, reference)
         except BaseException:
             if progress.shown:  # end the progress line: the error must not start in the middle of it
                 progress.close()
@@ -440,7 +445,7 @@ def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str
 
 
 def _search(graph, backend, target, backend_spec, candidates, options, progress, variant, result, runner,
-            t_start, deadline, main_key, odd_key) -> SearchResult:
+            t_start, deadline, main_key, odd_key, reference: Graph) -> SearchResult:
     notes = result.notes
     progress.phase("saturating")
     explored = candidates is None
@@ -472,10 +477,10 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
         runner.add_data(odd_key, odd_inputs, [verify.reference(variant.graph, s) for s in odd_inputs], out_dtypes)
-    bounded = verify.reference_work(graph) <= options.reference_limit
+    bounded = verify.reference_work(reference) <= options.reference_limit
     input_sets = verify.verification_inputs(graph, options.seed, bounded)
     if bounded:
-        expected = [verify.reference(graph, s) for s in input_sets]
+        expected = [verify.reference(reference, s) for s in input_sets]
     else:
         expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
     runner.add_data(main_key, input_sets, expected, out_dtypes)

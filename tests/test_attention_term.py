@@ -198,3 +198,29 @@ def test_cuda_f32_term_runs_as_its_definition(cuda):
     assert [l.kind.split("_")[0] for l in exe.launches] == ["gemm", "row", "gemm"], exe.explain()
     q, k, v = _qkv(shape, "f32", seed=4, offset=30.0)
     assert_close(exe(q, k, v)[0], _np_attention(q, k, v), "f32", scale=4.0, graph=g, args=[q, k, v])
+
+
+def test_candidates_are_verified_against_the_program_as_written(monkeypatch):
+    """A bf16 softmax rounded before its product: the term skips that rounding, so its error
+    bound is tighter than the user's program's. compile() hands the search the program as
+    written (no kernel terms) as the reference, whose bound is the one every candidate meets."""
+    from compiler import api, verify
+    from compiler.trace import trace_primitives
+    specs = [spec((1, 2, 33, 16), "bf16")] * 3
+    written = trace_primitives(nn.attention, *specs)
+    traced = compiler.trace(nn.attention, *specs)
+    assert "attend" not in written.op_counts() and written.inputs == traced.inputs
+    args = verify.verification_inputs(traced, 0)[0]
+    tight, loose = verify.reference(traced, args)[0], verify.reference(written, args)[0]
+    assert np.all(loose[1] >= tight[1] * (1 - 1e-9)) and np.any(loose[1] > tight[1])
+    seen = {}
+    real = api.search
+
+    def spy(graph, *a, **kw):
+        seen["written"] = kw.get("written")
+        return real(graph, *a, **kw)
+    monkeypatch.setattr(api, "search", spy)
+    f = compiler.compile(nn.attention, *specs, target="cpu", budget=1, cache=False)
+    assert seen["written"] is not None and "attend" not in seen["written"].op_counts()
+    q, k, v = _qkv((1, 2, 33, 16), "bf16", seed=9)
+    assert_close(f(q, k, v), _np_attention(q, k, v), "bf16", scale=4.0)
