@@ -38,7 +38,9 @@ def bench_runs() -> list[tuple[Path, dict]]:
 
 
 def newest(target: str) -> tuple[Path, dict] | None:
-    runs = [(p, d) for p, d in bench_runs() if d.get("target") == target]
+    """The newest run of the workload suite on `target` (a `--module` run times one user file:
+    not the table a reader expects)."""
+    runs = [(p, d) for p, d in bench_runs() if d.get("target") == target and d.get("suite", "full") != "module"]
     return max(runs, key=lambda pd: (pd[1].get("date", ""), pd[0].name)) if runs else None
 
 

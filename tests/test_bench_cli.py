@@ -199,11 +199,13 @@ def test_readme_section_shows_newest_results_with_links(tmp_path, monkeypatch):
     data["date"] = "2099-01-01 00:00 UTC"
     (results / "new.json").write_text(json.dumps(data))
     (results / "other-tool.json").write_text(json.dumps({"results": [{"workload": "x"}]}))  # ignored
+    module_run = dict(data, date="2099-02-01 00:00 UTC", suite="module")    # one user file: not the table
+    (results / "module.json").write_text(json.dumps(module_run))
     monkeypatch.setattr(readme, "ROOT", tmp_path)
     monkeypatch.setattr(readme, "RESULTS", results)
     text = readme.section()
     assert "](benchmarks/results/new.json)" in text and "old.json" not in text
-    assert "softmax f32 4x37" in text and "other-tool" not in text
+    assert "softmax f32 4x37" in text and "other-tool" not in text and "module.json" not in text
 
 
 def test_other_load_is_measured_on_linux():
