@@ -55,3 +55,15 @@ def module_cache_dir(tmp_path_factory):
     mp.setenv("SATURN_CACHE_DIR", str(tmp_path_factory.mktemp("saturn-cache")))
     yield
     mp.undo()
+
+
+@pytest.fixture(scope="session")
+def cuda_backend():
+    """The CUDA backend, or the test skipped with the reason it is unavailable (no pycuda,
+    nvcc or device)."""
+    from backends.cuda import CUDABackend
+    be = CUDABackend()
+    reason = be.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    return be

@@ -150,13 +150,8 @@ def test_attend_rejects_ill_formed_operands():
 # --- on the GPU: the term as one flash kernel ---------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cuda():
-    from backends.cuda import CUDABackend
-    be = CUDABackend()
-    reason = be.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return be
+def cuda(cuda_backend):
+    return cuda_backend
 
 
 @pytest.mark.gpu

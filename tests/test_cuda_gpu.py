@@ -14,14 +14,9 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
-def backend():
-    from backends.cuda import CUDABackend
-    be = CUDABackend()
-    reason = be.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    precompile(be)
-    return be
+def backend(cuda_backend):
+    precompile(cuda_backend)
+    return cuda_backend
 
 
 def precompile(be) -> None:

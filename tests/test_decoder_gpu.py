@@ -24,13 +24,8 @@ GPT2 = [(1, 1, 128, 256, 4, 1024), (2, 2, 90, 192, 3, 770), (2, 1, 1000, 1152, 1
 
 
 @pytest.fixture(scope="module")
-def backend():
-    from backends.cuda import CUDABackend
-    be = CUDABackend()
-    reason = be.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    return be
+def backend(cuda_backend):
+    return cuda_backend
 
 
 def llama_case(L, b, s, d, h, kv, f):
