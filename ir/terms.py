@@ -70,15 +70,16 @@ def attend_primitives(a: Node, b: Node, axis: int) -> Node:
     return out if out.dtype == a.dtype else N.cast(out, a.dtype)
 
 
-def expand_terms(graph: Graph, ops=frozenset({Op.ATTEND})) -> Graph:
-    """`graph` with every kernel term whose op is in `ops` written as its primitive definition
-    (iterative, any depth; inputs and output order kept)."""
-    if not any(n.op in ops for n in graph.nodes):
+def expand_terms(graph: Graph, which=None) -> Graph:
+    """`graph` with its online-contraction terms (those `which(node)` picks; default all)
+    written as their primitive definition (iterative, any depth; inputs and output order kept)."""
+    chosen = {n for n in graph.nodes if n.op == Op.ATTEND and (which is None or which(n))}
+    if not chosen:
         return graph
     new: dict[Node, Node] = {}
     for n in toposort(graph.outputs):
         srcs = tuple(new[s] for s in n.srcs)
-        if n.op == Op.ATTEND and Op.ATTEND in ops:
+        if n in chosen:
             new[n] = attend_primitives(srcs[0], srcs[1], n.arg[0])
         else:
             new[n] = n if srcs == n.srcs else Node(n.op, n.dtype, n.shape, srcs, n.arg)

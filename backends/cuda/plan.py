@@ -320,21 +320,14 @@ def prepare(graph: Graph) -> tuple[Graph, frozenset]:
     """The graph the plan runs and the products it runs as GEMMs: contraction terms expanded
     (`expand_contractions`), and each online-contraction term the flash kernel cannot take
     written as its primitive definition (ir.terms). The executable's launches name its nodes."""
-    from ir.terms import attend_primitives
+    from ir.terms import expand_terms
     graph, products = expand_contractions(graph)
     while True:          # (a term's definition holds a contraction term: expanded on the next round)
         consumers, outputs = _consumers(graph), set(graph.outputs)
         bad = [n for n in graph.nodes if n.op == Op.ATTEND and _flash_step(n, products, consumers, outputs) is None]
         if not bad:
             return graph, products
-        new: dict[Node, Node] = {}
-        for n in graph.nodes:
-            srcs = tuple(new[s] for s in n.srcs)
-            if n is bad[0]:
-                new[n] = attend_primitives(srcs[0], srcs[1], n.arg[0])
-            else:
-                new[n] = n if srcs == n.srcs else Node(n.op, n.dtype, n.shape, srcs, n.arg)
-        graph, more = expand_contractions(Graph(graph.inputs, tuple(new[o] for o in graph.outputs)))
+        graph, more = expand_contractions(expand_terms(graph, lambda n: n is bad[0]))
         products = products | more
 
 
