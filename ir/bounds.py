@@ -55,19 +55,23 @@ def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray]) -> list[Bounded
     for n, a in env.items():
         a = np.asarray(a, dtype=n.dtype.np).reshape(n.shape)
         vals[n] = Bounded(a.astype(F64) if n.dtype.is_float else a, EXACT)
+    with np.errstate(all="ignore"):
+        _evaluate(outputs, vals, finals)
+        outs = [_materialize(vals[o], o) for o in outputs]
+    return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64)) for b, o in zip(outs, outputs)]
+
+
+def _evaluate(outputs, vals: dict[Node, Bounded], finals) -> None:
+    """Fill `vals` (which holds every INPUT leaf) for the nodes below `outputs`."""
     for n in toposort(outputs):
         if n not in vals:
             if n.op == Op.INPUT:
                 raise KeyError(f"no value given for input {n.arg}")
-            with np.errstate(all="ignore"):
-                srcs = [vals[s] for s in n.srcs]
-                if n.op not in (Op.SUM, Op.CONTIGUOUS) and not (n.op == Op.VIEW and _unmasked(n)):
-                    srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
-                b = _step(n, srcs, n in finals)
-                vals[n] = Bounded(np.asarray(b.value), b.bound)   # numpy returns 0-d results as scalars
-    with np.errstate(all="ignore"):
-        outs = [_materialize(vals[o], o) for o in outputs]
-    return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64)) for b, o in zip(outs, outputs)]
+            srcs = [vals[s] for s in n.srcs]
+            if n.op not in (Op.SUM, Op.CONTIGUOUS) and not (n.op == Op.VIEW and _unmasked(n)):
+                srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
+            b = _step(n, srcs, n in finals)
+            vals[n] = Bounded(np.asarray(b.value), b.bound)   # numpy returns 0-d results as scalars
 
 
 def _attend(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
@@ -75,13 +79,7 @@ def _attend(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     a, b = (Node(Op.INPUT, s.dtype, s.shape, (), (-1 - i, "attend")) for i, s in enumerate(n.srcs))
     out = attend_primitives(a, b, n.arg[0])
     vals = {a: srcs[0], b: srcs[1]}
-    for m in toposort([out]):
-        if m not in vals:
-            ins = [vals[s] for s in m.srcs]
-            if m.op not in (Op.SUM, Op.CONTIGUOUS) and not (m.op == Op.VIEW and _unmasked(m)):
-                ins = [_materialize(v, s) for v, s in zip(ins, m.srcs)]
-            vals[m] = _step(m, ins, final and m is out)
-            vals[m] = Bounded(np.asarray(vals[m].value), vals[m].bound)
+    _evaluate([out], vals, {out} if final else set())
     return vals[out]
 
 
