@@ -107,7 +107,9 @@ def chosen_info(fn) -> dict:
     chosen = getattr(fn, "chosen", None)
     if chosen is not None:
         counts = chosen.op_counts()
-        out["kernel_terms"] = {op: counts[op] for op in ("contract", "attend") if op in counts}
+        from ir.ops import KERNEL
+        out["kernel_terms"] = {op.value: counts[op.value] for op in sorted(KERNEL, key=lambda o: o.value)
+                               if op.value in counts}
     launches = getattr(getattr(fn, "executable", None), "launches", None)
     if launches:
         out["kernels"] = [_kernel_kind(l) for l in launches]
