@@ -54,7 +54,7 @@ def time_tiles(be, out_dir):
     arch = gpu_suite.be_arch()
     rng = np.random.default_rng(0)
     rows = []
-    mn = os.environ.get("SATURN_CUDA_WGMMA_MN") == "1"
+    mn = render.wgmma_mn_allowed()
     for m, n, k in PRODUCT_SHAPES:
         g = compiler.trace(lambda a, b: a @ b, spec((m, k), "f16"), spec((k, n), "f16"))
         a = rng.standard_normal((m, k)).astype(np.float16)
@@ -180,9 +180,7 @@ def main(argv=None):
             f.write(p.stdout + p.stderr)
     if checks["wgmma_probe_k"] != "passed":
         os.environ["SATURN_CUDA_NO_WGMMA"] = "1"
-    if checks["wgmma_probe_mn1"] == "passed":
-        os.environ["SATURN_CUDA_WGMMA_MN"] = "1"
-    else:
+    if checks["wgmma_probe_mn1"] != "passed":
         os.environ["SATURN_CUDA_NO_WGMMA_MN"] = "1"
     log("probes:", checks)
     if args.tests:

@@ -300,10 +300,7 @@ def main(argv=None):
         f.write("\n".join(probe_log))
     if checks["wgmma_probe_k"] != "passed":
         os.environ["SATURN_CUDA_NO_WGMMA"] = "1"
-    mn_ok = [k for k in ("mn1",) if checks[f"wgmma_probe_{k}"] == "passed"]
-    if mn_ok:
-        os.environ["SATURN_CUDA_WGMMA_MN"] = mn_ok[0][-1]
-    else:
+    if checks["wgmma_probe_mn1"] != "passed":
         os.environ["SATURN_CUDA_NO_WGMMA_MN"] = "1"
     # 2. the GPU test suite, in its own process
     if args.tests:

@@ -225,6 +225,21 @@ class _Runner:
                 except WorkerFailure:
                     pass  # replaced when first used
 
+    def prebuild(self, graph: Graph, schedules, backend_spec) -> None:
+        """Start compiling `graph` under its first two schedules (those the first verification
+        round takes), one per worker, while the e-graph is explored; each answer is read
+        before that worker's next request. What they compile
+        lands in the backend's disk cache, so the reference run and the verifications after
+        exploration load it instead of compiling (a 2-layer decoder's nvcc build takes seconds;
+        without this its search at budget 10 built one schedule)."""
+        if self.pool is None:
+            return
+        for i, schedule in enumerate(schedules[:min(2, self.size)]):
+            try:
+                self.pool.get(i).post(("build", Trial(-10 - i, backend_spec, graph, schedule, "")))
+            except WorkerFailure:
+                pass   # replaced when first used
+
     def add_data(self, key: str, input_sets, expected_sets, out_dtypes) -> None:
         """Data every worker loads before its next request (big arrays go through files)."""
         if self.pool is not None and self.tmpdir is None:
@@ -449,6 +464,11 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     notes = result.notes
     progress.phase("saturating")
     explored = candidates is None
+    bounded = verify.reference_work(reference) <= options.reference_limit
+    if explored and not bounded:
+        # too big for the interpreter: its reference is the original program built and run
+        # first, alone; compile it (and its next schedules) while the e-graph is explored
+        runner.prebuild(graph, _schedules(backend, graph, options.max_schedules, []), backend_spec)
     if explored:
         candidates, result.phases, result.exploration_text = explore_candidates(graph, options, notes, progress)
     t_explore = time.perf_counter()
@@ -477,7 +497,6 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
         runner.add_data(odd_key, odd_inputs, [verify.reference(variant.graph, s) for s in odd_inputs], out_dtypes)
-    bounded = verify.reference_work(reference) <= options.reference_limit
     input_sets = verify.verification_inputs(graph, options.seed, bounded)
     if bounded:
         expected = [verify.reference(reference, s) for s in input_sets]

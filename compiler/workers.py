@@ -14,7 +14,8 @@ killed and replaced instead of reused. Workers ignore SIGINT: Ctrl-C interrupts 
 process, which decides which workers to keep.
 
 Requests: ("data", key, input_sets, expected_sets, out_dtypes) stores inputs once;
-("verify", trial) builds and checks a candidate; ("verify_variant", trial) checks it at odd
+("verify", trial) builds and checks a candidate; ("build", trial) only compiles one (warming
+the backend's disk cache); ("verify_variant", trial) checks it at odd
 shapes; ("time", trial, warmup, repeat) times one; ("identity", backend) names the device this
 worker times on (compiler.cluster.devices).
 
@@ -133,6 +134,14 @@ def handle(state: _WorkerState, request):
         if not res.ok:
             state.exes.pop(trial.id, None)
         return res
+    if kind == "build":  # compile a candidate ahead of time: what it compiles lands in the disk caches
+        trial = request[1]
+        t0 = time.perf_counter()
+        try:
+            state.backend(trial.backend).build(trial.graph, trial.schedule)   # (not kept: nothing runs it)
+        except Exception as e:   # its verification will say why it fails
+            return ("failed", f"{type(e).__name__}: {_first_line(e)}")
+        return ("built", time.perf_counter() - t0)
     if kind == "prepare":  # load the backend ahead of the first candidate
         state.backend(request[1])
         return ("ok",)

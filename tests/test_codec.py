@@ -45,7 +45,6 @@ def test_every_workload_graph_and_schedule_round_trips(name, family, suite, monk
         schedules = LLVMBackend().schedules(g)
     else:
         monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: True))
-        monkeypatch.setenv("SATURN_CUDA_WGMMA_MN", "1")
         schedules = CUDABackend().schedules(g) + [CudaSchedule(simt=c, arch="sm_90") for c in SIMT_CONFIGS]
     assert schedules and _round_trip(schedules) == schedules
     assert [type(s) for s in _round_trip(schedules)] == [type(s) for s in schedules]

@@ -293,3 +293,13 @@ def test_a_program_with_products_and_attention_tries_prior_tiles_with_attention_
     names = [s.name for s in CUDABackend().schedules(compiler.trace(lambda a, b: a @ b, spec((64, 64), "f16"),
                                                                      spec((64, 64), "f16")))]
     assert not any(n.startswith("prior+attn") for n in names)
+
+
+def test_nvcc_splits_compilation_only_where_it_can():
+    """-split-compile (all cores) from nvcc 11.8 on; older ones would reject the flag."""
+    from backends.cuda import toolchain
+    for line, want in [("Build cuda_13.0.r13.0/compiler.36260728_0", True), ("Cuda compilation tools, release 11.8, V11.8.89", True),
+                       ("Cuda compilation tools, release 11.7, V11.7.64", False), ("unknown", False)]:
+        toolchain._VERSION["/fake/nvcc"] = line
+        assert toolchain._splits("/fake/nvcc") is want, line
+    del toolchain._VERSION["/fake/nvcc"]

@@ -75,8 +75,9 @@ class FakeBackend:
     """A backend whose schedules are the names above; 'ok' is the only honest one."""
     name = "fake"
 
-    def __init__(self, plan=("ok",)):
+    def __init__(self, plan=("ok",), build_log=None):
         self.plan = tuple(plan)
+        self.build_log = build_log    # a file each build (in any process) appends its schedule to
 
     def unavailable_reason(self):
         return None
@@ -86,6 +87,9 @@ class FakeBackend:
 
     def build(self, graph, schedule=None):
         BUILDS.append((graph.structural_hash(), schedule))
+        if self.build_log is not None:
+            with open(self.build_log, "a") as f:
+                f.write(f"{schedule}\n")
         if schedule == "build_error":
             raise RuntimeError("planted compile error")
         return FakeExecutable(graph, schedule)
@@ -325,3 +329,28 @@ def test_every_rewritten_program_is_verified_before_the_originals_other_schedule
         if h in names and (names[h], schedule) not in order:
             order.append((names[h], schedule))
     assert order[:4] == [("original", "ok"), ("original", "second"), ("rewritten", "ok"), ("original", "third")], order
+
+
+def test_a_program_too_big_for_the_interpreter_is_compiled_while_the_e_graph_is_explored(tmp_path, monkeypatch):
+    """Its reference is the original program built and run before any candidate: the workers
+    compile it under its first schedules during exploration (on the H200 a 2-layer decoder's
+    build took as long as its exploration). The exploration below waits until a worker has
+    built something, so it sees a build only if one was started before it."""
+    import compiler.search as search_mod
+    log = tmp_path / "builds"
+    explore = search_mod.explore_candidates
+    seen = []
+
+    def slow_explore(*args, **kw):
+        end = time.monotonic() + 60
+        while not log.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        seen.extend(log.read_text().split() if log.exists() else [])
+        return explore(*args, **kw)
+
+    monkeypatch.setattr(search_mod, "explore_candidates", slow_explore)
+    f = saturn.compile(softmax, SPEC, target="fake", backend=FakeBackend(("ok", "second"), build_log=str(log)),
+                       budget=20.0, timeout=3.0, prune_factor=float("inf"), quiet=True, reference_limit=100)
+    assert seen and seen[0] in ("ok", "second")
+    assert f.result.winner is not None
+    _check_correct(f)

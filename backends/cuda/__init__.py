@@ -55,13 +55,9 @@ class CUDABackend:
             out += [Schedule(tc=c, gemm="mma", name=f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}")
                     for c in TC_CONFIGS]
             if self._has_wgmma():
-                import os
+                from backends.cuda.render import wgmma_mn_allowed
                 from backends.cuda.templates.gemm_wgmma import WG_CONFIGS, WG_MN_CONFIGS
-                configs = list(WG_CONFIGS)
-                # reading an n-contiguous B as is: only the descriptor variant the device probe passed
-                mn = os.environ.get("SATURN_CUDA_WGMMA_MN", "")
-                if not os.environ.get("SATURN_CUDA_NO_WGMMA_MN"):
-                    configs += [c for c in WG_MN_CONFIGS if str(c.b_mn) == mn]
+                configs = list(WG_CONFIGS) + (list(WG_MN_CONFIGS) if wgmma_mn_allowed() else [])
                 out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "")
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
         if "gemm" in kinds and self._cublas_reason() is None:

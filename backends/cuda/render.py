@@ -59,6 +59,14 @@ class Schedule:
         return bool(self.arch) and self.arch.startswith("sm_9") and not os.environ.get("SATURN_CUDA_NO_WGMMA")
 
 
+def wgmma_mn_allowed() -> bool:
+    """wgmma may read an n-contiguous B in place (the descriptor's transpose bit, variant 1);
+    SATURN_CUDA_NO_WGMMA_MN=1 turns it off (the on-device suite sets it when its probe fails).
+    Verification checks every candidate that uses it like any other."""
+    import os
+    return not os.environ.get("SATURN_CUDA_NO_WGMMA_MN")
+
+
 @dataclass
 class Launch:
     name: str
@@ -658,8 +666,7 @@ def prior_choice(step: Step, sched: Schedule):
     inputs = set(step.inputs)
     acc_b = resolve(g.b, lambda x: x in inputs)
     b_kn = acc_b is not None and bool(g.n_axes) and acc_b.strides[g.n_axes[-1]] == 1
-    mn = os.environ.get("SATURN_CUDA_WGMMA_MN") == "1" and not os.environ.get("SATURN_CUDA_NO_WGMMA_MN")
-    ranked = tiles.rank_tiles(m, n, k, batch, b_kn, sched.wgmma_allowed(), mn)
+    ranked = tiles.rank_tiles(m, n, k, batch, b_kn, sched.wgmma_allowed(), wgmma_mn_allowed())
     return ranked[min(sched.tile_rank, len(ranked) - 1)]
 
 
@@ -731,7 +738,7 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     src_parts = []
     b_node = acc_b.buffer
     if shape.b_layout == "kn" and cfg.b_mn and gemm_wgmma.aligned(shape, b_mn=True) \
-            and not any(b[2] for b in shape.batch) and os.environ.get("SATURN_CUDA_NO_WGMMA_MN") is None:
+            and not any(b[2] for b in shape.batch) and wgmma_mn_allowed():
         pass                                 # read n-contiguous B as is (transpose bit)
     elif shape.b_layout == "kn":
         cfg = dataclasses.replace(cfg, b_mn=0)

