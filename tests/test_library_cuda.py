@@ -159,7 +159,9 @@ def test_gpu_search_picks_cublas(backend, tmp_path):
     # f32 4096^3: the generated SIMT product runs at ~62% of cuBLAS
     specs = (saturn.spec((4096, 4096)), saturn.spec((4096, 4096)))
     f = saturn.compile(lambda a, b: a @ b, *specs, target="cuda", budget=30, quiet=True, cache=str(tmp_path))
-    tried = {t.schedule_text: t.status for t in f.result.trials}
-    assert tried.get("cublas") in ("verified", "timed", "chosen"), tried
+    tried: dict[str, set] = {}     # (several programs may run under each schedule)
+    for t in f.result.trials:
+        tried.setdefault(t.schedule_text, set()).add(t.status)
+    assert tried.get("cublas", set()) & {"verified", "timed", "chosen"}, tried
     assert f.result.winner.schedule_text == "cublas", f.explain()[:3000]
     assert "cublas" in f.executable.explain()
