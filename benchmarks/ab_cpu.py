@@ -46,7 +46,7 @@ for line in sys.stdin:
         key = cmd["workload"] + "/" + cmd["suite"]
         cases[key], fns[key], args[key] = case, f, inputs(case)
         out = np.asarray(f(*args[key]), dtype=np.float64)
-        print(json.dumps({"label": case.label, "chosen": f.result.winner.description if f.result else "",
+        print(json.dumps({"label": case.label, "chosen": f"{f.result.winner.description} [{f.result.winner.schedule_text}]" if f.result else "",
                           "out": out.ravel()[:4096].tolist()}), flush=True)
     elif cmd["op"] == "time":
         f, a = fns[cmd["key"]], args[cmd["key"]]
