@@ -234,7 +234,9 @@ class _Runner:
         without this its search at budget 10 built one schedule)."""
         if self.pool is None:
             return
-        for i, schedule in enumerate(schedules[:min(2, self.size)]):
+        # (one core stays with the exploration: on 2 cores, only the reference's own build)
+        spare = max(1, (os.cpu_count() or 1) - 1)
+        for i, schedule in enumerate(schedules[:min(2, self.size, spare)]):
             try:
                 self.pool.get(i).post(("build", Trial(-10 - i, backend_spec, graph, schedule, "")))
             except WorkerFailure:
