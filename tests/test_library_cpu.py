@@ -124,3 +124,18 @@ def test_search_verifies_the_library_schedule_and_caches_it(tmp_path):
     assert g.cache == "hit"
     a, b = np.ones((64, 48), np.float32), np.ones((48, 40), np.float32)
     np.testing.assert_array_equal(g(a, b), np.full((64, 40), 48, np.float32))
+
+
+def test_offered_from_the_contraction_terms_without_lowering(monkeypatch):
+    """The search asks every candidate for its schedules before building any: they are read
+    from the graph's contraction terms (a 12-layer model's lowering takes seconds). A row's sum
+    of squares or scaled sum is a contraction term but no product."""
+    from ir.ops import Op
+    from rewrites.apply import kernel_terms
+    monkeypatch.setattr(type(BACKEND), "lower", lambda self, graph: pytest.fail("schedules() lowered the graph"))
+    for fn in (lambda x: x.rms_norm((16,)), lambda x: x.layer_norm((16,)), lambda x: x.var(-1)):
+        g = kernel_terms(saturn.trace(fn, saturn.spec((8, 16))))
+        assert any(n.op == Op.CONTRACT for n in g.nodes)
+        assert "blas" not in [s.name for s in BACKEND.schedules(g)]
+    g = kernel_terms(saturn.trace(lambda a, b: (a @ b).relu(), saturn.spec((8, 16)), saturn.spec((16, 4))))
+    assert "blas" in [s.name for s in BACKEND.schedules(g)][:3]

@@ -13,6 +13,8 @@ import time
 
 from ir.dtypes import DType
 from ir.graph import Graph
+from ir.node import Node
+from ir.ops import Op
 from ir.kernel import KernelProgram, KernelSchedule, Schedule
 
 # f32 product work (multiply-adds) from which the host BLAS is the second schedule tried
@@ -56,12 +58,16 @@ class LLVMBackend:
         out = [self.default_schedule(),
                Schedule(threads=1, default=KernelSchedule(vector_width=w), name="1-thread")]
         library = KernelSchedule(vector_width=w, library=blas.LIBRARY)
-        products = blas.split_epilogues(self.lower(graph), Schedule(default=library))[1]
+        # read from the graph's contraction terms, not from its lowering: the search asks every
+        # candidate program for its schedules before building any, and a 12-layer model's
+        # lowering takes seconds (a term the library cannot take runs generated code under
+        # this schedule: the same code as the default, timed once)
+        products = [n for n in graph.nodes if n.op == Op.CONTRACT and n.numel and n.dtype.is_float and _is_product(n)]
         if products:
             # second, before one thread, when f32 products carry the program's work (a decoder:
             # the search of a big program may verify only its first two schedules)
-            big = sum(math.prod(p.out.matrix) * p.a.matrix[-1] for p in products.values()
-                      if set(p.dtypes) == {DType.f32}) >= LIBRARY_FIRST_MACS
+            big = sum(n.numel * math.prod(n.srcs[0].shape[a] for a in n.arg) for n in products
+                      if all(_stored_dtype(x) == DType.f32 for x in n.srcs)) >= LIBRARY_FIRST_MACS
             out.insert(1 if big else 2, Schedule(default=library, name=blas.LIBRARY))
         out += [Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"),
                 Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3")]
@@ -108,3 +114,25 @@ class LLVMBackend:
 
 
 __all__ = ["LLVMBackend"]
+
+
+def _is_product(n: Node) -> bool:
+    """A contraction term with an output axis along which one operand is broadcast and the other
+    is not (a matrix product's m or n), not a row's sum of squares or scaled sum."""
+    a, b = (_broadcast_axes(x) for x in n.srcs)
+    return bool((a ^ b) - set(n.arg))
+
+
+def _broadcast_axes(x: Node) -> set[int]:
+    if x.op != Op.VIEW:
+        return set()
+    v = x.arg.views[-1]
+    return {i for i, (size, stride) in enumerate(zip(v.shape, v.strides)) if stride == 0 and size > 1}
+
+
+def _stored_dtype(n: Node) -> DType:
+    """The dtype `n` is read from memory as: through views and casts (an f16 weight cast to f32
+    for a product is not an f32 operand of the library's f32 product)."""
+    while n.op in (Op.VIEW, Op.CAST) and n.srcs:
+        n = n.srcs[0]
+    return n.dtype
