@@ -102,14 +102,26 @@ class LLVMBackend:
 
     def build_program(self, program: KernelProgram, schedule: Schedule | None = None, *, use_cache: bool = True):
         from backends.llvm import blas, jit
-        from backends.llvm.render import render_program
+        from backends.llvm.render import LaunchInfo, render_program
         from backends.llvm.runtime import LLVMExecutable
         schedule = schedule or self.default_schedule()
         t0 = time.perf_counter()
         program, calls = blas.split_epilogues(program, schedule)   # library products (schedule.library)
-        source, args = render_program(program, schedule, skip=frozenset(calls))
+        skip = frozenset(calls)
         unroll = any(ks.unroll > 1 for ks in [schedule.default] + [k for _, k in schedule.overrides])
+        # (repr, not str: every field of every kernel, so two programs never share an entry)
+        pkey = jit.program_key(f"{program!r}\n{schedule!r}\n{sorted(skip)}", unroll) if use_cache else None
+        found = jit.load_indexed(pkey) if pkey else None
+        if found is not None:     # a warm build: the object, found without rendering the IR again
+            addrs, engine, rows = found
+            args = {name: LaunchInfo(list(r[0]), int(r[1]), int(r[2]), int(r[3])) for name, r in rows.items()}
+            return LLVMExecutable(program, schedule, lambda: render_program(program, schedule, skip=skip)[0],
+                                  addrs, args, engine, True, time.perf_counter() - t0, calls)
+        source, args = render_program(program, schedule, skip=skip)
         addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache, unroll=unroll)
+        if pkey:
+            jit.remember(pkey, jit.object_key(source, unroll),
+                         {n: [i.buffers, i.extent, i.scratch, i.chunks_per_thread] for n, i in args.items()})
         return LLVMExecutable(program, schedule, source, addrs, args, engine, hit, time.perf_counter() - t0, calls)
 
 

@@ -102,7 +102,8 @@ class LLVMExecutable:
         listing = "\n".join("; " + line for line in str(program).splitlines())
         calls = library_calls or {}
         library = "".join(f"; library call: {c.describe()}\n" for c in calls.values())
-        self.source = f"; schedule: {schedule.name}\n{listing}\n{library}{source}"
+        self._head = f"; schedule: {schedule.name}\n{listing}\n{library}"
+        self._ir = source      # the LLVM IR text, or a function rendering it (a warm build)
         self.cache_hit, self.compile_seconds = cache_hit, compile_seconds
         self._engine = engine   # owns the machine code
         self.threads = schedule.threads or cpu_count()
@@ -119,6 +120,13 @@ class LLVMExecutable:
             self.launches.append(_Launch(k, proto(addrs[k.name]), info, self.threads))
         self._plan_temps()
         self._mine = threading.local()   # .free: this calling thread's freed temps, by (dtype, size)
+
+    @property
+    def source(self) -> str:
+        """What explain() shows: the kernel IR listing (as comments), then the LLVM IR."""
+        if callable(self._ir):
+            self._ir = self._ir()
+        return self._head + self._ir
 
     def _plan_temps(self) -> None:
         """For each launch, which temps to allocate before it and which to free after it."""
