@@ -112,10 +112,12 @@ def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family =
 
 
 def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool) -> np.ndarray:
-    """Rows (along the last axis) by kind, so that one NaN does not hide the rest: every 4th
+    """Rows (along the last axis) by kind, so that one NaN does not hide the rest: every 5th
     row starts with a run of -inf (a running max starting at -inf must not compute
     -inf - (-inf)); the next gets zeros, signed zeros and subnormals; the next one inf or NaN
-    each; the fourth stays as drawn."""
+    each; the fourth stays as drawn; the fifth is positive and starts with a run of zeros (a row
+    computed from it by log starts with -inf, which the other kinds' negative values hide: the
+    e-graph's tiled softmax once subtracted a tile's max of -inf from itself)."""
     if a.size == 0:
         return a
     rows = a.reshape(-1, a.shape[-1] if a.ndim else 1).copy()
@@ -123,14 +125,17 @@ def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool)
     tiny = SMALLEST_SUBNORMAL[dtype]
     small = np.array([0.0, -0.0, tiny, -3 * tiny, 7 * tiny])
     for r in range(rows.shape[0]):
-        kind = 1 if mild else r % 4
+        kind = 1 if mild else r % 5
         if kind == 0:
             rows[r, :int(rng.integers(1, width + 1))] = -np.inf
         elif kind == 1:
             at = rng.random(width) < 0.25
             rows[r, at] = small[rng.integers(0, len(small), int(at.sum()))]
         elif kind == 2:
-            rows[r, int(rng.integers(0, width))] = (np.inf, -np.inf, np.nan)[r // 4 % 3]
+            rows[r, int(rng.integers(0, width))] = (np.inf, -np.inf, np.nan)[r // 5 % 3]
+        elif kind == 4:   # positive, starting with a run of zeros: log(0) computes a run of -inf
+            rows[r] = np.abs(rows[r])
+            rows[r, :int(rng.integers(1, width + 1))] = 0.0
     return rows.reshape(a.shape)
 
 

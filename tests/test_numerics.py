@@ -102,14 +102,15 @@ def test_special_values_must_match_and_overflow_of_an_output_is_inf():
 
 
 def test_families_expose_what_they_promise():
-    shape = (12, 16)
+    shape = (15, 16)
     off = numerics.random_array(np.random.default_rng(0), shape, DType.f32, numerics.OFFSET)
     assert abs(off.mean() - 1e4) < 1 and 0.5 < off.std() < 1.5
     near = numerics.random_array(np.random.default_rng(0), shape, DType.f16, numerics.NEAR_MAX)
     assert np.abs(near.astype(np.float64)).min() >= 65504 / 8 - 32 and np.isfinite(near).all()
     sp = numerics.random_array(np.random.default_rng(0), shape, DType.f32, numerics.SPECIAL)
     assert np.isneginf(sp[0, 0]) and np.isfinite(sp[3]).all()            # a -inf prefix; a plain row
-    assert np.isinf(sp[2]).sum() == 1 and np.isnan(sp[10]).sum() == 1
+    assert np.isinf(sp[2]).sum() == 1 and np.isnan(sp[12]).sum() == 1
+    assert sp[4, 0] == 0 and (sp[4] >= 0).all()                         # positive, a run of zeros first
     mild = numerics.random_inputs([((4, 16), DType.f32), ((16,), DType.f32)], 0, numerics.SPECIAL)[1]
     assert np.isfinite(mild).all()                                      # weights: zeros and subnormals only
 
