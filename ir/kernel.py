@@ -18,6 +18,7 @@ be rendered under many schedules.
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import defaultdict
 from dataclasses import dataclass, fields
@@ -54,6 +55,39 @@ class Struct:
 def struct(cls):
     """A frozen dataclass with Struct's equality and cached hash."""
     return dataclass(frozen=True, eq=False)(cls)
+
+
+def digest(root) -> str:
+    """sha256 of a kernel-IR value's full content (every field of every Struct, recursively),
+    the same in every process (unlike `hash`): a cache key. Iterative, and each shared subtree
+    is digested once, so a 2,000-op chain or a DAG-shaped value costs its size, not its depth
+    or its number of paths."""
+    memo: dict[int, bytes] = {}
+    keep = []                       # what was visited stays alive, so its id stays its own
+    stack: list = [(root, None)]
+    while stack:
+        x, kids = stack.pop()
+        if id(x) in memo:
+            continue
+        if kids is None:
+            if isinstance(x, Struct):
+                kids = x._key()     # (a fresh tuple for some types, e.g. Const's repr: kept below)
+            elif isinstance(x, (tuple, list)):
+                kids = tuple(x)
+            else:
+                memo[id(x)] = hashlib.sha256(f"{type(x).__name__}:{x!r}".encode()).digest()
+                keep.append(x)
+                continue
+            keep.append(kids)
+            stack.append((x, kids))
+            stack.extend((k, None) for k in kids if id(k) not in memo)
+            continue
+        h = hashlib.sha256(type(x).__name__.encode())
+        for k in kids:
+            h.update(memo[id(k)])
+        memo[id(x)] = h.digest()
+        keep.append(x)
+    return memo[id(root)].hex()
 
 
 # --------------------------------------------------------------------------------------------

@@ -78,3 +78,26 @@ def test_pickle_drops_cached_hash():
     hash(x)
     y = pickle.loads(pickle.dumps(x))
     assert "_hash" not in y.__dict__ and y == x and hash(y) == hash(x)
+
+
+def test_digest_is_content_and_survives_deep_values():
+    """`digest` keys the CPU object index: equal content gives the same digest in any process
+    (no Python hash), any difference (even -0.0 against 0.0) another, and a value nested
+    thousands deep is no recursion problem."""
+    import subprocess
+    import sys
+    from ir.kernel import Compute, Const, digest
+    from ir.dtypes import DType
+    from ir.ops import Op
+    a = Compute(Op.ADD, DType.f32, (Const(0.0, DType.f32), Const(1.5, DType.f32)))
+    b = Compute(Op.ADD, DType.f32, (Const(-0.0, DType.f32), Const(1.5, DType.f32)))
+    assert digest(a) == digest(Compute(Op.ADD, DType.f32, (Const(0.0, DType.f32), Const(1.5, DType.f32))))
+    assert digest(a) != digest(b)
+    code = ("from ir.kernel import Compute, Const, digest; from ir.dtypes import DType; from ir.ops import Op; "
+            "print(digest(Compute(Op.ADD, DType.f32, (Const(0.0, DType.f32), Const(1.5, DType.f32)))))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert other == digest(a)
+    deep = Const(1.0, DType.f32)
+    for _ in range(5000):
+        deep = Compute(Op.EXP2, DType.f32, (deep,))
+    assert len(digest(deep)) == 64

@@ -15,7 +15,7 @@ from ir.dtypes import DType
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
-from ir.kernel import KernelProgram, KernelSchedule, Schedule
+from ir.kernel import KernelProgram, KernelSchedule, Schedule, digest
 
 # f32 product work (multiply-adds) from which the host BLAS is the second schedule tried
 LIBRARY_FIRST_MACS = 1 << 26
@@ -109,8 +109,8 @@ class LLVMBackend:
         program, calls = blas.split_epilogues(program, schedule)   # library products (schedule.library)
         skip = frozenset(calls)
         unroll = any(ks.unroll > 1 for ks in [schedule.default] + [k for _, k in schedule.overrides])
-        # (repr, not str: every field of every kernel, so two programs never share an entry)
-        pkey = jit.program_key(f"{program!r}\n{schedule!r}\n{sorted(skip)}", unroll) if use_cache else None
+        # (the program's full content, not its listing: two programs never share an entry)
+        pkey = jit.program_key(f"{digest(program)}\n{schedule!r}\n{sorted(skip)}", unroll) if use_cache else None
         found = jit.load_indexed(pkey) if pkey else None
         if found is not None:     # a warm build: the object, found without rendering the IR again
             addrs, engine, rows = found
