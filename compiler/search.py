@@ -238,7 +238,8 @@ class _Runner:
         spare = max(1, (os.cpu_count() or 1) - 1)
         for i, schedule in enumerate(schedules[:min(2, self.size, spare)]):
             try:
-                self.pool.get(i).post(("build", Trial(-10 - i, backend_spec, graph, schedule, "")))
+                # (a build gets the trial timeout, as it would inside a verification)
+                self.pool.get(i).post(("build", Trial(-10 - i, backend_spec, graph, schedule, "")), self.options.timeout)
             except WorkerFailure:
                 pass   # replaced when first used
 

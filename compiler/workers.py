@@ -262,6 +262,7 @@ class Worker:
                                      stdout=subprocess.PIPE, stderr=self.log, env=_child_env(env))
         self.data_keys: set[str] = set()
         self.unanswered = 0   # requests sent with `post` whose answers are still to be read
+        self.drain_s = 60.0   # how long the next `start` waits for each of those answers
         self.pending = 0      # requests sent (or being sent) whose answers are not read yet
         self.retiring = False  # it said it exits after its last answer
 
@@ -274,15 +275,18 @@ class Worker:
         """Whether the worker can take a new request (call it between requests)."""
         return not self.retiring and not self.out_of_step() and self.proc.poll() is None
 
-    def post(self, request) -> None:
-        """Send a request whose answer is read (and dropped) before the next `start`."""
+    def post(self, request, timeout: float = 60.0) -> None:
+        """Send a request whose answer is read (and dropped) before the next `start`, waiting
+        for it at most `timeout` seconds then."""
         self.start(request)
         self.unanswered += 1
+        self.drain_s = max(self.drain_s, timeout)
 
     def start(self, request) -> None:
         while self.unanswered:
             self.unanswered -= 1
-            self.finish(60.0)
+            self.finish(self.drain_s)
+        self.drain_s = 60.0
         if self.retiring:
             raise WorkerFailure("the worker retired after a candidate raised")
         if self.out_of_step():
