@@ -63,7 +63,6 @@ def wgmma_mn_allowed() -> bool:
     """wgmma may read an n-contiguous B in place (the descriptor's transpose bit, variant 1);
     SATURN_CUDA_NO_WGMMA_MN=1 turns it off (the on-device suite sets it when its probe fails).
     Verification checks every candidate that uses it like any other."""
-    import os
     return not os.environ.get("SATURN_CUDA_NO_WGMMA_MN")
 
 

@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -114,14 +115,12 @@ class LLVMBackend:
         found = jit.load_indexed(pkey) if pkey else None
         if found is not None:     # a warm build: the object, found without rendering the IR again
             addrs, engine, rows = found
-            args = {name: LaunchInfo(list(r[0]), int(r[1]), int(r[2]), int(r[3])) for name, r in rows.items()}
+            args = {name: LaunchInfo(*row) for name, row in rows.items()}
             return LLVMExecutable(program, schedule, lambda: render_program(program, schedule, skip=skip)[0],
                                   addrs, args, engine, True, time.perf_counter() - t0, calls)
         source, args = render_program(program, schedule, skip=skip)
-        addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache, unroll=unroll)
-        if pkey:
-            jit.remember(pkey, jit.object_key(source, unroll),
-                         {n: [i.buffers, i.extent, i.scratch, i.chunks_per_thread] for n, i in args.items()})
+        index = (pkey, {name: dataclasses.astuple(info) for name, info in args.items()}) if pkey else None
+        addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache, unroll=unroll, index=index)
         return LLVMExecutable(program, schedule, source, addrs, args, engine, hit, time.perf_counter() - t0, calls)
 
 
@@ -131,15 +130,9 @@ __all__ = ["LLVMBackend"]
 def _is_product(n: Node) -> bool:
     """A contraction term with an output axis along which one operand is broadcast and the other
     is not (a matrix product's m or n), not a row's sum of squares or scaled sum."""
-    a, b = (_broadcast_axes(x) for x in n.srcs)
+    from ir.terms import constant_axes
+    a, b = (constant_axes(x) for x in n.srcs)
     return bool((a ^ b) - set(n.arg))
-
-
-def _broadcast_axes(x: Node) -> set[int]:
-    if x.op != Op.VIEW:
-        return set()
-    v = x.arg.views[-1]
-    return {i for i, (size, stride) in enumerate(zip(v.shape, v.strides)) if stride == 0 and size > 1}
 
 
 def _stored_dtype(n: Node) -> DType:

@@ -5,7 +5,7 @@ A cached object is checked before it is loaded (backends/checked.py: its key, si
 SHA-256); a damaged or foreign one is compiled again and overwritten.
 
 A second, smaller entry per (kernel program, schedule) names its object and how each kernel is
-called (`remember` / `load_indexed`), so a warm build loads the object without rendering the
+called (`load(..., index=)` / `load_indexed`), so a warm build loads the object without rendering the
 LLVM IR again (0.7 of a 12-layer model's 1.1 s warm compile). Its key holds the program's text,
 the renderer's own source files and everything the object's key holds."""
 from __future__ import annotations
@@ -106,8 +106,10 @@ def assembly(ir_text: str) -> str:
     return s["tm"].emit_assembly(mod)
 
 
-def load(ir_text: str, names: list[str], use_cache: bool = True, unroll: bool = False):
-    """Compile (or fetch from the disk cache) and load a module.
+def load(ir_text: str, names: list[str], use_cache: bool = True, unroll: bool = False,
+         index: tuple[str, dict[str, list]] | None = None):
+    """Compile (or fetch from the disk cache) and load a module; `index` (an index key and each
+    kernel's call info) also files the object under that key for `load_indexed`.
 
     Returns ({name: address}, cache hit, engine); the code lives as long as the engine object.
     """
@@ -128,6 +130,8 @@ def load(ir_text: str, names: list[str], use_cache: bool = True, unroll: bool = 
                     checked.write(path, OBJECT_MAGIC, key, obj)
                 except OSError as e:
                     checked.warn_write_failure("CPU object", path.parent, e)
+        if use_cache and index is not None:
+            _remember(index[0], key, index[1])
         addrs, engine = _load_object(obj, names)
         return addrs, hit, engine
 
@@ -143,10 +147,6 @@ def _load_object(obj: bytes, names) -> tuple[dict[str, int], object]:
     if missing:
         raise RuntimeError(f"compiled module lacks functions {missing}")
     return addrs, engine
-
-
-def object_key(ir_text: str, unroll: bool) -> str:
-    return _key(ir_text, unroll)
 
 
 _FINGERPRINT: list[str] = []
@@ -168,7 +168,7 @@ def program_key(program_text: str, unroll: bool) -> str:
     return _key("\0".join((program_text, _renderer_fingerprint(), "index-v1")), unroll)
 
 
-def remember(pkey: str, okey: str, infos: dict[str, list]) -> None:
+def _remember(pkey: str, okey: str, infos: dict[str, list]) -> None:
     """Index the object `okey` (already cached) under `pkey`, with each kernel's call info."""
     payload = json.dumps({"object": okey, "infos": infos}, sort_keys=True).encode()
     try:
