@@ -477,7 +477,9 @@ def check(prog: Program, target: str, budget: float) -> dict:
         f = saturn.compile(fn, *specs, target=target, budget=budget, quiet=True, cache=False)
         got = np.asarray(f(*args))
     except Exception as e:  # noqa: BLE001  (any exception is a finding)
-        return {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]}
+        # (the first line names the failure; the rest, e.g. each trial's status, goes with the reproduction)
+        return {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400],
+                "detail": str(e)[:4000]}
     out_dt = graph.outputs[0].dtype
     written = trace_primitives(fn, *specs)      # the bound of the program as written, not as Saturn rewrote it
     if got.shape != np.shape(want):
@@ -561,8 +563,9 @@ def _valid(prog: Program) -> bool:
 
 def reproduction(prog: Program, target: str, res: dict) -> str:
     """A standalone script that shows the failure."""
+    detail = "".join(f"#   {line}\n" for line in res.get("detail", "").splitlines()[1:])
     return f'''# saturn fuzz failure: {res["status"]}: {res.get("reason", "")}
-import numpy as np
+{detail}import numpy as np
 import compiler as saturn
 from compiler.fuzz import Program, check
 prog = Program.from_json({prog.to_json()!r})
@@ -588,6 +591,8 @@ def fuzz(n: int, target: str, seed: int, budget: float, timeout: float, out_dir:
             counts[res["status"]] = counts.get(res["status"], 0) + 1
             if res["status"] in FAILED:
                 say(f"case {s}: {res['status']}: {res.get('reason', '')}")
+                for line in res.get("detail", "").splitlines()[1:20]:
+                    say(f"    {line}")
                 failures.setdefault(_kind(res), {"seed": s, "result": res})
     for kind, f in failures.items():                             # minimized after the run, one by one
         prog = random_program(f["seed"])
