@@ -22,6 +22,7 @@ import numpy as np
 from ir import bounds, numerics
 from ir.dtypes import DType
 from ir.graph import Graph
+from ir.interpreter import evaluate
 
 # Allowed error relative to the largest magnitude, for references without a bound (the
 # original program under the default schedule, for programs too big for the interpreter).
@@ -44,8 +45,20 @@ def reference(graph: Graph, args) -> list[np.ndarray]:
     """The expected outputs of `graph` on `args`: per output, its float64 value and error
     bound packed as one array (`ir.bounds.pack`), which `compare` recognizes; an integer output
     known exactly, its own values (compared exactly: float64 cannot hold every i64)."""
-    return [b.value if b.value.dtype.kind in "iu" and not np.any(b.bound) else bounds.pack(b)
-            for b in bounds.evaluate_bounded(graph, args)]
+    out, native = [], None
+    for i, b in enumerate(bounds.evaluate_bounded(graph, args)):
+        if b.value.dtype.kind in "iu" and not np.any(b.bound):
+            out.append(b.value)
+            continue
+        nan_ok = None
+        if graph.outputs[i].dtype.is_float and np.any(~(b.bound < np.inf) & ~np.isnan(b.value)):
+            # elements whose value is free (past the type's range, or depending on what is):
+            # NaN only where the program as written, run in its own types, gives NaN too
+            native = evaluate(graph, args) if native is None else native
+            with np.errstate(invalid="ignore"):
+                nan_ok = np.isnan(b.value) | np.isnan(np.asarray(native[i]).astype(np.float64))
+        out.append(bounds.pack(b, nan_ok))
+    return out
 
 
 def relative_error(expected: np.ndarray, got: np.ndarray) -> tuple[float, float, float]:
@@ -71,7 +84,8 @@ def compare(expected: np.ndarray, got, dtype: DType) -> str | None:
     if bounds.is_packed(expected, got.shape):
         if got.dtype != dtype.np:
             return f"wrong dtype {got.dtype}, expected {dtype.np}"
-        return bounds.describe(expected[0], expected[1], got, dtype)
+        value, bound, nan_ok = bounds.unpack(expected)
+        return bounds.describe(value, bound, got, dtype, nan_ok)
     if got.shape != expected.shape:
         return f"wrong shape {got.shape}, expected {expected.shape}"
     if got.dtype != expected.dtype:

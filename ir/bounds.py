@@ -361,13 +361,20 @@ def _reduce(n: Node, s: Bounded, final: bool) -> Bounded:
 
 # --- transport and comparison ----------------------------------------------------------------
 
-def pack(b: Bounded) -> np.ndarray:
-    """value and bound stacked as one float64 array of shape (2, *shape), for sending to workers."""
-    return np.stack([b.value.astype(F64), b.bound])
+def pack(b: Bounded, nan_ok: np.ndarray | None = None) -> np.ndarray:
+    """value and bound stacked as one float64 array of shape (2, *shape), for sending to workers;
+    with `nan_ok` (where a NaN result is acceptable) a third plane, shape (3, *shape)."""
+    planes = [b.value.astype(F64), b.bound] + ([np.asarray(nan_ok, F64)] if nan_ok is not None else [])
+    return np.stack(planes)
 
 
 def is_packed(expected: np.ndarray, got_shape) -> bool:
-    return expected.dtype == F64 and expected.shape == (2, *got_shape)
+    return expected.dtype == F64 and expected.shape[:1] in ((2,), (3,)) and expected.shape[1:] == tuple(got_shape)
+
+
+def unpack(expected: np.ndarray):
+    """(value, bound, nan_ok or None) of a packed reference."""
+    return expected[0], expected[1], (expected[2] != 0 if len(expected) == 3 else None)
 
 
 def allowed(value: np.ndarray, bound: np.ndarray, dtype: DType) -> np.ndarray:
@@ -378,8 +385,11 @@ def allowed(value: np.ndarray, bound: np.ndarray, dtype: DType) -> np.ndarray:
     return bound + UNIT_ROUNDOFF[dtype] * mag + SMALLEST_NORMAL[dtype]
 
 
-def mismatches(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DType):
-    """(mask of elements that differ beyond their bound, |got - value| / allowed per element)."""
+def mismatches(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DType, nan_ok=None):
+    """(mask of elements that differ beyond their bound, |got - value| / allowed per element).
+    `nan_ok`: where a NaN is acceptable; elsewhere a NaN differs even where the bound is
+    infinite (past the type's range the value is free, but NaN is never a value the program
+    as written gives there)."""
     g = np.asarray(got).astype(F64)
     tol = allowed(value, bound, dtype)
     with np.errstate(all="ignore"):
@@ -395,14 +405,17 @@ def mismatches(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DTy
             nan, inf = np.isnan(value), np.isinf(value)
             bad = np.where(nan, ~np.isnan(g), np.where(inf, g != value, ~np.isfinite(g) | (diff > tol)))
             bad = bad & ~free
+            if nan_ok is not None:
+                bad = bad | (np.isnan(g) & ~nan_ok)
+                free = free & ~bad
         ratio = np.where(free | np.isnan(ratio), 0.0, ratio)
         ratio = np.where(bad & ~np.isfinite(ratio), np.inf, ratio)
     return bad, ratio
 
 
-def describe(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DType) -> str | None:
+def describe(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DType, nan_ok=None) -> str | None:
     """None when every element of `got` is within its bound, else what differs and where."""
-    bad, ratio = mismatches(value, bound, got, dtype)
+    bad, ratio = mismatches(value, bound, got, dtype, nan_ok)
     count = int(np.count_nonzero(bad))
     if not count:
         return None

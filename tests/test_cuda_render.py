@@ -303,3 +303,34 @@ def test_nvcc_splits_compilation_only_where_it_can():
         toolchain._VERSION["/fake/nvcc"] = line
         assert toolchain._splits("/fake/nvcc") is want, line
     del toolchain._VERSION["/fake/nvcc"]
+
+
+@pytest.mark.parametrize("shape,dtype", [((5, 5), "f32"), ((64, 64), "f32"), ((7, 12), "f32"), ((6, 16), "f16")])
+@pytest.mark.parametrize("form", ["transpose", "plus_transpose", "transpose_times_row"])
+def test_buffers_read_through_a_view_are_not_loaded_at_the_output_element(shape, dtype, form):
+    """A buffer read through a transposing view (also when the same buffer is read directly)
+    is read at the view's index: the vector path once loaded it at the output's own element,
+    and a transpose came back untransposed (found by the H200 fuzz, seed 310302)."""
+    from backends.cuda import hostsim, render
+    from compiler.trace import spec, trace
+    r, c = shape
+    fns = {"transpose": (lambda x: x.transpose(1, 0), [spec((r, c), dtype)]),
+           "plus_transpose": (lambda x: x + x.transpose(1, 0), [spec((r, r), dtype)]),
+           "transpose_times_row": (lambda x, w: x.transpose(1, 0) * w, [spec((r, c), dtype), spec((r,), dtype)])}
+    fn, specs = fns[form]
+    g = trace(fn, *specs)
+    src, _ = render(g, prelude=False)
+    check_on_host(hostsim.run_templates, g, 4, 1e-3 if dtype == "f16" else 1e-6)
+
+
+def test_a_row_kernel_reads_a_transposed_input_through_its_view():
+    """layer_norm of x.T: the row kernel may cache only reads at its own (row, column)
+    element; x itself is read at the transposed index (seed 310269; row kernels use warp
+    instructions, so this checks the text: nothing is cached and x is indexed by the view)."""
+    from backends.cuda import render
+    from compiler.trace import spec, trace
+    g = trace(lambda x: x.transpose(1, 0).layer_norm((4,)), spec((4, 4), "f32"))
+    src, _ = render(g, prelude=False)
+    assert "cached=0" in src and "reinterpret_cast<const uint4*>(in0" not in src, src
+    g = trace(lambda x: x.layer_norm((64,)), spec((8, 64), "f32"))
+    assert "cached=1" in render(g, prelude=False)[0]           # a plain row read still is

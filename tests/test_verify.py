@@ -8,6 +8,7 @@ import compiler as saturn
 from ir import numerics
 from compiler import verify
 from ir.dtypes import DType
+from ir.interpreter import evaluate
 
 
 def _ref(n=1000, dtype=np.float32):
@@ -105,3 +106,24 @@ def test_max_relative_error_counts_bf16_outputs():
     g = np.array([1.0, 2.0, 5.0], dtype=ml_dtypes.bfloat16)
     assert verify.max_relative_error([e], [g]) == 0.25
     assert verify.max_relative_error([e.astype(np.float16)], [g.astype(np.float16)]) == 0.25
+
+
+def test_nan_is_rejected_where_the_bound_is_free_but_the_program_gives_no_nan():
+    """var of near-max bf16 rows: float64 gives inf, the bound there is infinite (past bf16's
+    range), so once any value passed. A rewritten program that takes the row scale out of the
+    sum gave NaN rows on the H200; the program as written gives inf, so NaN is rejected."""
+    from test_numerics import N, _bf16_rows_near_its_max
+    x, w, b = _bf16_rows_near_its_max()
+    fn = lambda x, w, b: x.var(-1, keepdim=True) * w + b          # noqa: E731
+    g = saturn.trace(fn, saturn.spec((4, N), DType.bf16), saturn.spec((N,)), saturn.spec((N,)))
+    ref = verify.reference(g, [x, w, b])[0]
+    assert ref.shape == (3, 4, N)                                  # value, bound, where NaN is acceptable
+    assert not np.isfinite(ref[1][:2]).any()                       # the near-max rows: free
+    good = evaluate(g, [x, w, b])[0]
+    assert verify.compare(ref, good, DType.f32) is None
+    nan_rows = good.copy()
+    nan_rows[:2] = np.nan
+    assert "NaN where the reference has none" in verify.compare(ref, nan_rows, DType.f32)
+    inf_flipped = good.copy()
+    inf_flipped[:2] = -good[:2]                                    # other values there stay free
+    assert verify.compare(ref, inf_flipped, DType.f32) is None

@@ -105,8 +105,12 @@ def _pack_store(lines: list[str], out_t: str, vec: int, vals: list[str], dst: st
     lines.append(f"{indent}  *reinterpret_cast<{raw}*>({dst}) = ro; }}")
 
 
-def _with_buffer_srcs(t: list[Node], names: dict[Node, str]) -> list[Node]:
-    """Kernel nodes plus the buffers they read directly (candidates for vector loads)."""
+def _with_buffer_srcs(t: list[Node], names: dict[Node, str], roots: tuple[Node, ...] = ()) -> list[Node]:
+    """Kernel nodes plus the buffers they read directly, less those any use reads at an index
+    other than the kernel's own element (below a view or a gather): the candidates for vector
+    loads hoisted at that element, whose hook stands for every use. `roots`: nodes computed in
+    loops of their own at that element (a row kernel's row reductions), so their sources count
+    as read there again."""
     out = list(t)
     seen = set(t)
     for n in t:
@@ -114,7 +118,22 @@ def _with_buffer_srcs(t: list[Node], names: dict[Node, str]) -> list[Node]:
             if s in names and s not in seen:
                 seen.add(s)
                 out.append(s)
-    return out
+    inside = seen
+    remapped, reached, stack = set(), set(), [(t[0], True)] + [(r, True) for r in roots]
+    while stack:
+        n, here = stack.pop()
+        if (n, here) in reached:
+            continue
+        reached.add((n, here))
+        if not here:
+            remapped.add(n)
+        if n is not t[0] and n in names:
+            continue                      # a buffer: read, not computed, here
+        same_index = n.op not in (Op.VIEW, Op.GATHER) and not (n.op in (Op.SUM, Op.MAX) and n not in roots)
+        for s in n.srcs:
+            if s in inside:
+                stack.append((s, True if n in roots else here and same_index and s.shape == n.shape))
+    return [x for x in out if x not in remapped]
 
 
 # --- elementwise -------------------------------------------------------------------------------
@@ -265,7 +284,7 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
     row_shaped_out = o.shape == S
     # row-contiguous buffer reads: cached in registers as floats, loaded as vectors
     cached = []
-    for x in _with_buffer_srcs(t, names):
+    for x in _with_buffer_srcs(t, names, tuple(reds)):
         if x.shape != S or x is o or not is_buffer_read(x, M):
             continue
         acc = resolve(x, lambda n: n in names)
@@ -866,9 +885,12 @@ def render_program(steps: list[Step], M: set[Node], sched: Schedule, prefix: str
     """One translation unit with every step's kernel, and the launches in order."""
     parts, launches = ([PRELUDE] if prelude else []), []
     for i, st in enumerate(steps):
+        if st.output.numel == 0:    # writes no element: no kernel (its readers read nothing of it)
+            continue
         name = f"{prefix}k{i}_{st.kind}"
         src, launch = RENDERERS[st.kind](name, st, M, sched)
         group = launch if isinstance(launch, list) else [launch]
         parts.append(f"// step {i}: {st.describe()}  [{'; '.join(l.detail for l in group)}]\n" + src)
-        launches.extend(group)
+        # (CUDA rejects a grid of zero blocks; such a launch has nothing to do)
+        launches.extend(l for l in group if l.output.numel > 0 and min(l.grid) > 0)
     return "\n\n".join(parts), launches

@@ -36,6 +36,8 @@ def _compose(outer: View, inner_shape: tuple[int, ...], inner: tuple[tuple[int, 
     for a in range(len(dims) - 2, -1, -1):
         cs[a] = cs[a + 1] * dims[a + 1]
     total = cs[0] * dims[0] if dims else 1
+    if total == 0:          # an empty buffer: its unmasked views are empty too, and nothing is read
+        return tuple(0 for _ in outer.shape), t_off
     o = outer.offset
     if not 0 <= o < max(total, 1):
         return None
