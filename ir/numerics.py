@@ -78,7 +78,8 @@ DYNAMIC = Family("dynamic")                     # magnitudes 1e-6 .. 1e6, both s
 NEAR_MAX = Family("near_max")                   # |x| in [1/8, 1/2] of the type's max (parameters: normal)
 CANCEL = Family("cancel")                       # +-1e4 + N(0, 1): sums of both signs cancel
 SPECIAL = Family("special")                     # normal, sprinkled with inf/NaN/0/subnormals
-FAMILIES = {f.name: f for f in (NORMAL, SHIFTED, LOGITS, OFFSET, DYNAMIC, NEAR_MAX, CANCEL, SPECIAL)}
+MASKED = Family("masked")                       # normal, -inf past a cut per row (and per column): a mask's -inf tiles
+FAMILIES = {f.name: f for f in (NORMAL, SHIFTED, LOGITS, OFFSET, DYNAMIC, NEAR_MAX, CANCEL, SPECIAL, MASKED)}
 
 
 def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family = NORMAL,
@@ -107,6 +108,8 @@ def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family =
         a = rng.standard_normal(shape, dtype=wide) * wide(family.scale) + wide(family.shift)
     if family.name == "special":
         a = _sprinkle(rng, a.astype(np.float64), dtype, mild)
+    elif family.name == "masked" and not mild:
+        a = _masked(rng, a.astype(np.float64))
     with np.errstate(over="ignore"):
         return np.array(np.asarray(a).astype(dtype.np), order="C")    # (0-d stays 0-d)
 
@@ -137,6 +140,25 @@ def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool)
             rows[r] = np.abs(rows[r])
             rows[r, :int(rng.integers(1, width + 1))] = 0.0
     return rows.reshape(a.shape)
+
+
+def _masked(rng: np.random.Generator, a: np.ndarray) -> np.ndarray:
+    """-inf past a random cut in each row along the last axis (what a causal mask adds to a
+    score row: whole trailing tiles of -inf after finite values; some rows all -inf), and on
+    2-d and larger arrays past a cut along one other axis too, so a split of any axis meets
+    tiles that are -inf throughout."""
+    if a.size == 0 or a.ndim == 0:
+        return a
+    a = a.copy()
+    width = a.shape[-1]
+    cuts = rng.integers(0, width + 1, a.shape[:-1])
+    a[np.arange(width) >= cuts[..., None]] = -np.inf
+    if a.ndim >= 2:
+        axis = int(rng.integers(0, a.ndim - 1))
+        n = a.shape[axis]
+        keep = np.arange(n) < int(rng.integers(n // 2, n + 1))
+        a[(slice(None),) * axis + (~keep,)] = -np.inf
+    return a
 
 
 def random_inputs(specs, seed: int, family: Family = NORMAL) -> list[np.ndarray]:

@@ -227,6 +227,10 @@ class Rule:
     # into one that cancels catastrophically): checked for exactness only, and kept out of
     # the default search (rewrites.registry)
     unstable: bool = field(default=False, compare=False)
+    # sound on infinite inputs too (a max shift meeting a mask's -inf tiles): its check adds
+    # inputs with -inf past a cut per row (`ir.numerics.MASKED`). Most algebra is not (x * (y + z)
+    # is -inf where x * y + x * z is -inf + inf = NaN), so the other rules are checked on finite inputs
+    infinities: bool = field(default=False, compare=False)
 
     def __str__(self) -> str:
         g = f"  if {', '.join(show_guard(c) for c in self.guard)}" if self.guard else ""

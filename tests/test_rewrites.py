@@ -102,3 +102,19 @@ def test_cli_check_fails_on_an_unsound_rule(capsys):
         assert "FAIL" in capsys.readouterr().out
     finally:
         unregister(WRONG[0].name)
+
+
+def test_block_max_rescale_is_checked_on_masked_tiles():
+    """exp2(x - m) = exp2(m_b - m) * exp2(x - m_b) is NaN on a tile of -inf (a causal mask's
+    future keys: -inf - (-inf)) where the left side is 0: the check's masked inputs find that
+    form unsound, and the rule's form (the tile factor 0 where m_b is not finite) passes."""
+    import dataclasses
+    from rewrites.online_softmax import RULES as ONLINE, _row_max, _tile_max, _xs
+    from rewrites.pattern import IsTile, exp2, expand, mul, mulc, add
+    rule = next(r for r in ONLINE if r.name == "rescale-by-block-max")
+    assert rule.infinities and check_rule(rule, trials=9).ok
+    plain = dataclasses.replace(rule, rhs=mul(expand(exp2(mulc(add(_tile_max, mulc(_row_max, -1.0)), c)), a + 1, t),
+                                              exp2(mulc(add(_xs, mulc(expand(_tile_max, a + 1, t), -1.0)), c))),
+                                guard=(IsTile(t),))
+    result = check_rule(plain, trials=9)
+    assert not result.ok and "masked" in result.message
