@@ -117,7 +117,7 @@ def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family =
 def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool) -> np.ndarray:
     """Rows (along the last axis) by kind, so that one NaN does not hide the rest: every 5th
     row starts with a run of -inf (a running max starting at -inf must not compute
-    -inf - (-inf)); the next gets zeros, signed zeros and subnormals; the next one inf or NaN
+    -inf - (-inf)), or every other such row ends with one (a tile of -inf after finite values); the next gets zeros, signed zeros and subnormals; the next one inf or NaN
     each; the fourth stays as drawn; the fifth is positive and starts with a run of zeros (a row
     computed from it by log starts with -inf, which the other kinds' negative values hide: the
     e-graph's tiled softmax once subtracted a tile's max of -inf from itself)."""
@@ -129,8 +129,10 @@ def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool)
     small = np.array([0.0, -0.0, tiny, -3 * tiny, 7 * tiny])
     for r in range(rows.shape[0]):
         kind = 1 if mild else r % 5
-        if kind == 0:
+        if kind == 0 and r // 5 % 2 == 0:
             rows[r, :int(rng.integers(1, width + 1))] = -np.inf
+        elif kind == 0:     # a mask's shape: finite, then -inf to the end (whole trailing tiles)
+            rows[r, int(rng.integers(1, width + 1)) - 1:] = -np.inf
         elif kind == 1:
             at = rng.random(width) < 0.25
             rows[r, at] = small[rng.integers(0, len(small), int(at.sum()))]

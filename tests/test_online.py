@@ -388,3 +388,25 @@ def test_attention_key_blocks_property(monkeypatch, batch, rows, keys, d, dv, sc
     # a mean that cancels to near zero keeps the rounding of the values it averages
     v_max = float(np.max(np.abs(xs[2])))
     assert_close(exe(*xs)[0] / v_max, evaluate(g, xs)[0] / v_max, "f32", scale=10)
+
+
+def test_rules_tiled_softmax_candidates_keep_a_masks_trailing_minus_inf_tiles():
+    """softmax(x + mask) with a causal-style mask (-inf past a cut per row, so whole trailing
+    tiles are -inf after finite ones): every e-graph candidate, built for the CPU, gives the
+    program's values. The tiled form once subtracted such a tile's max of -inf from itself (NaN)."""
+    from backends.llvm import LLVMBackend
+    from compiler.explore import explore
+    rows, cols = 6, 1024
+    g = trace(lambda x, m: (x + m).softmax(-1), spec((rows, cols), "f32"), spec((rows, cols), "f32"))
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    cut = np.array([1, 5, 100, 333, 700, 1024])
+    mask = np.where(np.arange(cols) < cut[:, None], 0.0, -np.inf).astype(np.float32)
+    want = evaluate(g, [x, mask])[0]
+    backend, tiled = LLVMBackend(), 0
+    for c in explore(g).candidates:
+        tiled += "two-level" in c.description and "(0 two-level" not in c.description
+        got = np.asarray(backend.build(c.graph, use_cache=False)(x, mask)[0])
+        assert not np.isnan(got).any(), c.description
+        assert_close(got, want, "f32")
+    assert tiled >= 1
