@@ -6,9 +6,9 @@ runs as a GEMM; `contraction_axes` says which of its axes are m (a varies, b is 
 along them), n (the other way round), k and batch. Only contraction terms are read this way:
 whether a sum of products runs as a GEMM is the e-graph's choice (rewrites/kernels.py), not
 this module's. Flash attention is an online-contraction term (ATTEND, `attention_term`), whose
-score expression the flash kernel computes when it is a scaled product plus a mask; the
-online-softmax form the e-graph's reduction rules produce is still recognized op by op
-(`match_flash`). A softmax(c * Q K^T) V without the term lowers to its products and a row kernel.
+score expression the flash kernel computes when it is a scaled product plus a mask; nothing
+else reaches the flash kernel (a softmax(c * Q K^T) V without the term, or the online-softmax
+rules' tiled form of it, lowers to its products, row and generic kernels).
 """
 from __future__ import annotations
 
@@ -112,152 +112,17 @@ def peel_casts(n: Node) -> Node:
     return n
 
 
-def peel(n: Node) -> Node:
-    """Skip views and float-to-float casts."""
-    while n.op == Op.VIEW or (n.op == Op.CAST and n.dtype.is_float and n.srcs[0].dtype.is_float):
-        n = n.srcs[0]
-    return n
-
-
-def _exp2_of_difference(n: Node):
-    """n = exp2((a - b) * c) or exp2(a * c + (b * -1) * c), views and float casts anywhere in
-    between -> (a, b, c) with views/casts peeled off a and b; else None."""
-    n = peel(n)
-    if n.op != Op.EXP2:
-        return None
-    x = peel_casts(n.srcs[0])
-    mc = _mul_const(x)
-    if mc is not None and peel_casts(mc[0]).op == Op.ADD:           # (a + b * -1) * c
-        a, nb = peel_casts(mc[0]).srcs
-        for a, nb in ((a, nb), (nb, a)):
-            neg = _mul_const(peel(nb))
-            if neg is not None and neg[1] == -1.0:
-                return peel(a), peel(neg[0]), mc[1]
-        return None
-    if x.op == Op.ADD:                                              # a * c + (b * -1) * c
-        for ac, bc in (x.srcs, x.srcs[::-1]):
-            ma, mb = _mul_const(peel_casts(ac)), _mul_const(peel_casts(bc))
-            if ma is None or mb is None or ma[1] != mb[1]:
-                continue
-            neg = _mul_const(peel(mb[0]))
-            if neg is not None and neg[1] == -1.0:
-                return peel(ma[0]), peel(neg[0]), ma[1]
-    return None
-
-
 @dataclass(frozen=True)
 class FlashMatch:
-    """Flash attention as the online-softmax rules leave it (axes batch..., q, B, t, d with the
-    key axis split into B tiles of t):
-
-        S_b  = c_s * (Q K^T) viewed as (.., q, B, t)          (c_s: constant factors, casts)
-        m_b  = max_t S_b;   m = max_B m_b;   r_b = exp2(c (m_b - m));   P_b = exp2(c (S_b - m_b))
-        O    = (sum_B r_b * sum_t P_b V_b) * recip(sum_B r_b * sum_t P_b)
-
-    The flash kernel is the lowering of that form: its loop over key tiles carries (m, l, acc)
-    and applies the same rescale r_b as the tiles arrive, so S and P never reach memory."""
+    """The flash kernel's parameters, read off an attend term (`attention_term`): O =
+    softmax2(scale_log2 * (Q K^T) + mask_log2 * mask) V over the key axis, computed by a loop
+    over key tiles carrying (m, l, acc), so the scores never reach memory."""
     qk: GemmMatch          # Q @ K^T (its SUM is the unsplit score row)
-    v: Node                # V as read by the accumulator: (.., q, B, t, d), views/up-casts of a buffer
-    tiles: int             # B
+    v: Node                # V as the term reads it: (.., q, key, d), views/up-casts of a buffer
     scale_log2: float      # exp2(scale_log2 * (Q K^T) + mask_log2 * mask - m) is the kernel's P
     internal: frozenset    # nodes computed inside the kernel (never materialized)
     mask: Node | None = None   # an additive score term read from memory (S's shape), or None
     mask_log2: float = 0.0
-
-
-def _tile_sum(n: Node, axis: int) -> Node | None:
-    n = peel(n)
-    return n if n.op == Op.SUM and n.arg == (axis,) else None
-
-
-def match_flash(out: Node) -> FlashMatch | None:
-    """out = MUL(O_num, recip(l)) (either order, views between) in the form above."""
-    if out.op != Op.MUL:
-        return None
-    for num, den in (out.srcs, out.srcs[::-1]):
-        rc = peel(den)
-        if rc.op != Op.RECIP:
-            continue
-        acc, l = peel(num), peel(rc.srcs[0])
-        if acc.op != Op.SUM or l.op != Op.SUM or len(acc.arg) != 1 or acc.arg != l.arg:
-            continue
-        found = _match_combines(acc, l)
-        if found is not None:
-            qk, v, tiles, scale, stop = found
-            internal, stack = set(), [out]
-            while stack:
-                n = stack.pop()
-                if n in internal or n in stop:
-                    continue
-                internal.add(n)
-                if n is not qk.reduce:
-                    stack.extend(x for x in n.srcs if x.op != Op.CONST)
-            return FlashMatch(qk, v, tiles, scale, frozenset(internal))
-    return None
-
-
-def _match_combines(acc: Node, l: Node):
-    a = acc.arg[0]
-    # l = sum_B (l_b * r_b), l_b = sum_t P_b ; acc = sum_B (r_b * acc_b), acc_b = sum_t P_b * V_b
-    def split_rb(prod: Node, inner_ok):
-        prod = peel_casts(prod)
-        if prod.op != Op.MUL:
-            return None
-        for x, y in (prod.srcs, prod.srcs[::-1]):
-            inner = _tile_sum(y, a + 1)
-            rb = _exp2_of_difference(x)
-            if inner is not None and rb is not None and inner_ok(inner):
-                return rb, inner
-        return None
-
-    got_l = split_rb(l.srcs[0], lambda s: peel(s.srcs[0]).op == Op.EXP2)
-    got_acc = split_rb(acc.srcs[0], lambda s: peel_casts(s.srcs[0]).op == Op.MUL)
-    if got_l is None or got_acc is None:
-        return None
-    (mb, m, c), lb = got_l
-    if got_acc[0] != (mb, m, c) or c <= 0:
-        return None
-    if m.op != Op.MAX or m.arg != (a,) or peel(m.srcs[0]) is not mb:
-        return None
-    if mb.op != Op.MAX or mb.arg != (a + 1,):
-        return None
-    s_b = mb.srcs[0]
-    p_b = _exp2_of_difference(lb.srcs[0])
-    if p_b is None or p_b[1] is not mb or p_b[2] != c or p_b[0] is not peel(s_b):
-        return None
-    # acc_b = sum_t (view(P_b) * V)
-    prod = peel_casts(got_acc[1].srcs[0])
-    v = None
-    for x, y in (prod.srcs, prod.srcs[::-1]):
-        px = _exp2_of_difference(x)
-        if px is not None and px == p_b:
-            v = y
-    if v is None:
-        return None
-    # S_b = (constant factors and casts of) a split view of Q @ K^T
-    scale, x = 1.0, s_b
-    while True:
-        x = peel_casts(x)
-        mc = _mul_const(x)
-        if mc is None:
-            break
-        scale *= mc[1]
-        x = mc[0]
-    if x.op != Op.VIEW or len(x.arg.views) != 1 or x.arg.views[0] != View.contiguous(x.shape):
-        return None
-    qk = contraction_axes(x.srcs[0])
-    if qk is None:
-        return None
-    r1 = qk.reduce
-    nd = len(r1.shape)
-    if qk.k_axis != nd - 2 or not _query_axes(qk.m_axes, nd) or qk.n_axes != (nd - 1,) or nd < 3:
-        return None
-    # the split: (.., q, 1, skv) -> (.., q, B, t) with B * t = skv; acc over (.., q, B, t, d)
-    if a != nd - 2 or x.shape != r1.shape[:nd - 2] + (x.shape[a], x.shape[a + 1]) \
-            or x.shape[a] * x.shape[a + 1] != r1.shape[nd - 1] or len(v.shape) != nd + 1 \
-            or v.shape[:nd] != x.shape or scale <= 0:
-        return None
-    return qk, v, x.shape[a], scale * c, {v}
 
 
 def _query_axes(m_axes: tuple[int, ...], nd: int) -> bool:
@@ -318,7 +183,7 @@ def attention_term(n: Node, products) -> FlashMatch | None:
             continue
         internal.add(m)
         stack.extend(s for s in m.srcs if s.op != Op.CONST)
-    return FlashMatch(qk, v, 1, alpha, frozenset(internal), mask, beta if mask is not None else 0.0)
+    return FlashMatch(qk, v, alpha, frozenset(internal), mask, beta if mask is not None else 0.0)
 
 
 def is_row_broadcast_after(v: Node) -> bool:

@@ -5,8 +5,8 @@ operands), and any value read through an expanding view (recomputing it per broa
 would multiply its cost); everything else is fused into the kernel that consumes it. Each
 materialized value becomes one step, by the first template that fits:
 
-  attention   an online-contraction term (ATTEND, match.attention_term) or the rules'
-              online-softmax form (match.match_flash), f16/bf16 operands -> flash kernel
+  attention   an online-contraction term (ATTEND, match.attention_term), f16/bf16 operands
+              -> flash kernel
               (tensor cores, running (m, l, acc) over key tiles); a term the kernel cannot
               take runs as its primitive definition (`prepare`)
   gemm        SUM(MUL(a, b)) over one axis -> tensor-core GEMM (f16/bf16, aligned) or SIMT
@@ -25,7 +25,7 @@ from ir.node import Node
 from ir.ops import ELEMENTWISE, Op
 from ir.dtypes import HALVES, DType
 from backends.cuda.match import (FlashMatch, GemmMatch, attention_term, contraction_axes, is_pure_reshape,
-                                 is_row_broadcast, match_flash)
+                                 is_row_broadcast)
 
 
 def is_lossless_cast(n: Node) -> bool:
@@ -138,9 +138,8 @@ def mask_access(fm: FlashMatch):
 
 def flash_access(fm: FlashMatch):
     """(q, k, v) strided half-precision reads for the flash kernel, or None if it cannot take
-    them. q, k index (.., q, d, key) like Q @ K^T's operands; v is returned as (.., q, key, d):
-    its (B, t) tile axes merged back into one key axis."""
-    from backends.cuda.resolve import Access, resolve
+    them. q, k index (.., q, d, key) like Q @ K^T's operands; v (.., q, key, d)."""
+    from backends.cuda.resolve import resolve
     if fm.mask is not None and mask_access(fm) is None:
         return None
     acc = []
@@ -152,11 +151,6 @@ def flash_access(fm: FlashMatch):
         acc.append(a)
     q, k, v = acc
     nd = len(fm.qk.reduce.shape)
-    t = fm.v.shape[nd - 1]
-    if len(fm.v.shape) == nd + 1 and fm.tiles > 1 and v.strides[nd - 2] != t * v.strides[nd - 1]:
-        return None                      # the tiles are not consecutive runs of keys
-    if len(fm.v.shape) == nd + 1:       # (.., q, B, t, d) -> (.., q, key, d)
-        v = Access(v.buffer, v.strides[:nd - 2] + (v.strides[nd - 1], v.strides[nd]), v.offset)
     # q, k: head dim (the QK reduction axis) contiguous; v: output dim contiguous
     if q.dtype != k.dtype or k.dtype != v.dtype or q.strides[nd - 2] != 1 or k.strides[nd - 2] != 1 \
             or v.strides[nd - 1] != 1:
@@ -305,7 +299,7 @@ def _consumers(graph: Graph) -> dict[Node, list[Node]]:
 def _flash_step(n: Node, products, consumers, outputs) -> tuple[Node, FlashMatch] | None:
     """(the node the flash kernel writes, its match) for an attention at n, or None: n is not
     one, the kernel cannot read its operands, or a value it computes inside is read elsewhere."""
-    fm = attention_term(n, products) if n.op == Op.ATTEND else match_flash(n)
+    fm = attention_term(n, products) if n.op == Op.ATTEND else None
     if fm is None or flash_access(fm) is None:
         return None
     o = _flash_output(n, consumers, outputs)

@@ -862,9 +862,7 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
                        o, step.inputs, f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} "
                                        f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) keys/tile={cfg.bkv}"
                                        + (" +mask" if ma is not None else "")
-                                       + (f" kv-heads shared x{_shared_kv(shape)}" if _shared_kv(shape) > 1 else "")
-                                       + (f" (the program's tiles: {fm.tiles} of {skv // fm.tiles})" if fm.tiles > 1 else
-                                          " (the naive program, planned as flash)"))
+                                       + (f" kv-heads shared x{_shared_kv(shape)}" if _shared_kv(shape) > 1 else ""))
 
 
 def _shared_kv(shape) -> int:
