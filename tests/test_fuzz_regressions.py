@@ -78,3 +78,22 @@ def test_cuda_fuzz_findings_render_and_pass_on_the_cpu(seed):
     _, launches = render(g)
     assert all(l.output.numel > 0 and min(l.grid) > 0 for l in launches)
     assert fuzz.check(prog, "reference", 0.5)["status"] == "ok"
+
+
+@pytest.mark.parametrize("shape", [(4, 64), (64, 64), (64, 256)])
+def test_bf16_layer_norm_of_near_max_rows_keeps_its_scaling_under_every_cpu_schedule(shape):
+    # seed 105532 (CPU fuzz): bf16 layer_norm of near-max rows gave NaN under every fast-math
+    # schedule: with `reassoc`, LLVM factored the scaled mean's sum(x_i * s) into s * sum(x_i),
+    # which overflows where the program scaled first; the strict schedule was right
+    from backends.llvm import LLVMBackend
+    from ir import numerics
+    from ir.dtypes import DType
+    from ir.interpreter import evaluate
+    x, = numerics.random_inputs([(shape, DType.bf16)], 7, numerics.NEAR_MAX)
+    g = saturn.trace(lambda t: t.layer_norm((shape[1],)), saturn.spec(shape, DType.bf16))
+    want = evaluate(g, [x])[0].astype(np.float64)
+    be = LLVMBackend()
+    for sched in be.schedules(g):
+        got = np.asarray(be.build(g, sched, use_cache=False)(x)[0]).astype(np.float64)
+        assert not np.isnan(got).any(), sched.name
+        np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02, err_msg=sched.name)

@@ -377,6 +377,15 @@ class KernelRenderer(OnlineRenderer):
         b, ty = self.b, COMPUTE[e.dtype]
         flags = FAST if self.ks.fast_math else ()
         if e.op == Op.SUM:
+            if flags and ty in FLOAT_TYPES and isinstance(x, ir.Instruction) and x.opname == "fmul":
+                # a product enters the sum as fmuladd(a, b, +0.0) without flags, which the
+                # optimizer must keep (a product of -0 plus +0 is +0): under `reassoc` it factors
+                # a sum of products by one value (sum x_i * s -> s * sum x_i, once a short loop
+                # is unrolled or vectorized), and the unscaled sum can overflow where the program
+                # scaled each term first (bf16 norms of near-max rows). The sum itself still
+                # reassociates and vectorizes; an FMA costs what the multiply did
+                fma = self._intrinsic("llvm.fmuladd.f32" if ty == F32 else "llvm.fmuladd.f64", ty, 3)
+                x = b.call(fma, [x.operands[0], x.operands[1], ir.Constant(ty, 0.0)])
             return b.fadd(acc, x, flags=flags) if ty in FLOAT_TYPES else (b.or_(acc, x) if ty == I1 else b.add(acc, x))
         if ty in FLOAT_TYPES:
             name = "llvm.maximum.f32" if ty == F32 else "llvm.maximum.f64"
