@@ -65,7 +65,8 @@ def test_cuda_fuzz_findings_compile_and_match(seed):
     reason = CUDABackend().unavailable_reason()
     if reason:
         pytest.skip(reason)
-    assert fuzz.check(fuzz.random_program(seed), "cuda", 2.0)["status"] == "ok"
+    res = fuzz.check(fuzz.random_program(seed), "cuda", 2.0)
+    assert res["status"] == "ok", res
 
 
 @pytest.mark.parametrize("seed", CUDA_FOUND)
@@ -97,3 +98,32 @@ def test_bf16_layer_norm_of_near_max_rows_keeps_its_scaling_under_every_cpu_sche
         got = np.asarray(be.build(g, sched, use_cache=False)(x)[0]).astype(np.float64)
         assert not np.isnan(got).any(), sched.name
         np.testing.assert_allclose(got, want, rtol=0.02, atol=0.02, err_msg=sched.name)
+
+
+@pytest.mark.parametrize("seed", [310506, 310546, 310685, 310686])
+def test_cuda_executable_of_an_empty_program_has_a_buffer_for_every_read(seed):
+    """Without a GPU (a stand-in runtime): the executable of a program with empty values
+    allocates a buffer for every value a launch reads and every output, though an empty
+    value has no kernel (the H200 run of 1e5ff3e failed these at build: an empty step's
+    output, read by the next step, had no buffer)."""
+    from backends.cuda import render
+    from backends.cuda.executable import CUDAExecutable
+
+    class Runtime:
+        allocated = 0
+
+        def function(self, *a):
+            return None
+
+        def alloc(self, n):
+            Runtime.allocated += 1
+            return Runtime.allocated
+
+    prog = fuzz.random_program(seed)
+    g = saturn.trace(fuzz.saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs])
+    from backends.cuda.plan import prepare
+    src, launches = render(g)
+    g = prepare(g)[0]                    # (the launches name the prepared graph's nodes, as in build)
+    exe = CUDAExecutable(g, launches, src, None, Runtime())
+    assert all(len(args) == 1 + len(l.inputs) for l, args in zip(launches, exe._args))
+    assert all(o in exe.buffers for o in g.outputs)

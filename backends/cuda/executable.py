@@ -22,6 +22,7 @@ import numpy as np
 
 from ir.graph import Graph
 from ir.node import Node
+from ir.ops import Op
 from backends.cuda.device_run import DeviceProgram, KernelStep, LibraryStep
 from backends.cuda.render import Launch
 from backends.cuda.runtime import CUDAFailure, Runtime
@@ -49,16 +50,19 @@ class CUDAExecutable:
                           rt.function(module, l.name, l.block[0] * l.block[1] * l.block[2], l.shared,
                                       1 + len(l.inputs)) for l in launches]
         self.module = module
-        # one device buffer per graph input and per step output
+        # one device buffer per graph input, per step output and per value a step reads; an
+        # empty value has no kernel (render_program) but still a buffer, which nothing reads
         self.buffers: dict[Node, object] = {}
         self._sizes: dict[Node, int] = {}
-        for n in list(graph.inputs) + [l.output for l in launches]:
+        produced = {l.output for l in launches}
+        for o in graph.outputs:
+            if o.numel and o.op != Op.INPUT and o not in produced:
+                raise CUDAFailure("build", f"output {o!r} has no producing kernel")
+        for n in list(graph.inputs) + [l.output for l in launches] + [x for l in launches for x in l.inputs] \
+                + list(graph.outputs):
             if n not in self.buffers:
                 self._sizes[n] = max(n.numel * n.dtype.itemsize, 1)
                 self.buffers[n] = rt.alloc(self._sizes[n])
-        for o in graph.outputs:
-            if o not in self.buffers:
-                raise CUDAFailure("build", f"output {o!r} has no producing kernel")
         self._args = self._arg_lists(self.buffers)
 
     def _arg_lists(self, buffers) -> list[list[int]]:
