@@ -201,7 +201,8 @@ def _finish(n: Node, v: np.ndarray, e: np.ndarray, unsure, final: bool, overflow
     u, top, tiny = UNIT_ROUNDOFF[dt], MAX_FINITE[dt] * (1 + UNIT_ROUNDOFF[dt]), SMALLEST_NORMAL[dt]
     mag = np.abs(v)
     e_in = e
-    e = e + (K * u) * mag
+    # (the computed value may be as large as |v| + e: its own rounding is relative to that)
+    e = e + (K * u) * (mag + np.where(np.isfinite(e_in), e_in, 0.0))
     e = np.where(mag < tiny, np.maximum(e, tiny), e)   # results that are subnormal (or flushed to 0)
     if not np.isfinite(e).all() or np.any(unsure) or float(np.nanmax(mag + e, initial=0.0)) >= top:
         fin = np.isfinite(v)
@@ -348,11 +349,15 @@ def _reduce(n: Node, s: Bounded, final: bool) -> Bounded:
     # a half-typed sum may run in blocks whose partial sums are stored in the half type
     # (a split reduction): its accumulation is bounded in that type's rounding
     u = UNIT_ROUNDOFF[dt]
-    e = (K * u * terms) * mag
     if isinstance(s.bound, Rel):
-        e = e + float(s.bound) * mag                    # sum of c |x_i| over the axis
+        e = (K * u * terms + float(s.bound)) * mag      # sum of c |x_i| over the axis
     elif not _exact(s.bound):
-        e = e + s.bound.sum(axis=axes, keepdims=True)
+        drift = s.bound.sum(axis=axes, keepdims=True)
+        # the accumulation rounds relative to the computed terms, which may be as large as
+        # |x_i| + e_i (a term whose value is 0 but may be 1e4, e.g. a flipped bool times a weight)
+        e = (K * u * terms) * (mag + np.where(np.isfinite(drift), drift, 0.0)) + drift
+    else:
+        e = (K * u * terms) * mag
     # partial sums of an f32 accumulation may overflow where the total does not
     unsure = np.isinf(e) | (mag >= MAX_FINITE[dt.compute])
     overflow64 = np.isinf(v) & np.isfinite(x).all(axis=axes, keepdims=True)

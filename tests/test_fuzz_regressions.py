@@ -127,3 +127,14 @@ def test_cuda_executable_of_an_empty_program_has_a_buffer_for_every_read(seed):
     exe = CUDAExecutable(g, launches, src, None, Runtime())
     assert all(len(args) == 1 + len(l.inputs) for l, args in zip(launches, exe._args))
     assert all(o in exe.buffers for o in g.outputs)
+
+
+def test_a_sum_of_terms_that_may_flip_bounds_their_rounding_too():
+    # seed 310542 (H200 fuzz, also on the CPU): log_softmax -> u8 -> bool (may flip: bound 1)
+    # times weights of ~1e4, summed: the bound was sum |w| (the reference's terms are 0) with
+    # no room for the computed sum's own rounding, and 30002.1 against 3e4 rejected every
+    # candidate. Roundings are now bounded relative to |value| + bound
+    prog = fuzz.random_program(310542)
+    assert [s[0] for s in prog.steps] == ["matmul", "norm", "cast", "cast", "cast", "matmul"]
+    res = fuzz.check(prog, "cpu", 2.0)
+    assert res["status"] == "ok", res
