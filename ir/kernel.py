@@ -44,12 +44,33 @@ class Struct:
         return h
 
     def __eq__(self, other) -> bool:
-        return self is other or (type(self) is type(other) and hash(self) == hash(other)
-                                 and self._key() == other._key())
+        if self is other:
+            return True
+        if type(self) is not type(other) or hash(self) != hash(other):
+            return False
+        a, b = self._representative(), other._representative()
+        if a is b:
+            return True
+        if a._key() != b._key():
+            return False
+        # equal: b's class of equal values joins a's, so comparing them (or values that contain
+        # them) again costs one step; without it, equal values built apart (a norm's scale,
+        # rebuilt at every use) were compared as trees, exponential in their nesting
+        object.__setattr__(b, "_rep", a)
+        return True
+
+    def _representative(self) -> "Struct":
+        x = self
+        while "_rep" in x.__dict__:
+            x = x.__dict__["_rep"]
+        if x is not self:
+            object.__setattr__(self, "_rep", x)        # (path compression)
+        return x
 
     def __getstate__(self):
-        # string hashes differ between processes: never carry a cached hash through pickle
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
+        # string hashes differ between processes: never carry a cached hash (or the link to
+        # an equal value) through pickle
+        return {k: v for k, v in self.__dict__.items() if k not in ("_hash", "_rep")}
 
 
 def struct(cls):
@@ -894,10 +915,24 @@ def substitute(e: Value, mapping: dict[Var, Lin], _memo=None) -> Value:
     return map_leaves(e, leaf, _memo)
 
 
-def canonical(e: Value, _counter=None) -> Value:
+def _reduce_free(e: Value) -> set:
+    """The sub-values of e with no reduction inside (canonical leaves them as they are)."""
+    out = set()
+    for x in postorder(e):
+        if not isinstance(x, Reduce) and all(c in out for c in children(x)):
+            out.add(x)
+    return out
+
+
+def canonical(e: Value, _counter=None, _plain=None) -> Value:
     """e with every reduction's variables renamed in order of appearance, so two values that
-    differ only in the names of their bound variables compare equal."""
+    differ only in the names of their bound variables compare equal. Sub-values without a
+    reduction are kept as they are (walking them again at each use made shared sub-values
+    cost their number of paths)."""
     n = [0] if _counter is None else _counter
+    plain = _reduce_free(e) if _plain is None else _plain
+    if e in plain:
+        return e
     if isinstance(e, Reduce):
         mapping, new = {}, []
         for v in e.vars:
@@ -907,9 +942,9 @@ def canonical(e: Value, _counter=None) -> Value:
             new.append(nv)
         return Reduce(e.op, e.dtype, tuple(new), canonical(substitute(e.body, mapping), n), e.contraction)
     if isinstance(e, Compute):
-        return Compute(e.op, e.dtype, tuple(canonical(s, n) for s in e.srcs))
+        return Compute(e.op, e.dtype, tuple(canonical(s, n, plain) for s in e.srcs))
     if isinstance(e, Gather):
-        return Gather(e.buffer, e.dtype, e.base, e.stride, e.extent, canonical(e.index, n))
+        return Gather(e.buffer, e.dtype, e.base, e.stride, e.extent, canonical(e.index, n, plain))
     return e
 
 

@@ -138,3 +138,14 @@ def test_a_sum_of_terms_that_may_flip_bounds_their_rounding_too():
     assert [s[0] for s in prog.steps] == ["matmul", "norm", "cast", "cast", "cast", "matmul"]
     res = fuzz.check(prog, "cpu", 2.0)
     assert res["status"] == "ok", res
+
+
+def test_nested_bf16_norms_lower_without_comparing_trees_path_by_path():
+    # seed 105449 (CPU fuzz, a hang at 60 s): layer_norm -> log -> std -> softmax on bf16; each
+    # row-scaled norm rebuilds its scale at every use, and the lowering compared those values
+    # tree by tree (22 s), then canonical() walked them path by path. It now compiles, and
+    # its kernels are those of the program
+    prog = fuzz.random_program(105449)
+    assert [s[1].get("op") for s in prog.steps][:4] == ["layer_norm", "log", "std", "softmax"]
+    res = fuzz.check(prog, "cpu", 1.0)
+    assert res["status"] == "ok", res
