@@ -548,7 +548,8 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # rewritten programs' other schedules are waiting too
     runner.verify_all(first[2:], backend_spec, t_ready + (0.8 * window if later else window), on_done, trials,
                       hard_deadline=verify_deadline)
-    later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
+    if time.perf_counter() < verify_deadline:     # (past it no later trial starts: nothing to order)
+        later = _order_by_schedule_probe(runner, first, later, backend_spec, options)
     room = max(options.max_trials - len(first) - len(defaults), 0)
     if len(later) > room:
         notes.append(f"{len(first) + len(defaults) + len(later)} trials; verifying at most {options.max_trials}")

@@ -258,8 +258,10 @@ class Worker:
 
     def __init__(self, env: dict | None = None):
         self.log = tempfile.TemporaryFile()
+        # unbuffered pipes: answers are awaited with select on the descriptor, which a buffered
+        # reader that read ahead (two answers of posted requests arriving together) would hide
         self.proc = subprocess.Popen([sys.executable, "-m", "compiler.workers"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=self.log, env=_child_env(env))
+                                     stdout=subprocess.PIPE, stderr=self.log, env=_child_env(env), bufsize=0)
         self.data_keys: set[str] = set()
         self.unanswered = 0   # requests sent with `post` whose answers are still to be read
         self.drain_s = 60.0   # how long the next `start` waits for each of those answers
@@ -277,8 +279,10 @@ class Worker:
 
     def post(self, request, timeout: float = 60.0) -> None:
         """Send a request whose answer is read (and dropped) before the next `start`, waiting
-        for it at most `timeout` seconds then."""
-        self.start(request)
+        for it at most `timeout` seconds then. It queues behind earlier posted requests without
+        waiting for their answers (a fresh worker's `prepare`: a build posted during
+        exploration once waited 2 s for it, holding the exploration back)."""
+        self._send(request)
         self.unanswered += 1
         self.drain_s = max(self.drain_s, timeout)
 
@@ -287,6 +291,9 @@ class Worker:
             self.unanswered -= 1
             self.finish(self.drain_s)
         self.drain_s = 60.0
+        self._send(request)
+
+    def _send(self, request) -> None:
         if self.retiring:
             raise WorkerFailure("the worker retired after a candidate raised")
         if self.out_of_step():

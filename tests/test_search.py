@@ -354,3 +354,24 @@ def test_a_program_too_big_for_the_interpreter_is_compiled_while_the_e_graph_is_
     assert seen and seen[0] in ("ok", "second")
     assert f.result.winner is not None
     _check_correct(f)
+
+
+def test_posted_requests_queue_without_waiting_and_their_answers_are_all_read():
+    """Two posted requests go out at once (a build posted during exploration waited ~2 s for
+    the fresh worker's `prepare` before), and when both answers are already in the pipe the
+    next call still gets its own: the parent reads the pipe unbuffered, so select sees the
+    second answer (a buffered reader had read it ahead, and the call waited out its timeout)."""
+    from compiler.workers import Worker
+    w = Worker()
+    try:
+        assert isinstance(w.proc.stdout, io.FileIO)      # raw: no read-ahead that select cannot see
+        t0 = time.perf_counter()
+        w.post(("reset",), 20.0)
+        w.post(("reset",), 20.0)
+        assert time.perf_counter() - t0 < 1.0          # nothing waited for the worker's start
+        time.sleep(1.5)                                # both answers arrive before anything reads
+        t1 = time.perf_counter()
+        w.call(("reset",), 20.0)
+        assert time.perf_counter() - t1 < 10.0 and w.unanswered == 0 and not w.out_of_step()
+    finally:
+        w.close()
