@@ -341,6 +341,11 @@ class _Runner:
                 for i, (t, _) in running.items():  # (the baseline too, once something passed)
                     self.pool.workers[i].kill()
                     t.status, t.reason = "skipped", "budget spent while it was being built or verified"
+                for i in running if passed else ():   # replacements start now, side by side, for the timing
+                    try:
+                        self.pool.get(i).post(("prepare", backend_spec))
+                    except WorkerFailure:
+                        pass
                 running.clear()
                 break
             done += [i for i, (_, start) in running.items() if i not in done and now >= start + self.options.timeout]
@@ -766,7 +771,9 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
         repeat = max(repeat, min(cap, affordable), options.min_repeat)
         # interleave: every trial gets a slice of its runs in turn, so a change in machine load
         # during the round hits all of them alike instead of whichever ran last
-        slices = min(INTERLEAVE, repeat) if len(alive) > 1 else 1
+        # (past the deadline one slice: each request costs its own round trip, ~0.2 s for a
+        # big program, and there is nothing left to spread load changes over)
+        slices = min(INTERLEAVE, repeat) if len(alive) > 1 and remaining > 0 else 1
         runs: dict[int, list[float]] = {t.id: [] for t in alive}
         for k in range(slices):
             n = repeat // slices + (1 if k < repeat % slices else 0)
