@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from compiler.creation import positions, triangle
-from compiler.errors import DTypeError, ShapeError
+from compiler.errors import DTypeError, ShapeError, UnsupportedError
 from compiler.tensor_args import broadcast_shapes, norm_axis
 from ir import node as N
 from ir.dtypes import DType
@@ -138,6 +138,58 @@ class IndexOps:
         out = tuple(m if i == a else s for i, s in enumerate(x.shape))
         r = x._gather_axis(a, index.reshape(*shape).expand(*out))
         return r if self.ndim else r.reshape(index.shape)
+
+    def scatter(self, dim: int, index, src=None, value=None, reduce=None):
+        """torch.scatter: self with self[..., index[..., j, ...], ...] = src[..., j, ...] along
+        `dim` (or `value` there). Where `index` names one position twice, the last j wins (torch
+        leaves that case unspecified). A composition: position i of the output looks for the
+        last j with index[j] == i (a comparison and a max over j), then gathers src there."""
+        if reduce is not None:
+            raise UnsupportedError(f"scatter's reduce={reduce!r} is not supported; use scatter_add for sums", "scatter")
+        return self._scatter("scatter", dim, index, src, value)
+
+    def scatter_add(self, dim: int, index, src):
+        """torch.scatter_add: self plus, at each position, the sum of the src values whose
+        index names it (a comparison and a sum over j)."""
+        return self._scatter("scatter_add", dim, index, src, None)
+
+    def _scatter(self, op: str, dim, index, src, value):
+        from compiler.tensor import Tensor, where
+        index = _index_tensor(index, "index", op)
+        if self.ndim == 0:
+            return self.reshape(1)._scatter(op, 0, index.reshape(1), src if not isinstance(src, Tensor)
+                                            else src.reshape(1), value).reshape(())
+        a = norm_axis(op, dim, self.ndim, self.shape)
+        if index.ndim != self.ndim:
+            raise ShapeError(f"index of shape {index.shape} must have the input's rank {self.ndim}", op)
+        if any(i != a and index.shape[i] > self.shape[i] for i in range(self.ndim)):
+            raise ShapeError(f"index of shape {index.shape} is larger than the input {self.shape} outside dim {a}", op)
+        if (src is None) == (value is None):
+            raise ShapeError("pass either src or value", op)
+        if isinstance(src, Tensor):
+            if src.ndim != self.ndim or any(src.shape[i] < index.shape[i] for i in range(self.ndim)):
+                raise ShapeError(f"src of shape {src.shape} must have the input's rank and cover index {index.shape}", op)
+            src = src[tuple(slice(0, m) for m in index.shape)].astype(self.dtype)
+        else:
+            src = Tensor.full(index.shape, value if value is not None else src, self.dtype)
+        n, m = self.shape[a], index.shape[a]
+        # positions i (a new axis at a) against each j (at a + 1)
+        pos_i = positions(n).reshape(*[n if k == a else 1 for k in range(self.ndim + 1)])
+        idx = index.unsqueeze(a)
+        match = idx == pos_i
+        region = tuple(n if k == a else index.shape[k] for k in range(self.ndim))
+        here = self[tuple(slice(0, r) for r in region)]
+        if op == "scatter_add":
+            got = here + where(match, src.unsqueeze(a), 0).astype(self.dtype).sum(a + 1)
+        else:
+            pos_j = positions(m).reshape(*[m if k == a + 1 else 1 for k in range(self.ndim + 1)])
+            last = where(match, pos_j, -1).max(a + 1)
+            got = where(last >= 0, src.gather(a, last.clamp(0, None)), here)
+        if region == self.shape:
+            return got
+        pads = tuple((0, self.shape[k] - region[k]) for k in range(self.ndim))
+        inside = positions(1).reshape(*[1] * self.ndim).expand(*region) == 0
+        return where(inside.pad(pads, 0.0), got.pad(pads, 0.0), self)
 
     def take(self, index):
         """torch.take: the flattened input at `index`, in index's shape."""

@@ -493,3 +493,51 @@ def test_iota_and_gather_round_trip_through_the_cache_codec():
     assert all(a is b for a, b in zip(back.outputs, graph.outputs)) and str(back) == str(graph)
     program = lower(graph)
     assert codec.loads(codec.dumps(program)) == program
+
+
+def _scatter_np(x, dim, idx, src, add):
+    out = x.copy()
+    for p in np.ndindex(*idx.shape):
+        t = list(p)
+        t[dim] = idx[p]
+        out[tuple(t)] = out[tuple(t)] + src[p] if add else src[p]     # (C order: the last j wins)
+    return out
+
+
+@pytest.mark.parametrize("shape,ishape,dim", [((5, 4), (3, 4), 0), ((5, 4), (5, 3), 1), ((5, 4), (5, 3), -1),
+                                              ((5, 4, 3), (2, 4, 2), 0), ((1, 7), (1, 7), 1), ((6,), (9,), 0)])
+@pytest.mark.parametrize("add", [False, True])
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+def test_scatter_and_scatter_add(shape, ishape, dim, add, target):
+    """torch.scatter / scatter_add along any dim, index smaller than the input outside it,
+    repeated positions (scatter: the last j wins; scatter_add: they sum), on both targets."""
+    rng = np.random.default_rng(len(shape) * 10 + ishape[0])
+    x = rng.standard_normal(shape).astype(np.float32)
+    d = dim % len(shape)
+    idx = rng.integers(0, shape[d], ishape).astype(np.int32)
+    src = rng.standard_normal(ishape).astype(np.float32)
+    fn = (lambda a, i, s: a.scatter_add(dim, i, s)) if add else (lambda a, i, s: a.scatter(dim, i, s))
+    f = compiler.compile(fn, compiler.spec(shape), compiler.spec(ishape, "i32"), compiler.spec(ishape), target=target,
+                       budget=0.5, quiet=True, cache=False)
+    np.testing.assert_allclose(np.asarray(f(x, idx, src)), _scatter_np(x, d, idx, src, add), rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_of_a_value_and_its_errors():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    idx = np.array([[2, 0, 1, 2]], np.int32)
+    f = compiler.compile(lambda a, i: a.scatter(0, i, value=-1.0), compiler.spec((3, 4)), compiler.spec((1, 4), "i32"),
+                       target="reference", quiet=True, cache=False)
+    want = x.copy()
+    want[2, 0] = want[0, 1] = want[1, 2] = want[2, 3] = -1.0
+    np.testing.assert_array_equal(np.asarray(f(x, idx)), want)
+    from compiler.errors import DTypeError, ShapeError
+    t, i = compiler.spec((3, 4)), compiler.spec((1, 4), "i32")
+    with pytest.raises(ShapeError, match="larger than the input"):
+        compiler.trace(lambda a, j: a.scatter(0, j, value=1.0), t, compiler.spec((1, 5), "i32"))
+    with pytest.raises(ShapeError, match="either src or value"):
+        compiler.trace(lambda a, j: a.scatter(0, j), t, i)
+    with pytest.raises(DTypeError, match="integers"):
+        compiler.trace(lambda a, j: a.scatter(0, j, value=1.0), t, compiler.spec((1, 4)))
+    from compiler.errors import UnsupportedError
+    with pytest.raises(UnsupportedError, match="reduce"):
+        compiler.trace(lambda a, j: a.scatter(0, j, value=1.0, reduce="add"), t, i)

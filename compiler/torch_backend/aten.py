@@ -556,6 +556,21 @@ def gather(self, dim, index, sparse_grad=False):
     return self.gather(dim, index)
 
 
+@op("scatter.src")
+def scatter_src(self, dim, index, src):
+    return self.scatter(dim, index, src)
+
+
+@op("scatter.value")
+def scatter_value(self, dim, index, value):
+    return self.scatter(dim, index, value=value)
+
+
+@op("scatter_add.default")
+def scatter_add(self, dim, index, src):
+    return self.scatter_add(dim, index, src)
+
+
 @op("index_select.default")
 def index_select(self, dim, index):
     return self.index_select(dim, index)
