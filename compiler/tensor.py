@@ -67,6 +67,24 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
     def __bool__(self):
         raise TypeError("a lazy Tensor has no truth value while tracing; use Tensor.where for data-dependent choices")
 
+    def _no_value(self, what: str):
+        from compiler.errors import UnsupportedError
+        raise UnsupportedError(f"{what} of a lazy Tensor: it has no value while the function is traced; "
+                               "return the tensor and read the compiled function's output (a numpy array) "
+                               "instead", what)
+
+    def item(self):
+        self._no_value("item()")
+
+    def tolist(self):
+        self._no_value("tolist()")
+
+    def __float__(self):
+        self._no_value("float()")
+
+    def __int__(self):
+        self._no_value("int()")
+
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d tensor")
