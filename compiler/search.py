@@ -597,7 +597,9 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     result.seconds["final checks"] = time.perf_counter() - t_timing
     _learn(model, trials, result, notes, options.cost_model_dir)
     if result.winner is None:
-        raise SearchError("every verified candidate failed when built in the compiling process:\n" + "\n".join(notes))
+        raise SearchError("no verified candidate was timed and built in the compiling process:\n" + "\n".join(notes) +
+                          "\n" + "\n".join(f"  trial {t.id} ({t.description}, {t.schedule_text}): {t.status}: {t.reason}"
+                                            for t in trials if t.status not in ("skipped", "pending")))
     result.seconds["total"] = time.perf_counter() - t_start
     progress.close(f"saturn: compiled for {target} in {result.seconds['total']:.1f} s: "
                    f"{counts['tried']} tried, {counts['verified']} verified, {counts['rejected']} rejected, "
