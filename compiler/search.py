@@ -341,11 +341,12 @@ class _Runner:
                 for i, (t, _) in running.items():  # (the baseline too, once something passed)
                     self.pool.workers[i].kill()
                     t.status, t.reason = "skipped", "budget spent while it was being built or verified"
-                for i in running if passed else ():   # replacements start now, side by side, for the timing
-                    try:
-                        self.pool.get(i).post(("prepare", backend_spec))
-                    except WorkerFailure:
-                        pass
+                if passed:                         # replacements start now, side by side, for the timing
+                    for i in running:
+                        try:
+                            self.pool.get(i).post(("prepare", backend_spec))
+                        except WorkerFailure:
+                            pass
                 running.clear()
                 break
             done += [i for i, (_, start) in running.items() if i not in done and now >= start + self.options.timeout]

@@ -117,7 +117,8 @@ def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family =
 def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool) -> np.ndarray:
     """Rows (along the last axis) by kind, so that one NaN does not hide the rest: every 5th
     row starts with a run of -inf (a running max starting at -inf must not compute
-    -inf - (-inf)), or every other such row ends with one (a tile of -inf after finite values); the next gets zeros, signed zeros and subnormals; the next one inf or NaN
+    -inf - (-inf)), or, every other such row, ends with one (a tile of -inf after finite
+    values); the next gets zeros, signed zeros and subnormals; the next one inf or NaN
     each; the fourth stays as drawn; the fifth is positive and starts with a run of zeros (a row
     computed from it by log starts with -inf, which the other kinds' negative values hide: the
     e-graph's tiled softmax once subtracted a tile's max of -inf from itself)."""

@@ -299,7 +299,7 @@ def _consumers(graph: Graph) -> dict[Node, list[Node]]:
 def _flash_step(n: Node, products, consumers, outputs) -> tuple[Node, FlashMatch] | None:
     """(the node the flash kernel writes, its match) for an attention at n, or None: n is not
     one, the kernel cannot read its operands, or a value it computes inside is read elsewhere."""
-    fm = attention_term(n, products) if n.op == Op.ATTEND else None
+    fm = attention_term(n, products)          # (None unless n is an attend term)
     if fm is None or flash_access(fm) is None:
         return None
     o = _flash_output(n, consumers, outputs)
