@@ -8,9 +8,10 @@ values, sometimes with NaN, +-inf, +-0 and subnormals); a quarter of the seeds d
 program instead (`attention_program`). The reference is numpy in float64
 (integers exact, wrapping to their type), written here op by op and independent of the tracer and
 the interpreter; each op's result is rounded to its dtype's range (overflow is inf there too). Saturn's output must equal it
-within the propagated error bound (`ir.bounds`) of the program as written (before kernel terms). Each case runs in its own
-subprocess with a timeout, so a crash or a hang is recorded, not suffered. A failure is
-minimized (ops dropped, shapes shrunk) and printed as a standalone reproduction.
+within the propagated error bound (`ir.bounds`) of the program as written (before kernel terms). Cases run in
+subprocesses with a timeout (`CaseServer`: one process per job, checking case after case), so a
+crash or a hang is recorded, not suffered. A failure is re-run in a fresh process, minimized
+(ops dropped, special inputs turned off) and printed as a standalone reproduction.
 """
 from __future__ import annotations
 
@@ -522,6 +523,72 @@ def run_isolated(prog: Program, target: str, budget: float, timeout: float) -> d
     return {"status": "crash", "reason": f"exit {p.returncode}: {tail}"[:400]}
 
 
+class CaseServer:
+    """One long-lived `python -m compiler.fuzz --serve` process that checks cases one after
+    another, as a user's notebook compiles one program after another: imports and the search's
+    timing workers are paid once, not per case. A case that crashes the server or passes its
+    timeout is a result (the process group is killed and a fresh server takes the next case);
+    the server is also replaced every `cases_per_process` cases so that no state grows without
+    bound. A failure is minimized and reproduced in fresh processes (`run_isolated`)."""
+
+    def __init__(self, target: str, budget: float, cases_per_process: int = 50):
+        self.target, self.budget, self.cases_per_process = target, budget, cases_per_process
+        self.proc = None
+        self.done = 0
+
+    def _start(self) -> None:
+        import tempfile
+        cmd = [sys.executable, "-m", "compiler.fuzz", "--serve", "--target", self.target, "--budget", str(self.budget)]
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     env=dict(os.environ, PYTHONHASHSEED="0"), start_new_session=True)
+        self.done = 0
+
+    def run(self, prog: Program, timeout: float) -> dict:
+        import select
+        if self.proc is None or self.proc.poll() is not None or self.done >= self.cases_per_process:
+            self.close()
+            self._start()
+        err_at = self.err.seek(0, os.SEEK_END)
+        t0 = time.perf_counter()
+        try:
+            self.proc.stdin.write(prog.to_json() + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass                                     # it died; reading below reports how
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            self.close()
+            return {"status": "hang", "reason": f"no answer in {timeout:.0f} s"}
+        line = self.proc.stdout.readline()
+        self.done += 1
+        if line.startswith("{"):
+            res = json.loads(line)
+            res["seconds"] = time.perf_counter() - t0
+            return res
+        code = self.proc.wait()
+        self.err.seek(err_at)
+        tail = (self.err.read().strip().splitlines() or ["(no output)"])[-1]
+        self.close()
+        return {"status": "crash", "reason": f"exit {code}: {tail}"[:400]}
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        import signal
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)   # the server and the timing workers it started
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.err):
+            try:
+                f.close()
+            except OSError:
+                pass
+        self.proc = None
+
+
 def _kind(res: dict) -> str:
     return res["status"] + ":" + res.get("reason", "").split(":")[0][:60]
 
@@ -576,27 +643,49 @@ print(check(prog, {target!r}, budget=1.0))
 
 
 def fuzz(n: int, target: str, seed: int, budget: float, timeout: float, out_dir: str | None,
-         minimize_failures: bool = True, say=print, jobs: int = 1) -> dict:
-    """Run cases seed, seed + 1, ..., seed + n - 1 on `jobs` processes at a time; returns counts and
-    the distinct failures. Each case is its own subprocess either way, and results are taken in
-    seed order, so the report for a seed range does not depend on `jobs`."""
+         minimize_failures: bool = True, say=print, jobs: int = 1, fresh: bool = False) -> dict:
+    """Run cases seed, seed + 1, ..., seed + n - 1, `jobs` at a time, each job a `CaseServer`
+    (or, with `fresh`, each case its own subprocess); returns counts and the distinct failures.
+    Results are taken in seed order, so the report for a seed range does not depend on `jobs`."""
+    import queue
     from concurrent.futures import ThreadPoolExecutor
     counts = {"ok": 0, "invalid": 0, "mismatch": 0, "error": 0, "crash": 0, "hang": 0}
     failures = {}
     t0 = time.perf_counter()
     seeds = range(seed, seed + n)
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:   # threads only wait on subprocesses
-        results = pool.map(lambda s: run_isolated(random_program(s), target, budget, timeout), seeds)
-        for s, res in zip(seeds, results):                       # in seed order, as they finish
-            counts[res["status"]] = counts.get(res["status"], 0) + 1
-            if res["status"] in FAILED:
-                say(f"case {s}: {res['status']}: {res.get('reason', '')}")
-                for line in res.get("detail", "").splitlines()[1:20]:
-                    say(f"    {line}")
-                failures.setdefault(_kind(res), {"seed": s, "result": res})
+    servers: queue.Queue = queue.Queue()
+    for _ in range(max(1, jobs)):
+        servers.put(CaseServer(target, budget) if not fresh else None)
+
+    def one(s):
+        server = servers.get()
+        try:
+            prog = random_program(s)
+            return server.run(prog, timeout) if server else run_isolated(prog, target, budget, timeout)
+        finally:
+            servers.put(server)
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:   # threads only wait on subprocesses
+            results = pool.map(one, seeds)
+            for s, res in zip(seeds, results):                       # in seed order, as they finish
+                counts[res["status"]] = counts.get(res["status"], 0) + 1
+                if res["status"] in FAILED:
+                    say(f"case {s}: {res['status']}: {res.get('reason', '')}")
+                    for line in res.get("detail", "").splitlines()[1:20]:
+                        say(f"    {line}")
+                    failures.setdefault(_kind(res), {"seed": s, "result": res})
+    finally:
+        while not servers.empty():
+            server = servers.get()
+            if server:
+                server.close()
     for kind, f in failures.items():                             # minimized after the run, one by one
         prog = random_program(f["seed"])
-        small = minimize(prog, target, budget, timeout, f["result"]) if minimize_failures else prog
+        recurs = fresh or _kind(run_isolated(prog, target, budget, timeout)) == kind
+        if not recurs:
+            say(f"case {f['seed']}: {kind} does not recur in a fresh process (it depends on the cases before it)")
+            f["result"] = dict(f["result"], reason=f["result"].get("reason", "") + " [not in a fresh process]")
+        small = minimize(prog, target, budget, timeout, f["result"]) if minimize_failures and recurs else prog
         f["repro"] = reproduction(small, target, f["result"])
         if out_dir:
             os.makedirs(out_dir, exist_ok=True)
@@ -630,7 +719,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
     parser.add_argument("--out", default=None, help="directory for the minimized reproductions")
     parser.add_argument("--no-minimize", action="store_true", help="report failures as found")
-    parser.add_argument("--jobs", type=int, default=1, help="cases run at once, each in its own process (default 1)")
+    parser.add_argument("--jobs", type=int, default=1, help="cases run at once, each job a process of its own (default 1)")
+    parser.add_argument("--fresh", action="store_true", help="a fresh process for every case (slower; default: "
+                        "each job's process checks case after case, replaced after a crash or a hang)")
 
 
 def run(args) -> int:
@@ -638,7 +729,7 @@ def run(args) -> int:
     if args.n < 1 or args.jobs < 1:
         raise SaturnError(f"--n and --jobs must be at least 1 (got --n {args.n}, --jobs {args.jobs})")
     report = fuzz(args.n, args.target, args.seed, args.budget, args.timeout, args.out, not args.no_minimize,
-                  say=lambda line: print(line, flush=True), jobs=args.jobs)
+                  say=lambda line: print(line, flush=True), jobs=args.jobs, fresh=args.fresh)
     print(summary(report), flush=True)
     for kind, f in report["failures"].items():
         print(f"\n--- {kind} (first at seed {f['seed']}) ---\n{f['repro']}")
@@ -648,11 +739,20 @@ def run(args) -> int:
 def _one(argv) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--one")
+    p.add_argument("--serve", action="store_true")
     p.add_argument("--target", default="cpu")
     p.add_argument("--budget", type=float, default=1.0)
     a = p.parse_args(argv)
-    res = check(Program.from_json(a.one), a.target, a.budget)
-    print(json.dumps(res, default=str), flush=True)
+    if not a.serve:
+        res = check(Program.from_json(a.one), a.target, a.budget)
+        print(json.dumps(res, default=str), flush=True)
+        return
+    answers = os.fdopen(os.dup(sys.stdout.fileno()), "w")
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())   # whatever a case prints cannot pass for an answer
+    for line in sys.stdin:
+        res = check(Program.from_json(line), a.target, a.budget)
+        answers.write(json.dumps(res, default=str) + "\n")
+        answers.flush()
 
 
 if __name__ == "__main__":

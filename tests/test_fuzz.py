@@ -97,3 +97,30 @@ ROUNDED_PROBABILITIES = (
     '{"input": 1, "transpose": true, "groups": 1}], ["mask", {"input": 3, "additive": false}], ["scale", {"c": 0.125}], '
     '["norm", {"op": "softmax", "axis": -1}], ["cast", {"to": "bf16"}], ["bmm", {"input": 2, "transpose": false, '
     '"groups": 1}]], "special": false, "seed": 102157}')
+
+
+def test_a_case_server_survives_a_crash_and_a_hang():
+    # one process checks case after case; a case that kills it or passes its timeout is a
+    # result, and the next case gets a fresh process
+    server = fuzz.CaseServer("cpu", budget=0.5)
+    try:
+        ok = fuzz.random_program(3)
+        assert server.run(ok, timeout=120)["status"] in ("ok", "invalid")
+        first = server.proc.pid
+        assert server.run(ok, timeout=120)["status"] in ("ok", "invalid") and server.proc.pid == first   # reused
+        class Garbled:                                   # the server dies on a line it cannot parse
+            def to_json(self):
+                return "not a program"
+        crashed = server.run(Garbled(), timeout=120)
+        assert crashed["status"] == "crash" and "exit 1" in crashed["reason"], crashed
+        assert server.run(ok, timeout=0.01)["status"] == "hang"
+        assert server.proc is None                       # killed, with its workers
+        assert server.run(ok, timeout=120)["status"] in ("ok", "invalid")
+    finally:
+        server.close()
+
+
+def test_server_and_fresh_processes_give_the_same_report():
+    kw = dict(budget=0.5, timeout=120, out_dir=None, minimize_failures=False, say=lambda s: None, jobs=2)
+    served, fresh = fuzz.fuzz(4, "cpu", 3, **kw), fuzz.fuzz(4, "cpu", 3, fresh=True, **kw)
+    assert served["counts"] == fresh["counts"] and sum(served["counts"].values()) == 4
