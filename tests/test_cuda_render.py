@@ -336,3 +336,19 @@ def test_a_row_kernel_reads_a_transposed_input_through_its_view():
     assert "cached=0" in src and "reinterpret_cast<const uint4*>(in0" not in src, src
     g = trace(lambda x: x.layer_norm((64,)), spec((8, 64), "f32"))
     assert "cached=1" in render(g, prelude=False)[0]           # a plain row read still is
+
+
+def test_a_product_read_by_another_product_is_written_as_itself():
+    # fuzz seed 320439 (H200): x @ w1 @ w2 with one output column. The first product's only
+    # consumer chain is the second product's multiply, which was taken as its epilogue: the
+    # first product was never written and the second read it as an unmaterialized sum
+    mm = lambda x, w1, w2: x @ w1 @ w2
+    specs = (spec((8, 8, 4)), spec((4, 3)), spec((3, 1)))
+    g = compiler.trace(mm, *specs)
+    steps = plan(g)
+    assert [s.kind for s in steps] == ["gemm", "gemm"]
+    assert steps[0].output.op.value == "sum" and steps[1].inputs[0] is steps[0].output
+    render(g)
+    # a product feeding the next one through an activation keeps that activation as its epilogue
+    chain = compiler.trace(lambda x, w1, w2: (x @ w1).relu() @ w2, *specs)
+    assert [s.output.op.value for s in plan(chain)] == ["where", "view"]     # relu is where(x > 0, x, 0)

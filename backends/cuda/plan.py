@@ -229,9 +229,10 @@ def _epilogue_end(r: Node, consumers, outputs, M: set[Node]) -> Node:
     return n
 
 
-def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs) -> dict[Node, Node]:
+def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs, operands) -> dict[Node, Node]:
     """Epilogue output -> the product it absorbs, for elementwise kernels (no reductions, one
-    shape) reading a product through a pure reshape that no other kernel reads."""
+    shape) reading a product through a pure reshape that no other kernel reads (and that is
+    not itself an operand another product reads from memory)."""
     trees = {o: tree(o, M) for o in M if o not in gemms and o not in attns}
     in_trees: dict[Node, int] = {}
     for t in trees.values():
@@ -247,7 +248,7 @@ def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs) -> dict[Node, No
         cands = sorted((n for n in t if n.op == Op.VIEW and n.srcs[0] in gemms), key=lambda v: -order[v.srcs[0]])
         for v in cands:
             r = v.srcs[0]
-            if (r in outputs or len(consumers[r]) != 1 or not is_pure_reshape(v) or v.shape != o.shape
+            if (r in outputs or r in operands or len(consumers[r]) != 1 or not is_pure_reshape(v) or v.shape != o.shape
                     or in_trees.get(v, 0) != 1 or r in fused.values()):
                 continue
             fused[o] = r
@@ -356,19 +357,21 @@ def plan(graph: Graph) -> list[Step]:
             continue
         if n.op == Op.CONTIGUOUS or n in gemms or n in attns:
             M.add(n)
-    # operands of products are read from memory
+    # operands of products are read from memory, as they are (never an epilogue's output)
+    operands: set[Node] = set()
     for r, g in gemms.items():
         if r in internal or r in attns:
             continue
         for side in (g.a, g.b):
             src = base_of(side)
             if src.op not in (Op.INPUT, Op.CONST):
-                M.add(src)
+                operands.add(src)
     for r, a in attns.items():
         for side in (a.qk.a, a.qk.b, a.v) + ((a.mask,) if a.mask is not None else ()):
             src = base_of(side)
             if src.op not in (Op.INPUT, Op.CONST):
-                M.add(src)
+                operands.add(src)
+    M |= operands
     # values read through an expanding view (other than a per-row broadcast) are materialized
     for n in nodes:
         if n.op == Op.VIEW and n not in internal:
@@ -402,17 +405,17 @@ def plan(graph: Graph) -> list[Step]:
     # A product no kernel can take this way (RoPE reads its output twice, once shifted; a
     # residual sum is read by a norm and by the next residual) gets the end of its
     # elementwise consumer chain as its epilogue output instead of writing the f32 sum
-    fused = _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs)
+    fused = _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs, operands)
     ends = set()
     for r in gemms:
-        if r in internal or r in attns or r not in M or r in fused.values():
+        if r in internal or r in attns or r not in M or r in fused.values() or r in operands:
             continue
         end = _epilogue_end(r, consumers, outputs, M)
         if end is not r and end not in M and not any(x.op in (Op.SUM, Op.MAX) for x in tree(end, M | {r})):
             ends.add(end)
     if ends:
         M |= ends
-        fused = _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs)
+        fused = _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs, operands)
     for r in fused.values():
         M.discard(r)
 
