@@ -159,3 +159,25 @@ def test_nan_past_an_overflowing_f32_sum_is_not_held_against_the_program():
     prog = fuzz.random_program(106340)
     res = fuzz.check(prog, "cpu", 1.0)
     assert res["status"] == "ok", res
+
+
+def test_exp2_of_nan_is_nan_under_every_cpu_schedule():
+    # seed 106798 (CPU fuzz on c266c3b): softmax of a fully masked length-1 row computes
+    # -inf - (-inf) = NaN; exp2's integer part of NaN was an fptosi of NaN, poison to LLVM, which
+    # folded the result to a finite value (1.5e-05) under every schedule, so no candidate passed
+    from backends.llvm import LLVMBackend
+    g = saturn.trace(lambda t: t.exp2(), saturn.spec((37,), "f32"))
+    x = np.array([np.nan, -np.nan, np.inf, -np.inf, 0.0, 1.0, -1.5, 200.5, -300.0] * 4 + [np.nan], np.float32)
+    with np.errstate(over="ignore"):
+        want = np.exp2(x).astype(np.float64)       # f32: 2**200.5 overflows, 2**-300 is 0
+    be = LLVMBackend()
+    for sched in be.schedules(g):
+        got = np.asarray(be.build(g, sched, use_cache=False)(x)[0]).astype(np.float64)
+        assert np.array_equal(np.isnan(got), np.isnan(want)), sched.name
+        ok = ~np.isnan(want)
+        np.testing.assert_allclose(got[ok], want[ok], rtol=1e-5, err_msg=sched.name)
+    prog = fuzz.Program.from_json(
+        '{"inputs": [[[8, 1], "f16"], [[1, 1], "f16"], [[1, 1], "f16"], [[1, 1], "bool"]], "steps": [["mask", '
+        '{"input": 3, "additive": false}], ["norm", {"op": "softmax", "axis": -1}]], "special": false, "seed": 106798}')
+    res = fuzz.check(prog, "cpu", 1.0)
+    assert res["status"] == "ok", res

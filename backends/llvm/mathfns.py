@@ -47,10 +47,11 @@ def define_exp2(module: ir.Module) -> ir.Function:
     x = fn.args[0]
     rint = _intrinsic(module, "llvm.rint.f32")
     # clamp to [-200, 200]: beyond it the result is 0 or inf anyway. Ordered compares keep a
-    # NaN: it passes the clamp, the polynomial and the scaling as NaN, so no separate check
+    # NaN: it passes the clamp and the polynomial as NaN. Its integer part is taken as 0: fptosi
+    # of NaN is poison, which lets the optimizer fold the whole result to any value
     xc = b.select(b.fcmp_ordered("<", x, ir.Constant(F32, -200.0)), ir.Constant(F32, -200.0), x)
     xc = b.select(b.fcmp_ordered(">", xc, ir.Constant(F32, 200.0)), ir.Constant(F32, 200.0), xc)
-    n = b.call(rint, [xc])
+    n = b.select(b.fcmp_unordered("uno", xc, xc), ir.Constant(F32, 0.0), b.call(rint, [xc]))
     f = b.fsub(xc, n)
     p = _poly(b, f, EXP2_COEFFS)
     ni = b.fptosi(n, I32)
