@@ -408,7 +408,9 @@ def _reductions_materialized_by_level(graph: Graph, topo: dict[Node, int]) -> se
     """What the fix-point would materialize between each reduction and the reductions directly
     below it (a product feeding a product, a norm's statistics feeding a product), found level by
     level: each reduction is built once with only the region down to the next reductions inlined,
-    the deeper reductions read from buffers. This keeps partitioning linear in the depth of the
+    the deeper reductions read from buffers, and so is what the levels below already chose
+    (reductions in topological order: a residual stream's adds, once chosen, are not inlined again
+    into every later layer's region). This keeps partitioning near linear in the depth of the
     program; the fix-point alone first builds one kernel inlining every layer of a model, then
     peels one level per round."""
     reductions = [n for n in graph.nodes if n.op in REDUCING]
@@ -418,7 +420,7 @@ def _reductions_materialized_by_level(graph: Graph, topo: dict[Node, int]) -> se
         below = _reductions_below(c)
         if not below or c.numel == 0:
             continue
-        local = {n: v for n, v in buffers.items() if n not in below}
+        local = {n: v for n, v in buffers.items() if n not in below} | {n: f"b{topo[n]}" for n in out}
         needs: set[Node] = set()
         b = _KernelBuilder("k", c, local, needs)
         counts: dict[Node, int] = defaultdict(int)
@@ -452,7 +454,8 @@ def partition(graph: Graph) -> list[Node]:
                 kcounts: dict[Node, int] = defaultdict(int)
                 b = _KernelBuilder("k", n, buffers, kneeds)
                 b.count_evaluations(b.build("out"), kcounts)
-                built[n] = (({key[0] for key in b.memo} | kneeds) - {n}, kcounts, kneeds, b.splits)
+                # what it inlined: a node it read from a buffer stays a buffer, so only these can change it
+                built[n] = (({key[0] for key in b.memo} | kneeds) - {n} - buffers.keys(), kcounts, kneeds, b.splits)
             _, kcounts, kneeds, ksplits = built[n]
             needs |= kneeds
             splits |= ksplits
