@@ -181,3 +181,20 @@ def test_exp2_of_nan_is_nan_under_every_cpu_schedule():
         '{"input": 3, "additive": false}], ["norm", {"op": "softmax", "axis": -1}]], "special": false, "seed": 106798}')
     res = fuzz.check(prog, "cpu", 1.0)
     assert res["status"] == "ok", res
+
+
+@pytest.mark.parametrize("target", ["reference", "cpu"])
+def test_tanh_near_zero_keeps_its_relative_accuracy_and_sign(target):
+    # seed 340821 (H200 fuzz on 9347e3c, also on the CPU): sqrt(tanh(x)) of a tiny negative x
+    # gave 0 where the reference is NaN: tanh was 2 sigmoid(2x) - 1, which cancels near 0
+    # (relative error 1e-2 at 1e-5; -4e-45 became +0)
+    x = np.array([1e-5, -1e-5, -4e-45, -0.0, 0.0, 0.02, -0.0249, 0.03, 0.5, -3.0, 20.0, 1e-30], np.float32)
+    f = saturn.compile(lambda a: a.tanh(), saturn.spec(x.shape, "f32"), target=target, budget=2, quiet=True)
+    got = np.asarray(f(x)).astype(np.float64).reshape(x.shape)
+    want = np.tanh(x.astype(np.float64))
+    assert np.array_equal(np.signbit(got), np.signbit(want))
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=0)
+    prog = fuzz.Program.from_json(
+        '{"inputs": [[[1, 64, 16, 7], "f32"], [[16, 7], "f32"]], "steps": [["unary", {"op": "tanh"}], ["unary", '
+        '{"op": "sqrt"}], ["binary", {"op": "div", "input": 1}]], "special": true, "seed": 340821}')
+    assert fuzz.check(prog, target, 1.0)["status"] == "ok"
