@@ -14,6 +14,12 @@ A bound of inf marks an element whose value a correct implementation cannot pin 
 operands of a comparison, cast or overflow are within their bounds of the threshold); anything
 is accepted there. A float result past the type's largest finite value is +-inf, as in the
 program's types; exact specials (inf, NaN) must be matched.
+
+`Bounded.nan` marks where a correct implementation may give NaN although float64 does not:
+the operand of sqrt / log2 within its bound of a negative value, inf - inf or 0 * inf between
+operands that may be infinite, a sum whose f32 partial sums may overflow both ways (a split
+reduction then adds +inf to -inf); it propagates to what depends on it, and a comparison or an
+integer cast of a maybe-NaN is unsure.
 """
 from __future__ import annotations
 
@@ -35,9 +41,11 @@ LN2 = float(np.log(2.0))
 
 @dataclass
 class Bounded:
-    """A node's float64 value (integers, bools: their own type) and per-element error bound."""
+    """A node's float64 value (integers, bools: their own type), per-element error bound, and
+    where a correct implementation may give NaN (False: nowhere; else a bool array)."""
     value: np.ndarray
     bound: np.ndarray
+    nan: np.ndarray | bool = False
 
 
 def evaluate_bounded(graph: Graph, args) -> list[Bounded]:
@@ -58,7 +66,9 @@ def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray]) -> list[Bounded
     with np.errstate(all="ignore"):
         _evaluate(outputs, vals, finals)
         outs = [_materialize(vals[o], o) for o in outputs]
-    return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64)) for b, o in zip(outs, outputs)]
+    return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64),
+                    np.broadcast_to(b.nan, o.shape).copy() if o.dtype.is_float else False)
+            for b, o in zip(outs, outputs)]
 
 
 def _evaluate(outputs, vals: dict[Node, Bounded], finals) -> None:
@@ -71,7 +81,7 @@ def _evaluate(outputs, vals: dict[Node, Bounded], finals) -> None:
             if n.op not in (Op.SUM, Op.CONTIGUOUS) and not (n.op == Op.VIEW and _unmasked(n)):
                 srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
             b = _step(n, srcs, n in finals)
-            vals[n] = Bounded(np.asarray(b.value), b.bound)   # numpy returns 0-d results as scalars
+            vals[n] = Bounded(np.asarray(b.value), b.bound, b.nan)   # numpy returns 0-d results as scalars
 
 
 def _attend(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
@@ -113,7 +123,7 @@ def _materialize(b: Bounded, n: Node) -> Bounded:
         return b
     mag = np.abs(b.value)
     tiny = SMALLEST_NORMAL.get(n.dtype, 0.0)
-    return Bounded(b.value, np.where(mag < tiny, tiny, float(b.bound) * mag))
+    return Bounded(b.value, np.where(mag < tiny, tiny, float(b.bound) * mag), b.nan)
 
 
 # --- one op ----------------------------------------------------------------------------------
@@ -151,15 +161,19 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     if op == Op.GATHER:   # each element keeps its source's bound; an unsure index, any value
         x, idx = srcs
         bound = x.bound if _exact(x.bound) else gather(np.broadcast_to(x.bound, x.value.shape), idx.value, n.arg)
+        nan = x.nan if x.nan is False else gather(np.broadcast_to(x.nan, x.value.shape), idx.value, n.arg)
         if not _exact(idx.bound):
-            bound = np.where(np.broadcast_to(idx.bound, idx.value.shape) > 0, np.inf, bound)
-        return Bounded(gather(x.value, idx.value, n.arg), bound)
+            unsure = np.broadcast_to(idx.bound, idx.value.shape) > 0
+            bound = np.where(unsure, np.inf, bound)
+            nan = nan if x.nan is False else nan | (unsure & bool(np.any(x.nan)))
+        return Bounded(gather(x.value, idx.value, n.arg), bound, nan)
     if op == Op.VIEW:
         s = srcs[0]
         fill = n.arg.fill if dt.is_float else typed_fill(n.arg.fill, dt.np)
-        return Bounded(_view(n.arg, s.value, fill), _view(n.arg, s.bound, 0.0, bound=True))
+        nan = s.nan if s.nan is False else _view(n.arg, np.broadcast_to(s.nan, n.srcs[0].shape), False)
+        return Bounded(_view(n.arg, s.value, fill), _view(n.arg, s.bound, 0.0, bound=True), nan)
     if op == Op.CONTIGUOUS:
-        return Bounded(srcs[0].value.copy(), srcs[0].bound)
+        return Bounded(srcs[0].value.copy(), srcs[0].bound, srcs[0].nan)
     if op in (Op.SUM, Op.MAX):
         return _reduce(n, srcs[0], final)
     if op == Op.CONTRACT:   # the product rounds in the compute type, then the f32-or-wider sum
@@ -172,21 +186,25 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
         return _cast(n, srcs[0], final)
     if op == Op.CMPLT:
         a, b = srcs
-        if _exact(a.bound) and _exact(b.bound):
+        maybe_nan = _or(a.nan, b.nan)                # NaN < x is false, whatever x is
+        if _exact(a.bound) and _exact(b.bound) and maybe_nan is False:
             return Bounded(np.asarray(a.value < b.value), EXACT)
         diff = np.abs(a.value.astype(F64) - b.value.astype(F64))
         width = a.bound + b.bound
         unsure = (width > 0) & ~(diff > width)      # NaN differences (NaN < x) are certain
-        return Bounded(np.asarray(a.value < b.value), unsure.astype(F64))
+        return Bounded(np.asarray(a.value < b.value), _or(unsure, maybe_nan).astype(F64))
     if op == Op.WHERE:
         c, a, b = srcs
         cond = c.value.astype(bool)
+        nan = False
+        if a.nan is not False or b.nan is not False:
+            nan = np.where(c.bound > 0, _or(a.nan, b.nan), np.where(cond, a.nan, b.nan))
         if _exact(c.bound) and _exact(a.bound) and _exact(b.bound):
-            return Bounded(np.where(cond, a.value, b.value), EXACT)
+            return Bounded(np.where(cond, a.value, b.value), EXACT, nan)
         either = np.maximum(a.bound, b.bound) + np.abs(a.value.astype(F64) - b.value.astype(F64))
         e = np.where(c.bound > 0, either, np.where(cond, a.bound, b.bound))
         e = np.where(np.isnan(e), np.inf, e)
-        return Bounded(np.where(cond, a.value, b.value), e)
+        return Bounded(np.where(cond, a.value, b.value), e, nan)
     if not dt.is_float:
         return _integer(n, srcs)
     return _float(n, srcs, final)
@@ -220,6 +238,56 @@ def _finish(n: Node, v: np.ndarray, e: np.ndarray, unsure, final: bool, overflow
 
 
 def _float(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
+    b = _float_value(n, srcs, final)
+    nan = False
+    for s in srcs:
+        nan = _or(nan, s.nan)
+    return Bounded(b.value, b.bound, _or(nan, _op_may_give_nan(n.op, srcs)))
+
+
+def _op_may_give_nan(op: Op, srcs: list[Bounded]):
+    """Where `op` may give NaN on operands within their bounds although float64 does not:
+    inf - inf, 0 * inf, the root or log of a value that may be negative, sin or fmod of a
+    value that may be infinite, fmod by a value that may be 0 (False: nowhere)."""
+    xs, es = [s.value for s in srcs], [s.bound for s in srcs]
+    if op in (Op.SQRT, Op.LOG2):
+        may = xs[0] - es[0] < 0
+        return may if may.any() else False
+    if op not in (Op.ADD, Op.MUL, Op.MOD, Op.SIN) or all(_all_finite(x, e) for x, e in zip(xs, es)):
+        return False
+    inf = [np.isinf(x) | ~(np.asarray(e) < np.inf) for x, e in zip(xs, es)]
+    if op == Op.SIN:
+        may = inf[0]
+    elif op == Op.ADD:   # infinities that may have opposite signs
+        a, b = xs
+        same = np.isinf(a) & (a == b) & (np.asarray(es[0]) == 0) & (np.asarray(es[1]) == 0)
+        may = inf[0] & inf[1] & ~same
+    else:
+        zero = [~(np.abs(x) > e) for x, e in zip(xs, es)]
+        may = (inf[0] & zero[1]) | (inf[1] & zero[0]) if op == Op.MUL else inf[0] | zero[1]
+    return may if may.any() else False
+
+
+def _all_finite(x, e) -> bool:
+    """Every value and bound finite (broadcast operands checked once per distinct element)."""
+    return bool(np.isfinite(_compact(x)).all()) and (np.ndim(e) == 0 and np.isfinite(e) or bool(np.isfinite(_compact(e)).all()))
+
+
+def _compact(x) -> np.ndarray:
+    x = np.asarray(x)
+    return x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)] if x.ndim else x
+
+
+def _or(a, b):
+    """Union of two maybe-NaN planes (False: empty)."""
+    if a is False:
+        return b
+    if b is False:
+        return a
+    return np.logical_or(a, b)
+
+
+def _float_value(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     op = n.op
     xs = [s.value.astype(F64) for s in srcs]
     es = [s.bound for s in srcs]
@@ -305,7 +373,7 @@ def _cast(n: Node, s: Bounded, final: bool) -> Bounded:
     if dt == DType.bool:
         x = s.value.astype(F64)
         unsure = (s.bound > 0) & (s.bound >= np.abs(x))
-        return Bounded(s.value != 0, unsure.astype(F64))
+        return Bounded(s.value != 0, _or(unsure, s.nan).astype(F64))   # NaN is true
     if dt.is_int:
         if not src.is_float:   # exact (wrapping); an unsure source wraps anywhere
             narrows = dt.itemsize < src.itemsize
@@ -316,6 +384,8 @@ def _cast(n: Node, s: Bounded, final: bool) -> Bounded:
         e = np.maximum(np.abs(hi - np.trunc(x)), np.abs(np.trunc(x) - lo))
         # NaN and out of range (of i64, or of the i32 that narrower casts go through): implementation-defined
         inside = np.abs(x) + s.bound < (2.0 ** 63 if dt == DType.i64 else 2.0 ** 31)
+        if s.nan is not False:
+            inside = inside & ~s.nan
         v = float_to_int(np.where(inside, x, 0.0), dt.np)
         if dt.itemsize < 4:    # the bound is on the i32 value: an unsure one may wrap anywhere
             e = np.where(e > 0, np.inf, e)
@@ -324,7 +394,7 @@ def _cast(n: Node, s: Bounded, final: bool) -> Bounded:
     x = s.value.astype(F64)
     out = _finish(n, x, np.zeros(n.shape) + s.bound, np.isinf(s.bound), final)
     v = np.where(np.isfinite(out.value), out.value.astype(dt.np).astype(F64), out.value)
-    return Bounded(v, out.bound)
+    return Bounded(v, out.bound, s.nan if src.is_float else False)
 
 
 def _reduce(n: Node, s: Bounded, final: bool) -> Bounded:
@@ -335,7 +405,7 @@ def _reduce(n: Node, s: Bounded, final: bool) -> Bounded:
             fill = -np.inf if dt.is_float else typed_fill(-np.inf, dt.np)
             return Bounded(np.full(n.shape, fill, F64 if dt.is_float else dt.np), EXACT)
         e = s.bound if _exact(s.bound) else s.bound.max(axis=axes, keepdims=True)
-        return Bounded(s.value.max(axis=axes, keepdims=True), e)
+        return Bounded(s.value.max(axis=axes, keepdims=True), e, _any(s.nan, s.value.shape, axes))
     if not dt.is_float:
         v = s.value.sum(axis=axes, keepdims=True, dtype=s.value.dtype)
         return Bounded(v, s.bound if _exact(s.bound) else s.bound.sum(axis=axes, keepdims=True))
@@ -359,9 +429,36 @@ def _reduce(n: Node, s: Bounded, final: bool) -> Bounded:
     else:
         e = (K * u * terms) * mag
     # partial sums of an f32 accumulation may overflow where the total does not
-    unsure = np.isinf(e) | (mag >= MAX_FINITE[dt.compute])
+    top = MAX_FINITE[dt.compute]
+    unsure = np.isinf(e) | (mag >= top)
     overflow64 = np.isinf(v) & np.isfinite(x).all(axis=axes, keepdims=True)
-    return _finish(n, v, e, unsure, final, overflow64)
+    out = _finish(n, v, e, unsure, final, overflow64)
+    nan = _any(s.nan, x.shape, axes)
+    if np.any(unsure) or not _all_finite(x, 0.0):
+        nan = _or(nan, _sum_may_give_nan(x, s.bound, axes, top))
+    return Bounded(out.value, out.bound, nan)
+
+
+def _any(nan, shape, axes):
+    """A maybe-NaN plane reduced over `axes` (NaN anywhere in a row may reach its result)."""
+    return nan if nan is False else np.broadcast_to(nan, shape).any(axis=axes, keepdims=True)
+
+
+def _sum_may_give_nan(x, bound, axes, top):
+    """Where partial sums of the terms, each within its bound, may reach both +inf and -inf
+    (past `top`, the accumulation type's range): a split sum then adds +inf to -inf. A term of
+    unknown value (an infinite bound) may be an infinity of either sign."""
+    e = float(bound) * np.abs(x) if isinstance(bound, Rel) else np.broadcast_to(bound, x.shape)
+    free = ~(e < np.inf)
+    fin = np.isfinite(x)
+    slack = np.where(free, 0.0, e)
+    up = (np.where(fin, np.maximum(x, 0.0), 0.0) + slack).sum(axis=axes, keepdims=True)
+    down = (np.where(fin, np.maximum(-x, 0.0), 0.0) + slack).sum(axis=axes, keepdims=True)
+    pos = (up >= top) | ((x == np.inf) & ~free).any(axis=axes, keepdims=True)
+    neg = (down >= top) | ((x == -np.inf) & ~free).any(axis=axes, keepdims=True)
+    unknown = free.sum(axis=axes, keepdims=True)
+    may = (pos & neg) | ((unknown >= 1) & (pos | neg)) | (unknown >= 2)
+    return may if may.any() else False
 
 
 # --- transport and comparison ----------------------------------------------------------------
@@ -392,9 +489,10 @@ def allowed(value: np.ndarray, bound: np.ndarray, dtype: DType) -> np.ndarray:
 
 def mismatches(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DType, nan_ok=None):
     """(mask of elements that differ beyond their bound, |got - value| / allowed per element).
-    `nan_ok`: where a NaN is acceptable; elsewhere a NaN differs even where the bound is
-    infinite (past the type's range the value is free, but NaN is never a value the program
-    as written gives there)."""
+    `nan_ok`: where a NaN is acceptable, also where the bound is finite (`Bounded.nan`); elsewhere
+    a NaN differs even where the bound is infinite (past the type's range the value is free, but
+    NaN is not a value a correct implementation gives there). Without it, NaN is accepted only
+    where the bound is infinite."""
     g = np.asarray(got).astype(F64)
     tol = allowed(value, bound, dtype)
     with np.errstate(all="ignore"):
@@ -411,8 +509,9 @@ def mismatches(value: np.ndarray, bound: np.ndarray, got: np.ndarray, dtype: DTy
             bad = np.where(nan, ~np.isnan(g), np.where(inf, g != value, ~np.isfinite(g) | (diff > tol)))
             bad = bad & ~free
             if nan_ok is not None:
-                bad = bad | (np.isnan(g) & ~nan_ok)
-                free = free & ~bad
+                got_nan = np.isnan(g) & ~nan
+                bad = np.where(got_nan, ~nan_ok, bad)
+                free = (free | got_nan) & ~bad
         ratio = np.where(free | np.isnan(ratio), 0.0, ratio)
         ratio = np.where(bad & ~np.isfinite(ratio), np.inf, ratio)
     return bad, ratio

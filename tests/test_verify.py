@@ -127,3 +127,42 @@ def test_nan_is_rejected_where_the_bound_is_free_but_the_program_gives_no_nan():
     inf_flipped = good.copy()
     inf_flipped[:2] = -good[:2]                                    # other values there stay free
     assert verify.compare(ref, inf_flipped, DType.f32) is None
+
+
+def test_nan_is_accepted_where_a_sqrt_operand_is_within_its_bound_of_a_negative_value():
+    """sqrt(x - mean(x)) at mean 1e4: a deviation of +5e-4 is within its rounding bound of 0,
+    so a correct kernel may take the root of a tiny negative value (seed 109504, sqrt of a
+    layer_norm). NaN is accepted there, a finite value there is still checked, and NaN where
+    the operand is certainly positive is still rejected."""
+    x = np.array([10000.0, 10000.0009765625, 10010.0, 9990.0], np.float32)
+    g = saturn.trace(lambda t: (t - t.mean(-1, keepdim=True)).sqrt(), saturn.spec((4,)))
+    ref = verify.reference(g, [x])[0]
+    good = evaluate(g, [x])[0]
+    assert verify.compare(ref, good, DType.f32) is None
+    near = good.copy()
+    near[:2] = np.nan                                # the two deviations within their bound of 0
+    assert verify.compare(ref, near, DType.f32) is None
+    far = good.copy()
+    far[1] = 5.0
+    assert verify.compare(ref, far, DType.f32) is not None
+    positive = good.copy()
+    positive[2] = np.nan                             # sqrt(+10): never NaN
+    assert "NaN where the reference has none" in verify.compare(ref, positive, DType.f32)
+
+
+def test_nan_is_accepted_where_f32_partial_sums_may_overflow_both_ways():
+    """Near-max bf16 products of both signs: an f32 accumulation may reach +inf in one block
+    and -inf in another (seeds 108967, 110391). Where every term is positive a partial sum can
+    only reach +inf, so NaN is still rejected there."""
+    big = float(np.finfo(ml_dtypes.bfloat16).max) / 2
+    a = np.ones((2, 9), ml_dtypes.bfloat16)
+    w = np.array([[big, big]] * 6 + [[-big, big]] * 3, ml_dtypes.bfloat16)
+    g = saturn.trace(lambda a, w: a @ w, saturn.spec((2, 9), DType.bf16), saturn.spec((9, 2), DType.bf16))
+    ref = verify.reference(g, [a, w])[0]
+    got = evaluate(g, [a, w])[0].astype(np.float64)
+    mixed = got.copy()
+    mixed[:, 0] = np.nan                             # 6 big - 3 big = inf, and may be inf + -inf
+    assert verify.compare(ref, mixed.astype(ml_dtypes.bfloat16), DType.bf16) is None
+    one_way = got.copy()
+    one_way[:, 1] = np.nan                           # nine +big terms: only +inf is reachable
+    assert "NaN where the reference has none" in verify.compare(ref, one_way.astype(ml_dtypes.bfloat16), DType.bf16)
