@@ -219,3 +219,63 @@ MAY_GIVE_NAN = [
 def test_nan_a_correct_kernel_may_give_is_accepted(text):
     res = fuzz.check(fuzz.Program.from_json(text), "cpu", 1.0)
     assert res["status"] == "ok", res
+
+
+# H200 fuzz on 3b370d9, seed 342715: softmax(q k^T + mask) v, a maximum with a scalar, then a
+# transpose. The product is square, so the transposing view passed the epilogue's shape checks,
+# and the gemm stored its result untransposed (every schedule at odd shapes)
+SQUARE_TRANSPOSED = [
+    lambda a, b, c: (a @ b).maximum(c).transpose(0, 1),
+    lambda a, b, c: ((a @ b) * 2 + c).transpose(0, 1).reshape(-1),
+    lambda a, b, c: (a @ b).transpose(0, 1) + c,
+]
+
+
+def _transposed_programs():
+    for fn in SQUARE_TRANSPOSED:
+        for n, dt in ((16, "f16"), (17, "f16"), (17, "f32"), (1, "f32")):
+            yield fn, (saturn.spec((n, 8), dt), saturn.spec((8, n), dt), saturn.spec((), dt))
+    prog = fuzz.random_program(342715)
+    for shapes in ([s for s, _ in prog.inputs], [[17, 3], [3, 9], [9, 17], [1, 9], []]):
+        yield fuzz.saturn_fn(prog), [saturn.spec(tuple(s), d) for s, (_, d) in zip(shapes, prog.inputs)]
+
+
+def test_cuda_product_epilogues_never_pass_through_a_transpose():
+    """Without a GPU: in every gemm step, the path from the step's output down to its product
+    holds only elementwise ops and pure reshapes (the epilogue reads the accumulator as the
+    product's value at the output's own element)."""
+    from backends.cuda.match import is_pure_reshape
+    from backends.cuda.plan import plan
+    for fn, specs in _transposed_programs():
+        steps = plan(saturn.trace(fn, *specs))
+        for st in (s for s in steps if s.kind == "gemm"):
+            stack, seen = [st.output], set()
+            while stack:
+                n = stack.pop()
+                if n is st.gemm.reduce or n in seen or n.op.name == "INPUT":
+                    continue
+                seen.add(n)
+                assert not (n.op.name == "VIEW" and not is_pure_reshape(n) and _reads(n, st.gemm.reduce)), n
+                stack.extend(n.srcs)
+
+
+def _reads(n, target) -> bool:
+    return n is target or any(_reads(s, target) for s in n.srcs)
+
+
+@pytest.mark.gpu
+def test_cuda_transposed_square_products_match_numpy():
+    from backends.cuda import CUDABackend
+    reason = CUDABackend().unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    assert fuzz.check(fuzz.random_program(342715), "cuda", 2.0)["status"] == "ok"
+    for fn, specs in _transposed_programs():
+        from compiler import verify
+        from ir.interpreter import evaluate
+        g = saturn.trace(fn, *specs)
+        args = verify.random_inputs(g, 3)
+        exe = CUDABackend().build(g)
+        got = np.asarray(exe(*args)[0]).astype(np.float64)
+        want = np.asarray(evaluate(g, args)[0]).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)

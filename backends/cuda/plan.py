@@ -229,6 +229,25 @@ def _epilogue_end(r: Node, consumers, outputs, M: set[Node]) -> Node:
     return n
 
 
+def _keeps_the_element(o: Node, v: Node, t) -> bool:
+    """Every node between `o` and `v` is elementwise or a pure reshape, so o's element at a flat
+    index reads v at that same index: the epilogue takes the accumulator there as v's value. (A
+    transpose of a square product passed the shape checks and was stored untransposed; fuzz
+    seed 342715, H200)"""
+    inside, reach = set(t), {}
+
+    def reaches(n: Node) -> bool:
+        if n not in reach:
+            reach[n] = n is v or any(reaches(s) for s in n.srcs if s in inside)
+        return reach[n]
+
+    reaches(o)
+    for n in t:
+        if n is not v and reach.get(n, False) and n.op == Op.VIEW and not is_pure_reshape(n):
+            return False
+    return True
+
+
 def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs, operands) -> dict[Node, Node]:
     """Epilogue output -> the product it absorbs, for elementwise kernels (no reductions, one
     shape) reading a product through a pure reshape that no other kernel reads (and that is
@@ -249,7 +268,7 @@ def _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs, operands) -> dic
         for v in cands:
             r = v.srcs[0]
             if (r in outputs or r in operands or len(consumers[r]) != 1 or not is_pure_reshape(v) or v.shape != o.shape
-                    or in_trees.get(v, 0) != 1 or r in fused.values()):
+                    or in_trees.get(v, 0) != 1 or r in fused.values() or not _keeps_the_element(o, v, t)):
                 continue
             fused[o] = r
             break
