@@ -32,6 +32,7 @@ from ir.graph import Graph
 _ONE_SEARCH_AT_A_TIME = threading.Lock()
 _SEARCHES = 0       # searches run in this process (names each one's data in the shared workers)
 INTERLEAVE = 4      # slices each timing round is cut into, taken in turn by the trials
+REQUEST_S = 0.05    # first guess of a timing request's cost beyond its runs (warmup, round trip)
 PRUNE_FLOOR = 1e-3  # a verification run shorter than this is too short to prune on
 VERIFY_SHARE = 0.6  # of the budget left after exploration, after which no new trial starts verification
 GRACE_SHARE = 0.15  # of that budget, how much longer trials already being verified may then take
@@ -418,10 +419,41 @@ class _Runner:
         req = ("time", self._msg(t, backend_spec), warmup, repeat)
         if self.local is not None:
             return handle(self._local(), req)
-        i = t.worker if t.worker >= 0 else 0
+        i = self._timing_worker(t)
         w = self._worker(i)
         budget = max(self.options.timeout, 20 * (warmup + repeat) * max(t.run_s, 1e-4))
         return w.call(req, budget)
+
+    def prepare_timing(self, trials) -> None:
+        """Have the workers that will time `trials` up and loaded before a round is sized
+        (a replacement's start is then spent before the round counts what is left)."""
+        if self.local is not None or self.pool is None:
+            return
+        for i in sorted({self._timing_worker(t) for t in trials}):
+            try:
+                self._worker(i, until=self.end)
+            except WorkerFailure:
+                pass            # the timing request then fails and says why
+
+    def _timing_worker(self, t: TrialRecord) -> int:
+        """t's own worker (it holds t's executable) when it is up; else one that is up with
+        the data loaded, which builds t again from the backend's disk cache, rather than waiting
+        for a replacement's start (~1.4 s on 2 cores: the worker that verified the original
+        program is often the one killed when the verification phase ends)."""
+        ws = self.pool.workers
+
+        def ready(j: int) -> bool:
+            w = ws[j] if 0 <= j < len(ws) else None
+            return w is not None and w.alive() and not w.unanswered and \
+                all(r[1] in w.data_keys for r in self.data_requests)
+
+        i = t.worker if t.worker >= 0 else 0
+        if not ready(i):
+            for j in range(len(ws)):
+                if ready(j):
+                    t.worker = i = j
+                    break
+        return i
 
 
 def search(graph: Graph, backend, *, target: str, backend_spec=None, device: str = "",
@@ -766,27 +798,48 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
     rounds_left = max(1, math.ceil(math.log2(len(alive)))) + 1 if len(alive) > 1 else 1
     repeat = options.min_repeat
     best = float("inf")
+    request_s = REQUEST_S        # one timing request's cost beyond its runs: measured each round
     while alive:
+        runner.prepare_timing(alive)
         remaining = max(deadline - time.perf_counter(), 0.0)
-        one_each = sum(max(t.median if t.rounds else t.run_s, 1e-6) for t in alive)  # one run of every trial
-        affordable = int(remaining / rounds_left / (one_each * 1.25))
-        cap = options.max_repeat if len(alive) > 1 else min(options.max_repeat, 20)  # a lone survivor is timed for the report only
-        repeat = max(repeat, min(cap, affordable), options.min_repeat)
+        # what the budget cannot time even briefly is not timed: the slowest go first (they
+        # cannot win), the baseline (or else the fastest) always stays
+        keep = baseline if baseline in alive else min(alive, key=_run_estimate)
+        while len(alive) > 1 and sum((options.min_repeat + 1) * _run_estimate(t) + request_s for t in alive) > remaining:
+            drop = max((t for t in alive if t is not keep), key=_run_estimate)
+            drop.status, drop.reason = "skipped", "budget spent before it was timed"
+            alive.remove(drop)
+        share = remaining / rounds_left
+        one_each = sum(max(_run_estimate(t), 1e-6) for t in alive)  # one run of every trial
         # interleave: every trial gets a slice of its runs in turn, so a change in machine load
-        # during the round hits all of them alike instead of whichever ran last
-        # (past the deadline one slice: each request costs its own round trip, ~0.2 s for a
-        # big program, and there is nothing left to spread load changes over)
+        # during the round hits all of them alike instead of whichever ran last; fewer slices
+        # where the requests' own cost (~0.2 s for a big program) would take a quarter of the
+        # round, and one past the deadline
         slices = min(INTERLEAVE, repeat) if len(alive) > 1 and remaining > 0 else 1
+        while slices > 1 and slices * len(alive) * request_s > 0.25 * share:
+            slices -= 1
+        affordable = int(max(share - slices * len(alive) * request_s, 0.0) / (one_each * 1.25))
+        cap = options.max_repeat if len(alive) > 1 else min(options.max_repeat, 20)  # a lone survivor is timed for the report only
+        # grow towards what the round can afford, never past it (the doubling of a later round
+        # included), and never below min_repeat
+        repeat = max(options.min_repeat, min(max(repeat, min(cap, affordable)), affordable))
         runs: dict[int, list[float]] = {t.id: [] for t in alive}
+        t_round, requests = time.perf_counter(), 0
         for k in range(slices):
+            if k and time.perf_counter() >= deadline:
+                break                   # every trial has a slice: rank on what was measured
             n = repeat // slices + (1 if k < repeat % slices else 0)
             warmup = max(1, repeat // 5) if k == 0 else 1
             batch = [t for t in alive if t.status != "rejected"]
             for t, got in zip(batch, runner.time_each(batch, backend_spec, warmup, n)):
+                requests += 1
                 if isinstance(got, WorkerFailure):
                     t.status, t.reason, t.rounds = "rejected", f"failed while timing: {got.reason}", []
                 else:
                     runs[t.id] += got
+        measured = sum(sum(r) for r in runs.values())
+        if requests:
+            request_s = max((time.perf_counter() - t_round - measured) / requests, 0.0)
         for t in alive:
             if t.status != "rejected":
                 t.rounds.append((repeat, median(runs[t.id])))
@@ -808,6 +861,11 @@ def _successive_halving(runner: _Runner, survivors, backend_spec, deadline, opti
         if len(alive) == 1:
             return
         repeat *= 2
+
+
+def _run_estimate(t: TrialRecord) -> float:
+    """Seconds per run: the median timed so far, else the verification run's."""
+    return t.median if t.rounds else t.run_s
 
 
 def _prune_slow(trials: list[TrialRecord], factor: float, baseline=None) -> list[TrialRecord]:

@@ -123,3 +123,62 @@ def test_budget_is_kept_when_every_build_fails_and_workers_start_slowly(tmp_path
     wall, text = _compile_failing(["build_error", "crash", "build_error2", "build_error3"])
     assert "build failed" in text and "planted compile error" in text
     assert wall <= BOUND, f"compile took {wall:.2f} s at budget={BUDGET:g}\n{text}"
+
+
+class _SleepingRunner:
+    """Times a trial by sleeping its runs (`run_s` each), 20 ms per request on top."""
+
+    def __init__(self):
+        self.requests = []
+
+    def prepare_timing(self, trials):
+        pass
+
+    def time_each(self, trials, backend_spec, warmup, repeat):
+        out = []
+        for t in trials:
+            self.requests.append((t.id, warmup, repeat))
+            time.sleep(0.02 + (warmup + repeat) * t.run_s)
+            out.append([t.run_s] * repeat)
+        return out
+
+
+def test_timing_drops_what_the_budget_cannot_time_and_keeps_its_end():
+    """Two fast trials and two slow ones (0.3 s a run) with 0.6 s left: timing even the slow
+    ones once (a warmup and min_repeat runs) would take 2.4 s. They are skipped, the baseline
+    and the other fast one are timed, and the phase ends near its deadline."""
+    from compiler.search import SearchOptions, TrialRecord, _successive_halving
+    from compiler.progress import Progress
+    trials = [TrialRecord(i, i, "", 1.0, None, None, status="verified", run_s=r)
+              for i, r in enumerate([0.002, 0.003, 0.3, 0.3])]
+    runner, notes = _SleepingRunner(), []
+    t0 = time.perf_counter()
+    _successive_halving(runner, trials, "cpu", t0 + 0.6, SearchOptions(prune_factor=1000.0), Progress("t", quiet=True),
+                        notes, baseline=trials[0])
+    took = time.perf_counter() - t0
+    assert {i for i, _, _ in runner.requests} == {0, 1}
+    assert [t.status for t in trials[2:]] == ["skipped", "skipped"]
+    assert all("budget spent" in t.reason for t in trials[2:])
+    assert took < 0.6 * 1.1 + 0.1, took
+
+
+def test_a_trial_whose_worker_is_restarting_is_timed_on_one_that_is_up():
+    """The worker that verified the original program is often killed when the verification
+    phase ends; its replacement takes ~1.4 s to start on 2 cores. Timing goes to a worker that
+    is up with the data loaded (which rebuilds the trial from the disk cache) instead."""
+    from types import SimpleNamespace
+    from compiler.search import TrialRecord, _Runner
+
+    def worker(up, unanswered=0, keys=("main",)):
+        return SimpleNamespace(alive=lambda: up, unanswered=unanswered, data_keys=set(keys))
+
+    runner = _Runner.__new__(_Runner)
+    runner.data_requests = [("data", "main")]
+    t = TrialRecord(0, 0, "", 1.0, None, None, worker=0)
+    runner.pool = SimpleNamespace(workers=[worker(True, unanswered=1, keys=()), worker(True)])
+    assert runner._timing_worker(t) == 1 and t.worker == 1
+    runner.pool = SimpleNamespace(workers=[worker(True), worker(True)])
+    t.worker = 0
+    assert runner._timing_worker(t) == 0                          # its own worker, when it is up
+    runner.pool = SimpleNamespace(workers=[worker(False), worker(True, keys=())])
+    assert runner._timing_worker(t) == 0                          # none ready: wait for its own

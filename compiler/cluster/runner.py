@@ -131,6 +131,9 @@ class ClusterRunner(_Runner):
     def _allowance(self, t: TrialRecord, warmup: int, repeat: int) -> float:
         return max(self.options.timeout, 20 * (warmup + repeat) * max(t.run_s, 1e-4))
 
+    def prepare_timing(self, trials) -> None:
+        """Nothing to start: the devices that time are the cluster's, already up."""
+
     def time(self, t: TrialRecord, backend_spec, warmup: int, repeat: int) -> list[float]:
         (got,) = self.time_each([t], backend_spec, warmup, repeat)
         if isinstance(got, WorkerFailure):
