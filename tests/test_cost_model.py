@@ -174,6 +174,9 @@ def test_a_trial_timed_far_slower_than_the_original_is_not_timed_again():
         def time_each(self, trials, spec, warmup, n):
             return [self.time(t, spec, warmup, n) for t in trials]
 
+        def prepare_timing(self, trials):
+            pass
+
     g = saturn.trace(softmax, SPEC)
     trials = [TrialRecord(i, i, "", 0.0, g, None, status="verified", run_s=1e-4) for i in range(4)]
     runner = Runner({0: 1e-3, 1: 0.9e-3, 2: 30e-3, 3: 31e-3})
@@ -185,7 +188,8 @@ def test_a_trial_timed_far_slower_than_the_original_is_not_timed_again():
     import time as _time
     _successive_halving(runner, trials, None, _time.perf_counter() + 5.0, opts, Quiet(), [], baseline=trials[0])
     assert trials[2].status == trials[3].status == "pruned"
-    assert runner.calls[2] == runner.calls[3] == 1 * min(4, 3)   # one round (cut into slices), never again
+    assert len(trials[2].rounds) == len(trials[3].rounds) == 1     # one round (cut into slices), never again
+    assert runner.calls[2] == runner.calls[3] <= 3
     assert math.isfinite(trials[0].median) and trials[1].status == "timed"
 
 
