@@ -78,11 +78,12 @@ def struct(cls):
     return dataclass(frozen=True, eq=False)(cls)
 
 
-def digest(root) -> str:
+def digest(root, buffers: dict[str, str] | None = None) -> str:
     """sha256 of a kernel-IR value's full content (every field of every Struct, recursively),
     the same in every process (unlike `hash`): a cache key. Iterative, and each shared subtree
     is digested once, so a 2,000-op chain or a DAG-shaped value costs its size, not its depth
-    or its number of paths."""
+    or its number of paths. `buffers`: names the `buffer` fields (of loads, gathers and
+    stores) are digested as instead (two kernels that differ only in which buffers they use)."""
     memo: dict[int, bytes] = {}
     keep = []                       # what was visited stays alive, so its id stays its own
     stack: list = [(root, None)]
@@ -93,6 +94,9 @@ def digest(root) -> str:
         if kids is None:
             if isinstance(x, Struct):
                 kids = x._key()     # (a fresh tuple for some types, e.g. Const's repr: kept below)
+                if buffers is not None and isinstance(x, (Load, Gather, Store)):
+                    i = type(x)._field_names.index("buffer")     # (set by _key)
+                    kids = kids[:i] + (buffers.get(kids[i], kids[i]),) + kids[i + 1:]
             elif isinstance(x, (tuple, list)):
                 kids = tuple(x)
             else:

@@ -120,7 +120,8 @@ class LLVMBackend:
                                   addrs, args, engine, True, time.perf_counter() - t0, calls)
         source, args = render_program(program, schedule, skip=skip)
         index = (pkey, {name: dataclasses.astuple(info) for name, info in args.items()}) if pkey else None
-        addrs, hit, engine = jit.load(source, list(args), use_cache=use_cache, unroll=unroll, index=index)
+        symbols = {name: info.symbol or name for name, info in args.items()}
+        addrs, hit, engine = jit.load(source, symbols, use_cache=use_cache, unroll=unroll, index=index)
         return LLVMExecutable(program, schedule, source, addrs, args, engine, hit, time.perf_counter() - t0, calls)
 
 

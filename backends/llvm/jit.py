@@ -106,10 +106,11 @@ def assembly(ir_text: str) -> str:
     return s["tm"].emit_assembly(mod)
 
 
-def load(ir_text: str, names: list[str], use_cache: bool = True, unroll: bool = False,
+def load(ir_text: str, names, use_cache: bool = True, unroll: bool = False,
          index: tuple[str, dict[str, list]] | None = None):
-    """Compile (or fetch from the disk cache) and load a module; `index` (an index key and each
-    kernel's call info) also files the object under that key for `load_indexed`.
+    """Compile (or fetch from the disk cache) and load a module; `names`: the kernels to find
+    (a list, or {name: the function it calls}); `index` (an index key and each kernel's call
+    info) also files the object under that key for `load_indexed`.
 
     Returns ({name: address}, cache hit, engine); the code lives as long as the engine object.
     """
@@ -131,18 +132,20 @@ def load(ir_text: str, names: list[str], use_cache: bool = True, unroll: bool = 
                 except OSError as e:
                     checked.warn_write_failure("CPU object", path.parent, e)
         if use_cache and index is not None:
-            _remember(index[0], key, index[1])
+            _remember(index[0], key, index[1], names if isinstance(names, dict) else None)
         addrs, engine = _load_object(obj, names)
         return addrs, hit, engine
 
 
 def _load_object(obj: bytes, names) -> tuple[dict[str, int], object]:
+    """Load `obj`; each name's address (`names`: a list, or {name: the function it calls})."""
     s = _init()
     empty = llvm.parse_assembly(f'target triple = "{s["triple"]}"\n')
     engine = llvm.create_mcjit_compiler(empty, _new_target_machine())  # the engine owns it
     engine.add_object_file(llvm.ObjectFileRef.from_data(obj))
     engine.finalize_object()
-    addrs = {n: engine.get_function_address(n) for n in names}
+    symbols = names if isinstance(names, dict) else {n: n for n in names}
+    addrs = {n: engine.get_function_address(f) for n, f in symbols.items()}
     missing = [n for n, a in addrs.items() if not a]
     if missing:
         raise RuntimeError(f"compiled module lacks functions {missing}")
@@ -168,9 +171,10 @@ def program_key(program_text: str, unroll: bool) -> str:
     return _key("\0".join((program_text, _renderer_fingerprint(), "index-v1")), unroll)
 
 
-def _remember(pkey: str, okey: str, infos: dict[str, list]) -> None:
-    """Index the object `okey` (already cached) under `pkey`, with each kernel's call info."""
-    payload = json.dumps({"object": okey, "infos": infos}, sort_keys=True).encode()
+def _remember(pkey: str, okey: str, infos: dict[str, list], symbols: dict[str, str] | None = None) -> None:
+    """Index the object `okey` (already cached) under `pkey`, with each kernel's call info (and
+    the function each calls, where it is another kernel's)."""
+    payload = json.dumps({"object": okey, "infos": infos, "symbols": symbols or {}}, sort_keys=True).encode()
     try:
         checked.write(cache_dir() / f"{pkey[:40]}.idx", INDEX_MAGIC, pkey, payload)
     except OSError as e:
@@ -183,12 +187,12 @@ def load_indexed(pkey: str) -> tuple[dict[str, int], object, dict[str, list]] | 
     with _lock:
         try:
             entry = json.loads(checked.read(cache_dir() / f"{pkey[:40]}.idx", INDEX_MAGIC, pkey))
-            okey, infos = entry["object"], entry["infos"]
+            okey, infos, symbols = entry["object"], entry["infos"], entry.get("symbols", {})
             obj = checked.read(cache_dir() / f"{okey[:40]}.o", OBJECT_MAGIC, okey)
         except (OSError, ValueError, KeyError, TypeError, checked.InvalidEntry):
             return None
         try:
-            addrs, engine = _load_object(obj, list(infos))
+            addrs, engine = _load_object(obj, {n: symbols.get(n, n) for n in infos})
         except RuntimeError:
             return None
         return addrs, engine, infos

@@ -9,6 +9,7 @@ i64, i32, i8 (u8 too: its compares, divisions and widening are the unsigned ones
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from contextlib import contextmanager
@@ -22,7 +23,7 @@ from backends.llvm.common import (COMPUTE, F16, F32, F64, FAST, FLOAT_TYPES, I1,
 from backends.llvm.online import OnlineRenderer, _Row
 from ir.dtypes import DType
 from ir.kernel import (Compute, Const, Div, Gather, Iota, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load,
-                       Online, Reduce, Ref, Schedule, Value, Var, as_lin, postorder, substitute, value_vars, walk)
+                       Online, digest, Reduce, Ref, Schedule, Value, Var, as_lin, postorder, substitute, value_vars, walk)
 from ir.ops import Op
 
 MAX_ROW_CACHE = 16384       # floats of stack per row cache
@@ -556,6 +557,34 @@ class LaunchInfo:
     extent: int             # the parallel loop runs over [0, extent)
     scratch: int            # floats of per-thread scratch passed after the buffers (0: none)
     chunks_per_thread: int  # how finely to cut [0, extent)
+    symbol: str = ""        # the function it calls: "" its own; else an earlier kernel's (same code)
+
+
+def kernel_class(k: Kernel, program: KernelProgram, ks) -> tuple:
+    """What a kernel's rendered function depends on: its loops and values with each buffer
+    named by its place among the kernel's arguments (sorted names), those buffers' dtypes and
+    sizes (not their kinds: input, temp or output is the same pointer to the code), and its
+    schedule. Kernels of one class (the layers of a model) share one function:
+    LLVM compiles it once."""
+    names = buffer_roles(k)
+    body = digest((k.axes, k.lets, k.stores), {n: f"#{i}" for i, n in enumerate(names)})
+    metas = tuple((b.dtype.value, b.size) for b in map(program.buffer, names))
+    return body, metas, repr(ks)
+
+
+def buffer_roles(k: Kernel) -> list[str]:
+    """k's buffers in the order its values first use them (then any left, sorted): two kernels
+    of one class use their buffers in the same roles in this order."""
+    seen: dict[str, None] = {}
+    for e in k.values():
+        for node in walk(e):
+            if isinstance(node, (Load, Gather)):
+                seen.setdefault(node.buffer)
+    for st in k.stores:
+        seen.setdefault(st.buffer)
+    for n in sorted(k.reads() | k.writes()):
+        seen.setdefault(n)
+    return list(seen)
 
 
 def render_program(program: KernelProgram, schedule: Schedule,
@@ -568,10 +597,19 @@ def render_program(program: KernelProgram, schedule: Schedule,
     module.triple, module.data_layout = triple, layout
     info: dict[str, LaunchInfo] = {}
     widths: dict[str, int] = {}
+    rendered: dict[tuple, Kernel] = {}
     for k in program.kernels:
         if any(v.extent == 0 for v in k.axes) or k.name in skip:
             continue
         ks = schedule.for_kernel(k.name)
+        cls = kernel_class(k, program, ks)
+        first = rendered.get(cls)
+        if first is not None:    # the same code on other buffers: the earlier function, its arguments renamed
+            place = dict(zip(buffer_roles(first), buffer_roles(k)))
+            f = info[first.name]
+            info[k.name] = dataclasses.replace(f, buffers=[place[b] for b in f.buffers], symbol=first.name)
+            continue
+        rendered[cls] = k
         pat = matmul.product_layout(k, program)
         if pat is not None:
             r = matmul.MatmulRenderer(module, program, k, ks, pat)
