@@ -351,7 +351,10 @@ def _np_step(t, dt, kind, p, xs, prog):
         if op == "where_gt":
             return np.where(t > o, t, o), dt
         if op == "maximum":
-            return np.where(np.isnan(t) | np.isnan(o), np.nan, np.maximum(t, o)) if dt in FLOATS else np.maximum(t, o), dt
+            # PyTorch's: the first operand where they are equal (max(+0, -0) is +0, max(-0, +0)
+            # is -0; numpy's maximum gives the second)
+            return np.where(np.isnan(t) | np.isnan(o), np.nan, np.where(t < o, o, t)) if dt in FLOATS \
+                else np.maximum(t, o), dt
         if op == "div":
             a, b = t.astype(np.float64), o.astype(np.float64)
             return a / b, _float_of(dt)

@@ -279,3 +279,21 @@ def test_cuda_transposed_square_products_match_numpy():
         got = np.asarray(exe(*args)[0]).astype(np.float64)
         want = np.asarray(evaluate(g, args)[0]).astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_maximum_of_equal_zeros_is_the_first_operand_as_in_pytorch():
+    # seed 113018 (CPU fuzz on 648b5e5): 1 / maximum(+0, -0) is +inf in PyTorch and in Saturn;
+    # the fuzz reference used numpy's maximum, which gives the second operand (-0, so -inf)
+    x = np.array([0.0, -0.0, -0.0, 0.0, 1.0], np.float32)
+    y = np.array([-0.0, 0.0, -0.0, 0.0, np.nan], np.float32)
+    want = np.array([np.inf, -np.inf, -np.inf, np.inf, np.nan])
+    for target in ("reference", "cpu"):
+        f = saturn.compile(lambda a, b: 1 / a.maximum(b), saturn.spec((5,)), saturn.spec((5,)), target=target,
+                           budget=1, quiet=True)
+        np.testing.assert_array_equal(np.asarray(f(x, y)).astype(np.float64), want)
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal((1 / torch.maximum(torch.from_numpy(x), torch.from_numpy(y))).numpy(), want)
+    prog = fuzz.Program.from_json(
+        '{"inputs": [[[4, 3, 4, 3], "f32"], [[3], "f32"]], "steps": [["binary", {"op": "maximum", "input": 1}], '
+        '["unary", {"op": "recip"}]], "special": true, "seed": 113018}')
+    assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"
