@@ -14,9 +14,13 @@ F = "matmul"
 RULES = [
     # sum(x * y, a) -> sum(y * x, a)
     Rule("swap-operands", sum_(mul(x, y), a), sum_(mul(y, x), a), family=F),
+    # exact over the reals but not with infinities: x * c underflows to 0 (a subnormal query times
+    # 0.125 / ln 2) where y is inf, and 0 * inf is NaN where x * y * c is inf (a softmax row then
+    # finite in the program, NaN here; fuzz seed 114227, which verification's inputs missed).
+    # Unstable: checked for exactness, kept out of the default search
     # sqz(sum(expand(x, b, n) * expand(y, k, m), a), a) * c -> sqz(sum(expand(x * c, b, n) * expand(y, k, m), a), a)   if b != k  (scale the small operand, not the product)
     Rule("scale-into-operand", mulc(sqz(sum_(mul(expand(x, b, n), expand(y, k, m)), a), a), c),
-         sqz(sum_(mul(expand(mulc(x, c), b, n), expand(y, k, m)), a), a), (ne(b, k),), family=F),
+         sqz(sum_(mul(expand(mulc(x, c), b, n), expand(y, k, m)), a), a), (ne(b, k),), family=F, unstable=True),
     # sum(expand(x, b, n) * y, a) -> sum(expand(contiguous(x), b, n) * y, a)     (a transposed / strided operand copied once into the layout the product reads)
     Rule("materialize-left-operand", sum_(mul(expand(x, b, n), y), a),
          sum_(mul(expand(contiguous(x), b, n), y), a), family=F),

@@ -76,10 +76,11 @@ def test_flash_attention_form_is_found():
     exp = explore(g, limits=Limits(seconds=30))
     # ranked first by the static cost: the online-contraction term (one streaming kernel)
     assert exp.candidates[0].graph.op_counts().get("attend") == 1, str(exp)
-    # and the rules' own online form: both running sums, l = sum_b exp(m_b - m) l_b, and the
-    # accumulator O = sum_b exp(m_b - m) (exp(s_b - m_b) @ v_b), over 512 / 16 = 32 tiles of K/V
-    forms = [{lb.shape for _, lb, _, _ in online_softmax_stats(c.graph)} for c in exp.candidates]
-    assert any((1, 512, 32, 1) in f and (1, 512, 32, 1, 16) in f for f in forms), str(exp)
+    # the rules' own online form (both running sums, l = sum_b exp(m_b - m) l_b, and the
+    # accumulator O = sum_b exp(m_b - m) (exp(s_b - m_b) @ v_b), over 512 / 16 = 32 tiles of K/V)
+    # needs the softmax's scale moved into the query (`scale-into-operand`), unstable since
+    # 2026-12-03 (0 * inf where a subnormal query times the scale underflows; fuzz seed 114227):
+    # the default search no longer reaches it, the attend term above is its fast form
     assert not online_softmax_stats(g)
     for c in exp.candidates:
         _same(g, c.graph, rtol=1e-4)

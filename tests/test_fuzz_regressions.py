@@ -297,3 +297,21 @@ def test_maximum_of_equal_zeros_is_the_first_operand_as_in_pytorch():
         '{"inputs": [[[4, 3, 4, 3], "f32"], [[3], "f32"]], "steps": [["binary", {"op": "maximum", "input": 1}], '
         '["unary", {"op": "recip"}]], "special": true, "seed": 113018}')
     assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"
+
+
+def test_no_candidate_turns_an_infinite_score_into_nan_by_scaling_the_query():
+    # seed 114227 (CPU fuzz on 957c23c): softmax((q @ k) * 0.125) @ v with a subnormal query
+    # entry facing an infinite key. The rule that moved the scale into q made q * c underflow to
+    # 0, and 0 * inf is NaN where the program's score is -inf: rows the program computes were NaN
+    # in every rewritten candidate, and one of them was chosen. The rule is now unstable
+    from compiler.explore import Limits, explore
+    from ir.interpreter import evaluate
+    prog = fuzz.random_program(114227)
+    specs = [saturn.spec(s, d) for s, d in prog.inputs]
+    g = saturn.trace(fuzz.saturn_fn(prog), *specs)
+    args = fuzz.inputs_for(prog)
+    want = np.asarray(fuzz.reference(prog, args)[0], np.float64)
+    for c in explore(g, limits=Limits.for_budget(1.0)).candidates:
+        got = np.asarray(evaluate(c.graph, args)[0]).astype(np.float64).reshape(want.shape)
+        assert not (np.isnan(got) & ~np.isnan(want)).any(), c.description
+    assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"

@@ -76,9 +76,16 @@ def test_compile_after_interrupt(monkeypatch, phase, after):
                                    pytest.param(1.5, marks=pytest.mark.slow)])
 def test_compile_after_sigint(delay):
     """A real SIGINT at some point of a compile (where it lands varies; the next compile must
-    work wherever it does)."""
+    work wherever it does). `delay` is where, as a fraction of twice an uninterrupted compile's
+    time (measured first: a warm search of a small program ends well inside its budget, in
+    about 0.6 s here, so fixed delays of 0.5-0.9 s mostly arrived after it had returned)."""
+    import time
+
     def interrupt(signum, frame):
         raise KeyboardInterrupt
+    t0 = time.perf_counter()
+    saturn.compile(softmax, saturn.spec((8, 300)), budget=3.0, quiet=True, cache=False, workers=2)
+    took = time.perf_counter() - t0
     old = signal.signal(signal.SIGALRM, interrupt)
     interrupted = False
     try:
@@ -86,7 +93,7 @@ def test_compile_after_sigint(delay):
         # so a signal that lands in garbage collection is lost, for a user's Ctrl-C too: up to
         # three tries, at shifted delays, to land one where it is delivered
         for attempt in range(3):
-            signal.setitimer(signal.ITIMER_REAL, delay * (1 + 0.37 * attempt))
+            signal.setitimer(signal.ITIMER_REAL, min(delay / 2 * (1 + 0.37 * attempt), 0.9) * took)
             try:
                 saturn.compile(softmax, saturn.spec((8, 300)), budget=3.0, quiet=True, cache=False, workers=2)
             except KeyboardInterrupt:
