@@ -52,12 +52,13 @@ def reference(graph: Graph, args) -> list[np.ndarray]:
             continue
         nan_ok = None
         free = ~(b.bound < np.inf)
-        if graph.outputs[i].dtype.is_float and (np.any(b.nan) or np.any(free & np.isinf(b.value))):
+        free_inf = free & np.isinf(b.value)
+        if graph.outputs[i].dtype.is_float and (np.any(b.nan) or np.any(free_inf)):
             # NaN is accepted where a correct implementation may give it (`Bounded.nan`) and where
             # the value is free and finite; where the free value is infinite, only where the
             # program as written, run in its own types, gives NaN too
-            nan_ok = b.nan | (free & ~np.isinf(b.value))
-            if np.any(free & np.isinf(b.value) & ~b.nan):
+            nan_ok = b.nan | (free & ~free_inf)
+            if np.any(free_inf & ~b.nan):
                 native = evaluate(graph, args) if native is None else native
                 with np.errstate(invalid="ignore"):
                     nan_ok = nan_ok | (free & np.isnan(np.asarray(native[i]).astype(np.float64)))

@@ -23,7 +23,8 @@ from backends.llvm.common import (COMPUTE, F16, F32, F64, FAST, FLOAT_TYPES, I1,
 from backends.llvm.online import OnlineRenderer, _Row
 from ir.dtypes import DType
 from ir.kernel import (Compute, Const, Div, Gather, Iota, Kernel, KernelProgram, KernelSchedule, Let, Lin, Load,
-                       Online, digest, Reduce, Ref, Schedule, Value, Var, as_lin, postorder, substitute, value_vars, walk)
+                       Online, Reduce, Ref, Schedule, Value, Var, as_lin, digest, postorder, substitute, value_vars,
+                       walk)
 from ir.ops import Op
 
 MAX_ROW_CACHE = 16384       # floats of stack per row cache
@@ -560,13 +561,11 @@ class LaunchInfo:
     symbol: str = ""        # the function it calls: "" its own; else an earlier kernel's (same code)
 
 
-def kernel_class(k: Kernel, program: KernelProgram, ks) -> tuple:
+def kernel_class(k: Kernel, names: list[str], program: KernelProgram, ks) -> tuple:
     """What a kernel's rendered function depends on: its loops and values with each buffer
-    named by its place among the kernel's arguments (sorted names), those buffers' dtypes and
-    sizes (not their kinds: input, temp or output is the same pointer to the code), and its
-    schedule. Kernels of one class (the layers of a model) share one function:
-    LLVM compiles it once."""
-    names = buffer_roles(k)
+    named by its place in `names` (`buffer_roles(k)`), those buffers' dtypes and sizes (not
+    their kinds: input, temp or output is the same pointer to the code), and its schedule.
+    Kernels of one class (the layers of a model) share one function: LLVM compiles it once."""
     body = digest((k.axes, k.lets, k.stores), {n: f"#{i}" for i, n in enumerate(names)})
     metas = tuple((b.dtype.value, b.size) for b in map(program.buffer, names))
     return body, metas, repr(ks)
@@ -597,19 +596,20 @@ def render_program(program: KernelProgram, schedule: Schedule,
     module.triple, module.data_layout = triple, layout
     info: dict[str, LaunchInfo] = {}
     widths: dict[str, int] = {}
-    rendered: dict[tuple, Kernel] = {}
+    rendered: dict[tuple, tuple[str, list[str]]] = {}     # class -> (its kernel's name, buffer roles)
     for k in program.kernels:
         if any(v.extent == 0 for v in k.axes) or k.name in skip:
             continue
         ks = schedule.for_kernel(k.name)
-        cls = kernel_class(k, program, ks)
-        first = rendered.get(cls)
-        if first is not None:    # the same code on other buffers: the earlier function, its arguments renamed
-            place = dict(zip(buffer_roles(first), buffer_roles(k)))
-            f = info[first.name]
-            info[k.name] = dataclasses.replace(f, buffers=[place[b] for b in f.buffers], symbol=first.name)
+        roles = buffer_roles(k)
+        cls = kernel_class(k, roles, program, ks)
+        if cls in rendered:      # the same code on other buffers: the earlier function, its arguments renamed
+            first, first_roles = rendered[cls]
+            place = dict(zip(first_roles, roles))
+            f = info[first]
+            info[k.name] = dataclasses.replace(f, buffers=[place[b] for b in f.buffers], symbol=first)
             continue
-        rendered[cls] = k
+        rendered[cls] = (k.name, roles)
         pat = matmul.product_layout(k, program)
         if pat is not None:
             r = matmul.MatmulRenderer(module, program, k, ks, pat)
