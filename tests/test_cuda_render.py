@@ -352,3 +352,27 @@ def test_a_product_read_by_another_product_is_written_as_itself():
     # a product feeding the next one through an activation keeps that activation as its epilogue
     chain = compiler.trace(lambda x, w1, w2: (x @ w1).relu() @ w2, *specs)
     assert [s.output.op.value for s in plan(chain)] == ["where", "view"]     # relu is where(x > 0, x, 0)
+
+
+def test_float_adds_and_multiplies_are_never_contracted_into_fmas():
+    # H200, 1fbd04b: softmax of bf16 near its max chose a kernel computing exp2(x * c - max * c);
+    # nvcc fused it into fma(x, c, -(max * c)), which at the max is max * c's rounding error
+    # (+-1e31) instead of 0, and exp2 of it inf or 0: NaN rows. Every float add and multiply of
+    # a program renders as the non-contracting intrinsic, in the templates and the kernel IR.
+    import re
+    from ir.lower import lower
+    from backends.cuda.kir import render_kir_program
+    from compiler.explore import Limits, explore
+    fn = lambda x, w, b: x.softmax(-1) * w + b          # noqa: E731
+    g = compiler.trace(fn, spec((4, 256), "bf16"), spec((256,)), spec((256,)))
+    plain = re.compile(r"\((v\d+|x\d+\[[^]]*\]|acc\d+) [*+] ")
+    sources = [render(c.graph)[0] for c in explore(g, limits=Limits.for_budget(1.0)).candidates]
+    sources += [render_kir_program(lower(c.graph))[0] for c in explore(g, limits=Limits.for_budget(1.0)).candidates]
+    for src in sources:
+        body = src[src.find('extern "C"'):]
+        assert "__fmul_rn(" in body and "__fadd_rn(" in body
+        assert not plain.search(body), plain.search(body).group(0)
+    if find_nvcc() is not None:     # and nvcc emits no fma for them (it did for every candidate)
+        for src in sources[len(sources) // 2:]:
+            res = compile_source(src, "sm_90", kind="ptx")
+            assert res.error is None and b"fma.rn.f32" not in res.binary

@@ -259,13 +259,19 @@ class Emitter:
         if dtype == DType.bool:
             e = {Op.ADD: "({0} || {1})", Op.MUL: "({0} && {1})"}[op]
             return e.format(*xs)
+        # float adds and multiplies round one by one, as the program's ops do: the compiler may not
+        # contract them into an FMA. (x * c - max(x) * c is exactly 0 at the max only when both
+        # products round alike; fma(x, c, -(max * c)) leaves max * c's rounding error, 1e31 for
+        # a bf16 near its max, and exp2 of it is inf or 0: a NaN softmax row on the H200.)
         if dtype == DType.f64:
             e = {Op.EXP2: "exp2({0})", Op.LOG2: "log2({0})", Op.SIN: "sin({0})", Op.SQRT: "sqrt({0})",
-                 Op.RECIP: "(1.0 / {0})", Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "fmod({0}, {1})"}[op]
+                 Op.RECIP: "(1.0 / {0})", Op.ADD: "__dadd_rn({0}, {1})", Op.MUL: "__dmul_rn({0}, {1})",
+                 Op.MOD: "fmod({0}, {1})"}[op]
             return e.format(*xs)
         e = {
             Op.EXP2: "exp2f({0})", Op.LOG2: "log2f({0})", Op.SIN: "sinf({0})", Op.SQRT: "sqrtf({0})",
-            Op.RECIP: "(1.0f / {0})", Op.ADD: "({0} + {1})", Op.MUL: "({0} * {1})", Op.MOD: "fmodf({0}, {1})",
+            Op.RECIP: "(1.0f / {0})", Op.ADD: "__fadd_rn({0}, {1})", Op.MUL: "__fmul_rn({0}, {1})",
+            Op.MOD: "fmodf({0}, {1})",
         }[op].format(*xs)
         return round_to(e, dtype)
 

@@ -28,6 +28,10 @@ static saturn_dim3 blockIdx, threadIdx;
 #define __launch_bounds__(...)
 #define DEV static inline
 static inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline double __dadd_rn(double a, double b) { return a + b; }
+static inline double __dmul_rn(double a, double b) { return a * b; }
 DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
 DEV int max_nan(int a, int b) { return a > b ? a : b; }
 """
