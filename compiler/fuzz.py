@@ -504,6 +504,13 @@ def check(prog: Program, target: str, budget: float) -> dict:
         bad &= tol < np.inf
         if out_dt.is_float:   # where a correct implementation may give NaN (ir.bounds.Bounded.nan)
             bad &= ~(np.isnan(g) & b.nan)
+            # the float64 reference's NaN at a rounding edge (sqrt of a layer norm's 0 that it
+            # computed as -1e-17, the bounded evaluation as +8e-8; seed 119874): a number within
+            # the bound of the bounded value is as correct as NaN there
+            edge = np.isnan(w) & b.nan & ~np.isnan(b.value)
+            if np.any(edge):
+                near = np.abs(g - b.value) <= allowed(b.value, b.bound, out_dt)
+                bad &= ~(edge & near)
     if bad.any():
         i = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
         return {"status": "mismatch", "reason": f"{int(bad.sum())} of {bad.size} elements differ; at {tuple(map(int, i))}: "

@@ -315,3 +315,28 @@ def test_no_candidate_turns_an_infinite_score_into_nan_by_scaling_the_query():
         got = np.asarray(evaluate(c.graph, args)[0]).astype(np.float64).reshape(want.shape)
         assert not (np.isnan(got) & ~np.isnan(want)).any(), c.description
     assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"
+
+
+def test_f64_tanh_near_zero_is_accurate_to_f64():
+    # seed 119334 (CPU fuzz on 1fbd04b): the near-zero branch x - x^3/3 is within f32 rounding
+    # but 1e-9 off in f64 at x = 0.02
+    from ir.interpreter import evaluate
+    x = np.concatenate([np.linspace(-0.03, 0.03, 601), [1e-300, -1e-8, 0.0249, 0.0251]])
+    g = saturn.trace(lambda t: t.tanh(), saturn.spec(x.shape, "f64"))
+    got = np.asarray(evaluate(g, [x])[0])
+    ok = np.abs(got - np.tanh(x)) <= 64 * 2.0 ** -53 * np.abs(np.tanh(x))
+    assert ok.all(), x[~ok][:5]
+    prog = fuzz.Program.from_json('{"inputs": [[[4, 4], "f32"], [[], "f64"]], "steps": [["cast", {"to": "f64"}], '
+                                  '["unary", {"op": "square"}], ["norm", {"op": "softmax", "axis": -1}], '
+                                  '["move", {"op": "flatten"}], ["unary", {"op": "tanh"}]], "special": false, "seed": 119334}')
+    assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"
+
+
+def test_a_reference_nan_at_a_rounding_edge_accepts_the_bounded_value():
+    # seed 119874 (CPU fuzz on 1fbd04b): sqrt of a layer norm of a constant row: float64 numpy
+    # computed its 0 as -1e-17 (NaN after sqrt), the bounded evaluation as +8e-8; Saturn gave 0
+    prog = fuzz.Program.from_json('{"inputs": [[[7, 16, 7], "i32"]], "steps": [["norm", {"op": "log_softmax", '
+                                  '"axis": -1}], ["norm", {"op": "layer_norm", "axis": -1}], ["unary", {"op": "sqrt"}]], '
+                                  '"special": false, "seed": 119874}')
+    assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"
+    assert fuzz.check(prog, "reference", 1.0)["status"] == "ok"
