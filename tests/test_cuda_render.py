@@ -366,13 +366,13 @@ def test_float_adds_and_multiplies_are_never_contracted_into_fmas():
     fn = lambda x, w, b: x.softmax(-1) * w + b          # noqa: E731
     g = compiler.trace(fn, spec((4, 256), "bf16"), spec((256,)), spec((256,)))
     plain = re.compile(r"\((v\d+|x\d+\[[^]]*\]|acc\d+) [*+] ")
-    sources = [render(c.graph)[0] for c in explore(g, limits=Limits.for_budget(1.0)).candidates]
-    sources += [render_kir_program(lower(c.graph))[0] for c in explore(g, limits=Limits.for_budget(1.0)).candidates]
-    for src in sources:
+    candidates = explore(g, limits=Limits.for_budget(1.0)).candidates
+    kir = [render_kir_program(lower(c.graph))[0] for c in candidates]
+    for src in [render(c.graph)[0] for c in candidates] + kir:
         body = src[src.find('extern "C"'):]
         assert "__fmul_rn(" in body and "__fadd_rn(" in body
         assert not plain.search(body), plain.search(body).group(0)
     if find_nvcc() is not None:     # and nvcc emits no fma for them (it did for every candidate)
-        for src in sources[len(sources) // 2:]:
+        for src in kir:
             res = compile_source(src, "sm_90", kind="ptx")
             assert res.error is None and b"fma.rn.f32" not in res.binary

@@ -76,9 +76,9 @@ def test_compile_after_interrupt(monkeypatch, phase, after):
                                    pytest.param(1.5, marks=pytest.mark.slow)])
 def test_compile_after_sigint(delay):
     """A real SIGINT at some point of a compile (where it lands varies; the next compile must
-    work wherever it does). `delay` is where, as a fraction of twice an uninterrupted compile's
-    time (measured first: a warm search of a small program ends well inside its budget, in
-    about 0.6 s here, so fixed delays of 0.5-0.9 s mostly arrived after it had returned)."""
+    work wherever it does). The SIGINT comes at `delay / 2` of an uninterrupted compile's time
+    (measured first: a warm search of a small program ends well inside its budget, in about
+    0.6 s here, so fixed delays of 0.5-0.9 s mostly arrived after it had returned), at most 0.9."""
     import time
 
     def interrupt(signum, frame):
