@@ -138,9 +138,10 @@ def _op64(name, x):
 
 
 def _reference64(name, x, w, b):
-    """(the test function `_norms` in float64, what the roundings after the form may add).
-    Results round where the program rounds: layer_norm applies w and b in f32 before its one
-    rounding to x's dtype, rms_norm applies w; the rest round the form, then `* w + b` is f32."""
+    """(the test function `_norms` in float64, what the roundings after the form may add, the
+    value without the program's intermediate rounding to x's dtype). Results round where the
+    program rounds: layer_norm applies w and b in f32 before its one rounding to x's dtype (its
+    output), rms_norm applies w; the rest round the form, then `* w + b` is f32."""
     def to(a, dtype):
         with np.errstate(over="ignore"):
             return np.asarray(a).astype(dtype.np).astype(np.float64)
@@ -149,11 +150,13 @@ def _reference64(name, x, w, b):
         y = _op64(name, x.astype(np.float64))
         f32_ops = 4 * u32 * (np.abs(y * w) + np.abs(b))          # * w and + b in f32
         u = 2 * u                  # the program's rounding to x's dtype and this reference's own
+        unrounded = to(y * w + b, DType.f32)
         if name == "layer_norm":
-            return to(y * w + b, dt), u * np.abs(y * w + b) + f32_ops
+            want = to(y * w + b, dt)
+            return want, u * np.abs(y * w + b) + f32_ops, want
         if name == "rms_norm":
-            return to(to(y * w, dt) + b, DType.f32), u * np.abs(y * w) + f32_ops
-        return to(to(to(y, dt) * w, DType.f32) + b, DType.f32), u * np.abs(y * w) + f32_ops
+            return to(to(y * w, dt) + b, DType.f32), u * np.abs(y * w) + f32_ops, unrounded
+        return to(to(to(y, dt) * w, DType.f32) + b, DType.f32), u * np.abs(y * w) + f32_ops, unrounded
 
 
 def _condition(name, x, trials=4):
@@ -175,8 +178,10 @@ def assert_close_to_float64(name, x, w, b, got):
     """Every element of `got` within f32's rounding times the row's condition (64 roundings of
     slack for sums of N terms and the transcendentals), one rounding of x's dtype where the
     program rounds to it, and the f32 roundings of `* w + b`; infinities and NaNs where float64
-    has them."""
-    want, rounded = _reference64(name, x, w, b)
+    has them. Where only the program's intermediate rounding to x's dtype overflows (an f16
+    variance of values near 3e4), the chosen program may keep that value unrounded (docs/ir.md,
+    deliberate differences): there `got` is the program's inf or the unrounded value."""
+    want, rounded, unrounded = _reference64(name, x, w, b)
     got = np.asarray(got, np.float64)
     assert got.shape == want.shape
     rows = want.reshape(-1, want.shape[-1]).shape[0]
@@ -186,6 +191,12 @@ def assert_close_to_float64(name, x, w, b, got):
     g, t = got.reshape(rows, -1), want.reshape(rows, -1)              # (rows, N): every form is * w + b
     computed = 64 * 2.0 ** -24 * np.maximum(_condition(name, x), 1.0)[:, None] * scale * np.abs(w)
     tol = computed + rounded.reshape(rows, -1)
+    kept = ~np.isfinite(t) & np.isfinite(unrounded.reshape(rows, -1)) & np.isfinite(g)
+    if kept.any():
+        alt = unrounded.reshape(rows, -1)
+        tol_alt = computed + 2 * numerics.rounding(DType.f32) * np.abs(alt)
+        assert (np.abs(g - alt) <= tol_alt)[kept].all(), f"{name}: a kept intermediate is not the unrounded value"
+        g = np.where(kept, t, g)                       # checked: the rest compare as the program's
     special = ~np.isfinite(t)
     np.testing.assert_array_equal(np.isnan(g[special]), np.isnan(t[special]), err_msg=f"{name}: NaN where float64 is")
     np.testing.assert_array_equal(g[special & ~np.isnan(t)], t[special & ~np.isnan(t)], err_msg=f"{name}: inf")
