@@ -118,9 +118,18 @@ def gather(x: np.ndarray, idx: np.ndarray, axis: int) -> np.ndarray:
 def float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """A float cast to an integer type: truncated toward zero; to i64 directly, to i32 and
     narrower through i32 and then wrapped (C's `(T)(int)x`; PyTorch's CPU casts agree in range).
-    NaN and values outside the intermediate's range are implementation-defined, as in C."""
+    Past the intermediate's range it saturates and NaN gives 0, on every target (the CPU's
+    saturating conversion, CUDA's `cvt.rzi`): C leaves those undefined, and LLVM treats them
+    as poison that the optimizer may fold to anything."""
     t = np.trunc(x.astype(np.float64))
-    return t.astype(np.int64) if dtype == np.int64 else t.astype(np.int32).astype(dtype)
+    wide = np.int64 if dtype == np.int64 else np.int32
+    lo, hi = np.iinfo(wide).min, np.iinfo(wide).max
+    with np.errstate(invalid="ignore"):
+        # (float64(hi) rounds up past hi for i64: compare, then pick the integer itself)
+        inside = (t >= lo) & (t < -float(lo))
+        v = np.where(inside, t, 0.0).astype(wide)
+    v = np.where(t >= -float(lo), wide(hi), np.where(t < lo, wide(lo), v))
+    return v.astype(wide) if dtype == wide else v.astype(wide).astype(dtype)
 
 
 def int_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:

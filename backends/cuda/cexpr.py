@@ -283,8 +283,12 @@ class Emitter:
             ct = C_COMPUTE[dst]
             if not src.is_float:
                 return f"(({ct}){x})"
-            t = f"trunc({x})" if src == DType.f64 else f"truncf({x})"
-            return f"((long long){t})" if dst == DType.i64 else f"(({ct})(int){t})" if dst != DType.i32 else f"((int){t})"
+            # round-toward-zero conversions: saturating, NaN -> 0 (ir.interpreter.float_to_int);
+            # a C cast is undefined there
+            d = "double" if src == DType.f64 else "float"
+            if dst == DType.i64:
+                return f"__{d}2ll_rz({x})"
+            return f"__{d}2int_rz({x})" if dst == DType.i32 else f"(({ct})__{d}2int_rz({x}))"
         if dst == DType.f64:
             return f"((double){x})"
         # to another float type: via float, rounded to the target's precision

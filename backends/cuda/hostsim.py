@@ -32,6 +32,15 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
+// the device's round-toward-zero conversions: saturating, NaN -> 0
+static inline long long saturn_sat(double x, double lo, double hi) {
+    return x != x ? 0 : x <= lo ? (long long)lo : x >= hi ? (long long)hi : (long long)std::trunc(x); }
+static inline int __float2int_rz(float x) { return (int)saturn_sat(x, -2147483648.0, 2147483647.0); }
+static inline int __double2int_rz(double x) { return (int)saturn_sat(x, -2147483648.0, 2147483647.0); }
+static inline long long __float2ll_rz(float x) {
+    return x != x ? 0 : x >= 9223372036854775807.0 ? INT64_MAX : x <= -9223372036854775808.0 ? INT64_MIN : (long long)x; }
+static inline long long __double2ll_rz(double x) {
+    return x != x ? 0 : x >= 9223372036854775807.0 ? INT64_MAX : x <= -9223372036854775808.0 ? INT64_MIN : (long long)x; }
 DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
 DEV int max_nan(int a, int b) { return a > b ? a : b; }
 """

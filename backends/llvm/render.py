@@ -540,15 +540,23 @@ def cast(b: ir.IRBuilder, v: ir.Value, src: DType, dst: DType) -> ir.Value:
     if s in FLOAT_TYPES and d in FLOAT_TYPES:
         return b.fpext(v, d) if d == F64 else b.fptrunc(v, d)
     if s in FLOAT_TYPES:
-        if d == I64:
-            return b.fptosi(v, I64)
-        w = b.fptosi(v, I32)
-        return w if d == I32 else b.trunc(w, d)
+        # saturating, NaN -> 0 (ir.interpreter.float_to_int): a plain fptosi is poison there
+        w = _fptosi_sat(b, v, s, I64 if d == I64 else I32)
+        return w if d in (I32, I64) else b.trunc(w, d)
     if d in FLOAT_TYPES:
         return b.sitofp(v, d) if src.is_signed else b.uitofp(v, d)
     if s.width > d.width:
         return b.trunc(v, d)
     return b.sext(v, d) if src.is_signed else b.zext(v, d)
+
+
+def _fptosi_sat(b: ir.IRBuilder, v: ir.Value, src, dst) -> ir.Value:
+    bits = lambda t: "f64" if t == F64 else "f32" if t == F32 else f"i{t.width}"
+    name = f"llvm.fptosi.sat.{bits(dst)}.{bits(src)}"
+    fn = b.module.globals.get(name)
+    if fn is None:
+        fn = ir.Function(b.module, ir.FunctionType(dst, [src]), name)
+    return b.call(fn, [v])
 
 
 @dataclass(frozen=True)
