@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
+import numpy as np
 
 from compiler.tensor_args import half_in_f32, norm_axes
+from ir import numerics
 from ir.dtypes import HALVES, DType
 
 # Rows whose largest magnitude m is 2^48 or more are divided by a power of two s with
 # m / s in [2^32, 2^48) before squaring: squares of x / s stay below 2^96 and their sums (up to
 # 2^32 terms) inside f32; 1 / s >= 2^-112 is a normal f32 (a flush-to-zero target keeps it).
 SCALED_BELOW = 2.0 ** 48
-_F32_MAX = float(ml_dtypes.finfo("float32").max)
-_F32_TINY = float(ml_dtypes.finfo("float32").tiny)   # the smallest normal f32
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).tiny)   # the smallest normal f32
 
 
 class ReduceOps:
@@ -77,7 +78,7 @@ class ReduceOps:
     def _squares_overflow_f32(self, axes) -> bool:
         """Whether var, std, layer_norm and rms_norm over `axes` take the row-scaled form: a half
         type (computing in f32) whose largest squares overflow f32, over non-empty axes."""
-        return (self.dtype in HALVES and float(ml_dtypes.finfo(self.dtype.np).max) ** 2 > _F32_MAX
+        return (self.dtype in HALVES and numerics.MAX_FINITE[self.dtype] ** 2 > _F32_MAX
                 and self.ndim > 0 and bool(axes) and all(self.shape[a] > 0 for a in axes))
 
     def _row_scale(self, axes):

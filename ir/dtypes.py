@@ -1,10 +1,11 @@
 """Element types: f64, f32, f16, bf16, i64, i32, i8, u8, bool, with their numpy equivalents
-and promotion."""
+and promotion. numpy's bf16 comes from ml_dtypes, imported when a bf16 array is first needed:
+its import takes 1.2 s (it registers all of its float8 and int4 types), which every process
+(each search worker, the command line) paid before."""
 from __future__ import annotations
 
 import enum
 
-import ml_dtypes
 import numpy as np
 
 
@@ -24,7 +25,8 @@ class DType(enum.Enum):
 
     @property
     def np(self) -> np.dtype:
-        return _TO_NUMPY[self]
+        dt = _TO_NUMPY.get(self)
+        return dt if dt is not None else _bf16()
 
     @property
     def itemsize(self) -> int:
@@ -78,7 +80,6 @@ SMALL_INTS = frozenset({DType.i8, DType.u8})
 _TO_NUMPY = {
     DType.f32: np.dtype(np.float32),
     DType.f16: np.dtype(np.float16),
-    DType.bf16: np.dtype(ml_dtypes.bfloat16),
     DType.f64: np.dtype(np.float64),
     DType.i32: np.dtype(np.int32),
     DType.i64: np.dtype(np.int64),
@@ -87,6 +88,13 @@ _TO_NUMPY = {
     DType.bool: np.dtype(np.bool_),
 }
 _FROM_NUMPY = {v: k for k, v in _TO_NUMPY.items()}
+
+
+def _bf16() -> np.dtype:
+    import ml_dtypes
+    dt = np.dtype(ml_dtypes.bfloat16)
+    _TO_NUMPY[DType.bf16], _FROM_NUMPY[dt] = dt, DType.bf16
+    return dt
 _NAMES = {"float32": DType.f32, "float16": DType.f16, "bfloat16": DType.bf16, "float64": DType.f64,
           "int32": DType.i32, "int64": DType.i64, "int8": DType.i8, "uint8": DType.u8,
           "half": DType.f16, "float": DType.f32, "double": DType.f64, "int": DType.i32, "long": DType.i64}
@@ -119,7 +127,10 @@ def as_dtype(x) -> DType:
             raise TypeError(_missing_message(name))
         raise TypeError(f"unknown dtype {x!r}; expected one of {[d.value for d in DType]}")
     try:
-        return _FROM_NUMPY[np.dtype(x)]
+        dt = np.dtype(x)
+        if dt.name == "bfloat16" and dt not in _FROM_NUMPY:   # an ml_dtypes array: it is imported
+            _bf16()
+        return _FROM_NUMPY[dt]
     except (TypeError, KeyError):
         name = np.dtype(x).name if _is_numpy_dtype(x) else None
         if name in _MISSING:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from ir.dtypes import DType
@@ -26,9 +25,11 @@ from ir.dtypes import DType
 # unit roundoff (half an ulp of 1) of each float type; halves compute in f32 (ir.interpreter)
 UNIT_ROUNDOFF = {DType.f64: 2.0 ** -53, DType.f32: 2.0 ** -24, DType.f16: 2.0 ** -11, DType.bf16: 2.0 ** -8}
 # largest finite value and smallest normal of each float type
-MAX_FINITE = {d: float(ml_dtypes.finfo(d.np).max) for d in UNIT_ROUNDOFF}
-SMALLEST_NORMAL = {d: float(ml_dtypes.finfo(d.np).smallest_normal) for d in UNIT_ROUNDOFF}
-SMALLEST_SUBNORMAL = {d: float(ml_dtypes.finfo(d.np).smallest_subnormal) for d in UNIT_ROUNDOFF}
+# (bf16 from its format, 8 exponent and 7 fraction bits, so that no bf16 type is imported here)
+_NP = {DType.f64: np.float64, DType.f32: np.float32, DType.f16: np.float16}
+MAX_FINITE = {**{d: float(np.finfo(t).max) for d, t in _NP.items()}, DType.bf16: (2 - 2.0 ** -7) * 2.0 ** 127}
+SMALLEST_NORMAL = {**{d: float(np.finfo(t).smallest_normal) for d, t in _NP.items()}, DType.bf16: 2.0 ** -126}
+SMALLEST_SUBNORMAL = {**{d: float(np.finfo(t).smallest_subnormal) for d, t in _NP.items()}, DType.bf16: 2.0 ** -133}
 
 # An element passes when |got - reference| <= BOUND_SAFETY * bound + one rounding of its type.
 # The bound (ir.bounds) models a summation of n terms as 4 sqrt(n) roundings of the terms'
