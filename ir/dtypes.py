@@ -95,6 +95,8 @@ def _bf16() -> np.dtype:
     dt = np.dtype(ml_dtypes.bfloat16)
     _TO_NUMPY[DType.bf16], _FROM_NUMPY[dt] = dt, DType.bf16
     return dt
+
+
 _NAMES = {"float32": DType.f32, "float16": DType.f16, "bfloat16": DType.bf16, "float64": DType.f64,
           "int32": DType.i32, "int64": DType.i64, "int8": DType.i8, "uint8": DType.u8,
           "half": DType.f16, "float": DType.f32, "double": DType.f64, "int": DType.i32, "long": DType.i64}

@@ -124,12 +124,11 @@ def float_to_int(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     t = np.trunc(x.astype(np.float64))
     wide = np.int64 if dtype == np.int64 else np.int32
     lo, hi = np.iinfo(wide).min, np.iinfo(wide).max
+    top = -float(lo)            # 2^31 or 2^63: exact in float64, where float(hi) is not for i64
     with np.errstate(invalid="ignore"):
-        # (float64(hi) rounds up past hi for i64: compare, then pick the integer itself)
-        inside = (t >= lo) & (t < -float(lo))
-        v = np.where(inside, t, 0.0).astype(wide)
-    v = np.where(t >= -float(lo), wide(hi), np.where(t < lo, wide(lo), v))
-    return v.astype(wide) if dtype == wide else v.astype(wide).astype(dtype)
+        v = np.where((t >= lo) & (t < top), t, 0.0).astype(wide)       # NaN: 0
+    v = np.where(t >= top, hi, np.where(t < lo, lo, v)).astype(wide)
+    return v if dtype == wide else v.astype(dtype)
 
 
 def int_mod(a: np.ndarray, b: np.ndarray) -> np.ndarray:
