@@ -159,6 +159,7 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
         return fix.where(r + b, r)
 
     def __mod__(self, o): return self._remainder(o, False)
+    def remainder(self, o): return self._remainder(o, False)
     def __rmod__(self, o): return self._remainder(o, True)
 
     def __lt__(self, o): return self._binary(Op.CMPLT, o, "lt")
@@ -412,6 +413,24 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps):
             a_t, b_t = self._const(a, dt), self._const(b, dt)
         shape = broadcast_shapes("where", self.shape, a_t.shape, b_t.shape)
         return Tensor(N.where(self.expand(shape).node, a_t.expand(shape).node, b_t.expand(shape).node))
+
+    def masked_fill(self, mask, value) -> "Tensor":
+        """`value` (a number or a 0-d tensor, cast to this dtype) where the bool `mask` holds,
+        this tensor elsewhere; both broadcast, like torch.masked_fill."""
+        if not isinstance(mask, Tensor) or mask.dtype != DType.bool:
+            got = mask.dtype.value if isinstance(mask, Tensor) else type(mask).__name__
+            raise DTypeError(f"masked_fill needs a bool mask tensor, got {got}", "masked_fill")
+        if isinstance(value, Tensor):
+            if value.ndim != 0:
+                raise ShapeError(f"masked_fill's value must be a number or a 0-d tensor, got shape {value.shape}",
+                                 "masked_fill")
+            fill = value.astype(self.dtype)
+        elif _as_scalar(value) is not None:
+            fill = self._const(_as_scalar(value))
+        else:
+            raise DTypeError(f"masked_fill's value must be a number or a 0-d tensor, got {type(value).__name__}",
+                             "masked_fill")
+        return mask.where(fill, self)
 
     def maximum(self, o):
         """Elementwise max; NaN in either operand gives NaN (like torch.maximum, np.maximum)."""

@@ -100,6 +100,65 @@ class MathOps:
         r = base + (t + t * z * poly)
         return (self == 0).where(self, (self < 0).where(-r, r))   # keeps -0.0; NaN stays NaN
 
+    def atan2(self, other):
+        """The angle of (other, self) in [-pi, pi], like torch.atan2(self, other): signed zeros and
+        infinities as in C (atan2(+-0, -0) = +-pi, atan2(+-inf, +-inf) = +-pi/4 or +-3pi/4)."""
+        y, x = self._coerce(other, "atan2")
+        y, x = y._float(), x._float()
+        if y.dtype != x.dtype:
+            y, x = y.astype(DType.f32), x.astype(DType.f32)
+        return y._atan2(x)
+
+    @half_in_f32
+    def _atan2(self, x):
+        y = self
+        neg_y = (y < 0).logical_or((y == 0).logical_and(y.reciprocal() < 0))   # -0.0 included
+        neg_x = (x < 0).logical_or((x == 0).logical_and(x.reciprocal() < 0))
+        # both tiny (subnormal): scaled up by 2^64 first, as 1 / x overflows (see _hypot)
+        tiny = y.abs().maximum(x.abs()) < 2.0 ** -64
+        y, x = tiny.where(y * 2.0 ** 64, y), tiny.where(x * 2.0 ** 64, x)
+        both_inf = y.isinf().logical_and(x.isinf())
+        # |y / x| in [0, inf], + 0 makes its zero +0 (abs keeps -0); both infinite: 1, then the
+        # quadrant's pi/4 below
+        q = both_inf.where(1.0, (y / x).abs() + 0.0)
+        a = (y == 0).logical_and(x == 0).where(0.0, q.atan())    # 0 / 0: the angle is 0 or pi
+        a = neg_x.where(math.pi - a, a)
+        return neg_y.where(-a, a)
+
+    def hypot(self, other):
+        """sqrt(self^2 + other^2) without overflow or underflow in the squares, like torch.hypot:
+        inf if either is infinite (NaN in the other too), NaN if either is NaN otherwise."""
+        a, b = self._coerce(other, "hypot")
+        a, b = a._float(), b._float()
+        if a.dtype != b.dtype:
+            a, b = a.astype(DType.f32), b.astype(DType.f32)
+        return a._hypot(b)
+
+    @half_in_f32
+    def _hypot(self, other):
+        a, b = self.abs() + 0.0, other.abs() + 0.0      # (+ 0: abs keeps -0's sign bit)
+        # a tiny (subnormal) max is scaled up by 2^64 first: a division is a product with the
+        # reciprocal, and 1 / 1e-45 overflows
+        tiny = a.maximum(b) < 2.0 ** -64
+        a, b = tiny.where(a * 2.0 ** 64, a), tiny.where(b * 2.0 ** 64, b)
+        big, small = a.maximum(b), a.minimum(b)
+        r = (big == 0).logical_or(big.isinf()).where(0.0, small / big)
+        h = big * (r * r + 1).sqrt()
+        h = tiny.where(h * 2.0 ** -64, h)
+        return a.isinf().logical_or(b.isinf()).where(math.inf, h)
+
+    def nan_to_num(self, nan: float = 0.0, posinf: float | None = None, neginf: float | None = None):
+        """NaN, +inf and -inf replaced by `nan`, `posinf` and `neginf` (default: the dtype's
+        largest and lowest finite values), like torch.nan_to_num; integers unchanged."""
+        if not self.dtype.is_float:
+            return self
+        from ir.numerics import MAX_FINITE
+        top = MAX_FINITE[self.dtype]
+        hi = self._const(top if posinf is None else posinf)
+        lo = self._const(-top if neginf is None else neginf)
+        out = (self == math.inf).where(hi, (self == -math.inf).where(lo, self))
+        return self.isnan().where(self._const(nan), out)
+
     def log1p(self):
         return self._float()._log1p()
 

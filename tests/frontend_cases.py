@@ -320,6 +320,16 @@ NEW_CASES = [
     Case("mish", lambda a: F.mish(a), lambda a: a * np.tanh(np_softplus(a)), lambda a: _tf().mish(a), one0, scale=8),
     Case("logsigmoid", lambda a: F.logsigmoid(a), lambda a: -np_softplus(-a), lambda a: _tf().logsigmoid(a), one0,
          scale=4),
+    # two-argument composites and replacements
+    Case("atan2", lambda a, b: a.atan2(b), np.arctan2, lambda a, b: a.atan2(b), two0, scale=4),
+    Case("atan2_specials", lambda a, b: a.atan2(b), np.arctan2, lambda a, b: a.atan2(b), two0, domain="small"),
+    Case("hypot", lambda a, b: a.hypot(b), np.hypot, lambda a, b: a.hypot(b), two0, scale=4),
+    Case("nan_to_num", lambda a: (a / a.abs()).nan_to_num(0.5, 7.0, -9.0),
+         lambda a: np.nan_to_num(a / np.abs(a), nan=0.5, posinf=7.0, neginf=-9.0),
+         lambda a: (a / a.abs()).nan_to_num(0.5, 7.0, -9.0), one0, domain="small"),
+    Case("masked_fill", lambda a, b: a.masked_fill(b > 0, -2.5), lambda a, b: np.where(b > 0, -2.5, a),
+         lambda a, b: a.masked_fill(b > 0, -2.5), two_broadcast),
+    Case("remainder", lambda a, b: a.remainder(b), np.remainder, lambda a, b: a.remainder(b), two0, domain="nonzero"),
     # floor division (Python/torch semantics) and i32 bitwise ops, exact over the whole range
     Case("floordiv", lambda a, b: a // b, np_floordiv, lambda a, b: a // b, two0, domain="nonzero", scale=2),
     Case("floordiv_scalar", lambda a: a // -0.75, lambda a: np.floor_divide(a, -0.75), lambda a: a // -0.75, one0,
