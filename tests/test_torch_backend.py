@@ -125,6 +125,8 @@ OPS = {  # name -> (function, input shapes)
     "attention_causal_rect": (lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
                               [(1, 2, 5, 4), (1, 2, 7, 4), (1, 2, 7, 3)]),
     "attention_gqa": (_attention_gqa, [(2, 4, 6, 8), (2, 2, 6, 8), (2, 2, 6, 8)]),
+    "angles": (lambda y, x: torch.atan2(y, x) + torch.hypot(y, x) + torch.atan(y) + torch.tan(x * 0.3)
+               + torch.nan_to_num(y / (x > 0).float(), posinf=5.0, neginf=-5.0), [(3, 6), (3, 6)]),
     "triangles": (lambda x: torch.tril(x, -1) + torch.triu(x, 2) * 3, [(2, 5, 7)]),
     "attention_mask": (lambda q, k, v, m: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m),
                        [(1, 3, 4, 8), (1, 3, 6, 8), (1, 3, 6, 8), (4, 6)]),

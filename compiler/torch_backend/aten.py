@@ -85,6 +85,21 @@ def fmod(self, other):
     return self.fmod(other)
 
 
+@op("atan2.default")
+def atan2(self, other):
+    return self.atan2(other)
+
+
+@op("hypot.default")
+def hypot(self, other):
+    return self.hypot(other)
+
+
+@op("nan_to_num.default")
+def nan_to_num(self, nan=None, posinf=None, neginf=None):
+    return self.nan_to_num(0.0 if nan is None else nan, posinf, neginf)
+
+
 @op("maximum.default")
 def maximum(self, other):
     return self.maximum(other)
@@ -123,7 +138,8 @@ for _name, _method in [("neg", "__neg__"), ("abs", "abs"), ("exp", "exp"), ("exp
                        ("log2", "log2"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"), ("sin", "sin"), ("cos", "cos"),
                        ("tanh", "tanh"), ("sigmoid", "sigmoid"), ("relu", "relu"), ("silu", "silu"),
                        ("erf", "erf"), ("reciprocal", "reciprocal"), ("isnan", "isnan"), ("isinf", "isinf"),
-                       ("expm1", "expm1"), ("log1p", "log1p"), ("sign", "sign")]:
+                       ("expm1", "expm1"), ("log1p", "log1p"), ("sign", "sign"), ("tan", "tan"),
+                       ("atan", "atan")]:
     _unary(_name + ".default", _method)
 
 
