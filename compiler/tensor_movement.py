@@ -180,6 +180,23 @@ class MovementOps:
         flat = x.reshape(x.shape[:-2] + (n * n,))
         return flat[..., ::n + 1] if n else flat
 
+    def diag(self, diagonal: int = 0):
+        """Like torch.diag: of a 2-d tensor its `diagonal`-th diagonal (a view); of a 1-d one the
+        square matrix with it on that diagonal and zeros elsewhere (a `where` on a diagonal mask)."""
+        if not is_int(diagonal):
+            raise ShapeError(f"diag's diagonal must be an int, got {diagonal!r}", "diag")
+        k = int(diagonal)
+        if self.ndim == 2:
+            return self.diagonal(k)
+        if self.ndim != 1:
+            raise ShapeError(f"diag takes a 1-d or 2-d tensor, got shape {self.shape}", "diag")
+        from compiler.creation import triangle
+        n = self.shape[0] + abs(k)
+        v = self.pad([(0, abs(k))], 0) if k else self
+        # row i holds v[i] (at column i + k) for k >= 0; column j holds v[j] (at row j - k) below
+        vals = v.reshape(n, 1) if k >= 0 else v.reshape(1, n)
+        return triangle(n, n, k, "eq").where(vals, vals._const(0))   # (0 of its dtype: False for bool)
+
     # --- padding modes --------------------------------------------------------------------------
     def _pad_mode(self, pads, mode: str):
         """Pad with edge values: reflect (mirror, edge not repeated), replicate (edge

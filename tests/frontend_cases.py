@@ -31,6 +31,12 @@ def two0(data):
     return ([s, other] if data.draw(st.booleans()) else [other, s]), {}
 
 
+def diag_params(data):   # a 1-d or 2-d shape (size 0 included) and a diagonal
+    rank = data.draw(st.sampled_from([1, 2]))
+    shape = tuple(data.draw(st.sampled_from(SIZES0)) for _ in range(rank))
+    return [shape], {"k": data.draw(st.integers(-3, 3))}
+
+
 def reduce0(data):
     shapes, params = reduce_params(data)
     s = list(shapes[0])
@@ -329,6 +335,8 @@ NEW_CASES = [
          lambda a: (a / a.abs()).nan_to_num(0.5, 7.0, -9.0), one0, domain="small"),
     Case("masked_fill", lambda a, b: a.masked_fill(b > 0, -2.5), lambda a, b: np.where(b > 0, -2.5, a),
          lambda a, b: a.masked_fill(b > 0, -2.5), two_broadcast),
+    Case("diag", lambda a, k: a.diag(k), lambda a, k: np.diag(a, k), lambda a, k: a.diag(k), diag_params,
+         dtypes=[DType.f32, DType.f16, DType.i32]),
     Case("remainder", lambda a, b: a.remainder(b), np.remainder, lambda a, b: a.remainder(b), two0, domain="nonzero"),
     # floor division (Python/torch semantics) and i32 bitwise ops, exact over the whole range
     Case("floordiv", lambda a, b: a // b, np_floordiv, lambda a, b: a // b, two0, domain="nonzero", scale=2),
