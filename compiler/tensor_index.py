@@ -287,3 +287,37 @@ class IndexOps:
         if not self.ndim:
             return values, idx
         return values.narrow(a, 0, k), idx.narrow(a, 0, k)
+
+    def kthvalue(self, k: int, dim: int = -1, keepdim: bool = False):
+        """(values, indices) of the k-th smallest (k from 1) along `dim`, like torch.kthvalue:
+        NaN sorts as the largest, ties give the earliest position."""
+        a = norm_axis("kthvalue", dim, self.ndim, self.shape) if self.ndim else 0
+        n = self.shape[a] if self.ndim else 1
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+            raise ShapeError(f"k={k!r} is out of range for a dimension of size {n} (k counts from 1)", "kthvalue")
+        values, idx = self.sort(dim)
+        if not self.ndim:
+            return values, idx
+        values, idx = values.narrow(a, k - 1, 1), idx.narrow(a, k - 1, 1)
+        return (values, idx) if keepdim else (values.squeeze(a), idx.squeeze(a))
+
+    def median(self, dim: int | None = None, keepdim: bool = False):
+        """The lower median, like torch.median: of all elements (0-d) without `dim`, else
+        (values, indices) along it; NaN where there is one (with the first NaN's index)."""
+        if dim is None:
+            if self.numel == 0:
+                raise ShapeError("median of an empty tensor", "median")
+            return self.reshape(self.numel).median(0)[0]
+        a = norm_axis("median", dim, self.ndim, self.shape) if self.ndim else 0
+        n = self.shape[a] if self.ndim else 1
+        if n == 0:
+            raise ShapeError(f"median of an empty axis (shape {self.shape})", "median")
+        values, idx = self.kthvalue((n + 1) // 2, dim, keepdim=True)
+        if self.dtype.is_float and self.ndim:
+            nan = self.isnan()
+            has = nan.any(a, keepdim=True)
+            values = has.where(values._const(math.nan), values)
+            idx = has.where(nan.argmax(a, keepdim=True), idx)
+        if not self.ndim or keepdim:
+            return values, idx
+        return values.squeeze(a), idx.squeeze(a)

@@ -37,6 +37,22 @@ def diag_params(data):   # a 1-d or 2-d shape (size 0 included) and a diagonal
     return [shape], {"k": data.draw(st.integers(-3, 3))}
 
 
+def axis_params(data):   # rank 1..3 without size 0, an axis, a k in 1..n for kthvalue
+    shape = shape_of(data, 1)
+    axis = data.draw(st.integers(-len(shape), len(shape) - 1))
+    return [shape], {"dim": axis, "k": data.draw(st.integers(1, shape[axis]))}
+
+
+def np_kth(a, dim, k):
+    """The k-th smallest along dim (NaN sorts last, as in torch)."""
+    return np.take(np.sort(a, dim), k - 1, dim)
+
+
+def np_median(a, dim, k):
+    m = np_kth(a, dim, (a.shape[dim] + 1) // 2)
+    return np.where(np.isnan(a).any(dim), np.nan, m)
+
+
 def reduce0(data):
     shapes, params = reduce_params(data)
     s = list(shapes[0])
@@ -337,6 +353,12 @@ NEW_CASES = [
          lambda a, b: a.masked_fill(b > 0, -2.5), two_broadcast),
     Case("diag", lambda a, k: a.diag(k), lambda a, k: np.diag(a, k), lambda a, k: a.diag(k), diag_params,
          dtypes=[DType.f32, DType.f16, DType.i32]),
+    Case("kthvalue", lambda a, dim, k: a.kthvalue(k, dim)[0], np_kth, lambda a, dim, k: a.kthvalue(k, dim)[0],
+         axis_params, domain="small"),
+    Case("median", lambda a, dim, k: a.median(dim)[0], np_median, lambda a, dim, k: a.median(dim)[0], axis_params,
+         domain="small"),
+    Case("median_all", lambda a, dim, k: a.median(), lambda a, dim, k: np_median(a.reshape(-1), 0, 1),
+         lambda a, dim, k: a.median(), axis_params, domain="small"),
     Case("remainder", lambda a, b: a.remainder(b), np.remainder, lambda a, b: a.remainder(b), two0, domain="nonzero"),
     # floor division (Python/torch semantics) and i32 bitwise ops, exact over the whole range
     Case("floordiv", lambda a, b: a // b, np_floordiv, lambda a, b: a // b, two0, domain="nonzero", scale=2),
