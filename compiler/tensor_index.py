@@ -222,6 +222,11 @@ class IndexOps:
         x = self.astype(dtype) if dtype is not None else (self.astype(DType.i32) if self.dtype == DType.bool else self)
         return x._scan(dim, 1, lambda t, a: t.prod(a), "cumprod")
 
+    def logcumsumexp(self, dim: int):
+        """Running log(sum(exp)) along `dim`: each prefix's max-shifted logsumexp (stable for any
+        offset; -inf prefixes stay -inf), like torch.logcumsumexp."""
+        return self._float()._scan(dim, -math.inf, lambda t, a: t.logsumexp(a), "logcumsumexp")
+
     def cummax(self, dim: int):
         """Running maxima along `dim` (values only: torch also returns their positions)."""
         low = self.dtype.lowest

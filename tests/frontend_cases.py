@@ -48,6 +48,11 @@ def np_kth(a, dim, k):
     return np.take(np.sort(a, dim), k - 1, dim)
 
 
+def np_logcumsumexp(a, dim, k):
+    with np.errstate(all="ignore"):
+        return np.logaddexp.accumulate(a, axis=dim)
+
+
 def np_median(a, dim, k):
     m = np_kth(a, dim, (a.shape[dim] + 1) // 2)
     return np.where(np.isnan(a).any(dim), np.nan, m)
@@ -353,6 +358,10 @@ NEW_CASES = [
          lambda a, b: a.masked_fill(b > 0, -2.5), two_broadcast),
     Case("diag", lambda a, k: a.diag(k), lambda a, k: np.diag(a, k), lambda a, k: a.diag(k), diag_params,
          dtypes=[DType.f32, DType.f16, DType.i32]),
+    Case("logcumsumexp", lambda a, dim, k: a.logcumsumexp(dim), np_logcumsumexp,
+         lambda a, dim, k: a.logcumsumexp(dim), axis_params, scale=8),
+    Case("logcumsumexp_offset", lambda a, dim, k: (a + 1e4).logcumsumexp(dim), lambda a, dim, k: np_logcumsumexp(a + 1e4, dim, k),
+         None, axis_params, dtypes=[DType.f32], scale=8),
     Case("kthvalue", lambda a, dim, k: a.kthvalue(k, dim)[0], np_kth, lambda a, dim, k: a.kthvalue(k, dim)[0],
          axis_params, domain="small"),
     Case("median", lambda a, dim, k: a.median(dim)[0], np_median, lambda a, dim, k: a.median(dim)[0], axis_params,
