@@ -567,6 +567,26 @@ def cumsum(self, dim, dtype=None):
     return self.cumsum(dim, dtype)
 
 
+@op("logcumsumexp.default")
+def logcumsumexp(self, dim):
+    return self.logcumsumexp(dim)
+
+
+@op("kthvalue.default")
+def kthvalue(self, k, dim=-1, keepdim=False):
+    return self.kthvalue(k, dim, keepdim)
+
+
+@op("median.default")
+def median_all(self):
+    return self.median()
+
+
+@op("median.dim")
+def median_dim(self, dim, keepdim=False):
+    return self.median(dim, keepdim)
+
+
 @op("gather.default")
 def gather(self, dim, index, sparse_grad=False):
     return self.gather(dim, index)
