@@ -41,6 +41,25 @@ def hardsigmoid(x): return x.hardsigmoid()
 def hardswish(x): return x.hardswish()
 def mish(x): return x.mish()
 def softmax(x, dim: int = -1): return x.softmax(dim)
+def softmin(x, dim: int = -1): return (-x).softmax(dim)
+def softsign(x): return x / (x.abs() + 1)
+def tanhshrink(x): return x - x.tanh()
+
+
+def glu(x, dim: int = -1):
+    """a * sigmoid(b) of x's two halves along `dim` (torch's F.glu)."""
+    from compiler.errors import ShapeError
+    if x.ndim == 0 or x.shape[dim] % 2:
+        raise ShapeError(f"glu halves dimension {dim}, which must have an even size (shape {x.shape})", "glu")
+    a, b = x.chunk(2, dim)
+    return a * b.sigmoid()
+
+
+def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
+    """sum(x1 * x2) / sqrt(max(|x1|^2 |x2|^2, eps^2)) along `dim`, as torch computes it."""
+    w12 = (x1 * x2).sum(dim)
+    w1, w2 = (x1 * x1).sum(dim), (x2 * x2).sum(dim)
+    return w12 / (w1 * w2).clamp_min(eps * eps).sqrt()
 def log_softmax(x, dim: int = -1): return x.log_softmax(dim)
 def logsigmoid(x): return -((-x).softplus())
 def linear(x, weight, bias=None): return x.linear(weight, bias)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from compiler.errors import DTypeError
+from compiler.errors import DTypeError, ShapeError
 from compiler.tensor_args import as_scalar, half_in_f32, is_int
 from ir.dtypes import SMALL_INTS, DType
 
@@ -158,6 +158,103 @@ class MathOps:
         lo = self._const(-top if neginf is None else neginf)
         out = (self == math.inf).where(hi, (self == -math.inf).where(lo, self))
         return self.isnan().where(self._const(nan), out)
+
+    # --- hyperbolic functions and logs ----------------------------------------------------------
+    def sinh(self):
+        return self._float()._sinh()
+
+    @half_in_f32
+    def _sinh(self):
+        # (expm1(x) - expm1(-x)) / 2 keeps x's relative accuracy near 0; far out, the half
+        # exp(|x| / 2) / 2 * exp(|x| / 2) (exact halving) overflows only where sinh does (exp(x)
+        # does at 88.7, sinh at 89.4; exp(|x| - ln 2) would lose |x| ulps to the shift's rounding)
+        a = self.abs()
+        half = (a * 0.5).exp()
+        far = half * 0.5 * half
+        near = (self.expm1() - (-self).expm1()) * 0.5
+        return (a > 20).where((self < 0).where(-far, far), near)
+
+    def cosh(self):
+        return self._float()._cosh()
+
+    @half_in_f32
+    def _cosh(self):
+        a = self.abs()
+        half = (a * 0.5).exp()       # (as in _sinh)
+        return (a > 20).where(half * 0.5 * half, (a.exp() + (-a).exp()) * 0.5)
+
+    def asinh(self):
+        return self._float()._asinh()
+
+    @half_in_f32
+    def _asinh(self):
+        # sign(x) log1p(|x| + x^2 / (1 + sqrt(1 + x^2))): accurate near 0; far out log(2|x|)
+        a = self.abs()
+        near = (a + a * a / ((a * a + 1).sqrt() + 1)).log1p()
+        r = (a > 2.0 ** 28).where(a.log() + math.log(2.0), near)
+        return (self < 0).where(-r, r)
+
+    def atanh(self):
+        return self._float()._atanh()
+
+    @half_in_f32
+    def _atanh(self):
+        # log1p(2x / (1 - x)) / 2: accurate near 0; +-1 gives +-inf, |x| > 1 NaN
+        return (self * 2 / (1 - self)).log1p() * 0.5
+
+    def log10(self):
+        return self._float()._log10()
+
+    @half_in_f32
+    def _log10(self):
+        return self.log() * (1.0 / math.log(10.0))
+
+    def logaddexp(self, other):
+        """log(exp(self) + exp(other)) without overflow, like torch.logaddexp."""
+        a, b = self._coerce(other, "logaddexp")
+        a, b = a._float(), b._float()
+        if a.dtype != b.dtype:
+            a, b = a.astype(DType.f32), b.astype(DType.f32)
+        return a._logaddexp(b)
+
+    @half_in_f32
+    def _logaddexp(self, other):
+        m = self.maximum(other)
+        r = m + (-(self - other).abs()).exp().log1p()
+        return (self == other).where(self + math.log(2.0), r)   # equal infinities: themselves
+
+    def xlogy(self, other):
+        """self * log(other), 0 where self is 0 (unless other is NaN), like torch.xlogy."""
+        x, y = self._coerce(other, "xlogy")
+        x, y = x._float(), y._float()
+        return (x == 0).logical_and(y.isnan().logical_not()).where(0.0, x * y.log())
+
+    def lerp(self, end, weight):
+        """self + weight * (end - self), from the nearer end (torch.lerp's form: exact at both)."""
+        s, e = self._coerce(end, "lerp")
+        d = e - s
+        w = weight if not isinstance(weight, (int, float)) else s._const(float(weight))
+        return (w < 0.5).where(s + w * d, e - d * (1 - w))
+
+    def outer(self, other):
+        """The outer product of two 1-d tensors (torch.outer)."""
+        if self.ndim != 1 or getattr(other, "ndim", None) != 1:
+            raise ShapeError(f"outer takes two 1-d tensors, got shapes {self.shape} and "
+                             f"{getattr(other, 'shape', type(other).__name__)}", "outer")
+        return self.unsqueeze(1) * other.unsqueeze(0)
+
+    def dot(self, other):
+        """The inner product of two 1-d tensors of one length (torch.dot)."""
+        if self.ndim != 1 or getattr(other, "ndim", None) != 1 or self.shape != other.shape:
+            raise ShapeError(f"dot takes two 1-d tensors of one length, got shapes {self.shape} and "
+                             f"{getattr(other, 'shape', type(other).__name__)}", "dot")
+        return (self * other).sum()
+
+    def clamp_min(self, lo):
+        return self.clamp(lo, None)
+
+    def clamp_max(self, hi):
+        return self.clamp(None, hi)
 
     def log1p(self):
         return self._float()._log1p()

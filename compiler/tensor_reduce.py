@@ -157,6 +157,18 @@ class ReduceOps:
     def amin(self, axis=None, keepdim: bool = False):
         return self.min(axis, keepdim)
 
+    def nansum(self, axis=None, keepdim: bool = False):
+        """sum with NaN counted as 0, like torch.nansum."""
+        x = self.isnan().where(self._const(0), self) if self.dtype.is_float else self
+        return x.sum(axis, keepdim)
+
+    def nanmean(self, axis=None, keepdim: bool = False):
+        """mean over the elements that are not NaN (NaN where there are none), like torch.nanmean."""
+        if not self.dtype.is_float:
+            return self.mean(axis, keepdim)
+        keep = self.isnan().logical_not()
+        return self.nansum(axis, keepdim) / keep.astype(self.dtype).sum(axis, keepdim)
+
     def logsumexp(self, axis, keepdim: bool = False):
         """log(sum(exp(x))) over `axis`, max-shifted; -inf over an empty axis, like torch."""
         axes = norm_axes("logsumexp", axis, self.ndim, self.shape)

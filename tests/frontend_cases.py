@@ -58,6 +58,42 @@ def np_median(a, dim, k):
     return np.where(np.isnan(a).any(dim), np.nan, m)
 
 
+def vectors(data):   # two 1-d shapes (size 0 included) and whether they must agree
+    return [(data.draw(st.sampled_from(SIZES0)),), (data.draw(st.sampled_from(SIZES0)),)], {}
+
+
+def same_vectors(data):
+    n = data.draw(st.sampled_from(SIZES0))
+    return [(n,), (n,)], {}
+
+
+def even_last(data):   # rank 1..3, the last axis of even size (glu halves it)
+    s = list(shape_of(data, 1))
+    s[-1] *= 2
+    return [tuple(s)], {}
+
+
+def np_nanmean(a, axes, keepdim):
+    keep = ~np.isnan(a)
+    with np.errstate(all="ignore"):
+        return np.nansum(a, axes, keepdims=keepdim) / keep.sum(axes, keepdims=keepdim)
+
+
+def np_logaddexp(a, b):
+    with np.errstate(all="ignore"):
+        return np.logaddexp(a, b)
+
+
+def np_cosine(x, y, dim):
+    w12, w1, w2 = (x * y).sum(dim), (x * x).sum(dim), (y * y).sum(dim)
+    return w12 / np.sqrt(np.maximum(w1 * w2, 1e-16))
+
+
+def cosine_params(data):
+    s = shape_of(data, 1)
+    return [s, s], {"dim": data.draw(st.integers(-len(s), len(s) - 1))}
+
+
 def reduce0(data):
     shapes, params = reduce_params(data)
     s = list(shapes[0])
@@ -362,6 +398,39 @@ NEW_CASES = [
          lambda a, dim, k: a.logcumsumexp(dim), axis_params, scale=8),
     Case("logcumsumexp_offset", lambda a, dim, k: (a + 1e4).logcumsumexp(dim), lambda a, dim, k: np_logcumsumexp(a + 1e4, dim, k),
          None, axis_params, dtypes=[DType.f32], scale=8),
+    # hyperbolic functions, logs, and their kin
+    Case("sinh", lambda a: a.sinh(), np.sinh, lambda a: a.sinh(), one0, scale=4),
+    Case("sinh_wide", lambda a: (a * 15).sinh(), lambda a: np.sinh(a * 15), lambda a: (a * 15).sinh(), one0,
+         dtypes=[DType.f32], scale=8),
+    Case("cosh", lambda a: a.cosh(), np.cosh, lambda a: a.cosh(), one0, scale=4),
+    Case("asinh", lambda a: a.asinh(), np.arcsinh, lambda a: a.asinh(), one0, scale=4),
+    Case("asinh_wide", lambda a: (a * 1e20).asinh(), lambda a: np.arcsinh(a * 1e20), lambda a: (a * 1e20).asinh(),
+         one0, dtypes=[DType.f32], scale=4),
+    Case("atanh", lambda a: a.atanh(), np.arctanh, lambda a: a.atanh(), one0, domain="unit", scale=4),
+    Case("log10", lambda a: a.log10(), np.log10, lambda a: a.log10(), one0, domain="positive", scale=4),
+    Case("logaddexp", lambda a, b: a.logaddexp(b), np_logaddexp, lambda a, b: a.logaddexp(b), two0, scale=4),
+    Case("logaddexp_specials", lambda a, b: (a / (b * 0)).logaddexp(b), lambda a, b: np_logaddexp(a / (b * 0), b),
+         lambda a, b: (a / (b * 0)).logaddexp(b), two0, domain="small"),
+    Case("xlogy", lambda a, b: a.xlogy(b), lambda a, b: np.where((a == 0) & ~np.isnan(b), 0.0, a * np.log(b)),
+         lambda a, b: a.xlogy(b), two0, domain="small"),
+    Case("lerp", lambda a, b: a.lerp(b, 0.3) + a.lerp(b, 0.8), lambda a, b: (a + 0.3 * (b - a)) + (b - 0.2 * (b - a)),
+         lambda a, b: a.lerp(b, 0.3) + a.lerp(b, 0.8), two0, scale=4),
+    Case("clamp_min_max", lambda a: a.clamp_min(-0.5) + a.clamp_max(0.25), lambda a: np.maximum(a, -0.5) + np.minimum(a, 0.25),
+         lambda a: a.clamp_min(-0.5) + a.clamp_max(0.25), one0),
+    Case("nansum", lambda a, axes, keepdim: a.nansum(axes, keepdim), lambda a, axes, keepdim: np.nansum(a, axes, keepdims=keepdim),
+         lambda a, axes, keepdim: a.nansum(axes, keepdim), reduce0, domain="small"),
+    Case("nanmean", lambda a, axes, keepdim: a.nanmean(axes, keepdim), np_nanmean,
+         lambda a, axes, keepdim: a.nanmean(axes, keepdim), reduce0, domain="small"),
+    Case("outer", lambda a, b: a.outer(b), np.outer, lambda a, b: a.outer(b), vectors),
+    Case("dot", lambda a, b: a.dot(b), np.dot, lambda a, b: a.dot(b), same_vectors, scale=4),
+    Case("softmin", lambda a, axis: F.softmin(a, axis), lambda a, axis: np.exp(-a - (-a).max(axis, keepdims=True)) / np.exp(-a - (-a).max(axis, keepdims=True)).sum(axis, keepdims=True),
+         lambda a, axis: _tf().softmin(a, axis), lambda d: ([shape_of(d, 1)], {"axis": -1}), scale=4),
+    Case("softsign_tanhshrink", lambda a: F.softsign(a) + F.tanhshrink(a), lambda a: a / (1 + np.abs(a)) + a - np.tanh(a),
+         lambda a: _tf().softsign(a) + _tf().tanhshrink(a), one0, scale=4),
+    Case("glu", lambda a: F.glu(a), lambda a: np.split(a, 2, -1)[0] / (1 + np.exp(-np.split(a, 2, -1)[1])),
+         lambda a: _tf().glu(a), even_last, scale=4),
+    Case("cosine_similarity", lambda a, b, dim: F.cosine_similarity(a, b, dim), np_cosine,
+         lambda a, b, dim: _tf().cosine_similarity(a, b, dim), cosine_params, scale=16),
     Case("kthvalue", lambda a, dim, k: a.kthvalue(k, dim)[0], np_kth, lambda a, dim, k: a.kthvalue(k, dim)[0],
          axis_params, domain="small"),
     Case("median", lambda a, dim, k: a.median(dim)[0], np_median, lambda a, dim, k: a.median(dim)[0], axis_params,

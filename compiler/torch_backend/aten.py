@@ -90,6 +90,21 @@ def atan2(self, other):
     return self.atan2(other)
 
 
+@op("logaddexp.default")
+def logaddexp(self, other):
+    return self.logaddexp(other)
+
+
+@op("xlogy.Tensor", "xlogy.Scalar_Other")
+def xlogy(self, other):
+    return self.xlogy(other)
+
+
+@op("lerp.Scalar", "lerp.Tensor")
+def lerp(self, end, weight):
+    return self.lerp(end, weight)
+
+
 @op("hypot.default")
 def hypot(self, other):
     return self.hypot(other)
@@ -139,7 +154,8 @@ for _name, _method in [("neg", "__neg__"), ("abs", "abs"), ("exp", "exp"), ("exp
                        ("tanh", "tanh"), ("sigmoid", "sigmoid"), ("relu", "relu"), ("silu", "silu"),
                        ("erf", "erf"), ("reciprocal", "reciprocal"), ("isnan", "isnan"), ("isinf", "isinf"),
                        ("expm1", "expm1"), ("log1p", "log1p"), ("sign", "sign"), ("tan", "tan"),
-                       ("atan", "atan")]:
+                       ("atan", "atan"), ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "asinh"), ("atanh", "atanh"),
+                       ("log10", "log10")]:
     _unary(_name + ".default", _method)
 
 
