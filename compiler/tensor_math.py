@@ -194,6 +194,31 @@ class MathOps:
         r = (a > 2.0 ** 28).where(a.log() + math.log(2.0), near)
         return (self < 0).where(-r, r)
 
+    def acosh(self):
+        return self._float()._acosh()
+
+    @half_in_f32
+    def _acosh(self):
+        # log1p(t + sqrt(2t + t^2)), t = x - 1 (exact near 1); beyond 2^28 log(2x); below 1 NaN
+        t = self - 1
+        r = (self > 2.0 ** 28).where(self.log() + math.log(2.0), (t + (t * 2 + t * t).sqrt()).log1p())
+        return (self < 1).where(math.nan, r)
+
+    def asin(self):
+        return self._float()._asin()
+
+    @half_in_f32
+    def _asin(self):
+        # atan2(x, sqrt((1 - x)(1 + x))): the factored 1 - x^2 is exact near +-1; |x| > 1 NaN
+        return self.atan2(((1 - self) * (1 + self)).sqrt())
+
+    def acos(self):
+        return self._float()._acos()
+
+    @half_in_f32
+    def _acos(self):
+        return ((1 - self) * (1 + self)).sqrt().atan2(self)
+
     def atanh(self):
         return self._float()._atanh()
 

@@ -129,7 +129,8 @@ OPS = {  # name -> (function, input shapes)
                + torch.nan_to_num(y / (x > 0).float(), posinf=5.0, neginf=-5.0), [(3, 6), (3, 6)]),
     "hyperbolic": (lambda x, y: torch.sinh(x) + torch.cosh(y) + torch.asinh(x * 5) + torch.atanh(y.clamp(-0.9, 0.9))
                    + torch.log10(x.abs() + 1) + torch.logaddexp(x, y) + torch.xlogy(x, y.abs())
-                   + torch.lerp(x, y, 0.7), [(3, 6), (3, 6)]),
+                   + torch.lerp(x, y, 0.7) + torch.asin(y.clamp(-1, 1)) + torch.acos(x.clamp(-1, 1))
+                   + torch.acosh(x.abs() + 1), [(3, 6), (3, 6)]),
     "order_statistics": (lambda x: torch.logcumsumexp(x, 1) + torch.median(x, 1, keepdim=True).values
                          + torch.kthvalue(x, 2, 1, keepdim=True)[0] + torch.median(x)
                          + torch.median(x, 0).indices.float(), [(5, 5)]),
