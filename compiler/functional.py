@@ -55,6 +55,16 @@ def glu(x, dim: int = -1):
     return a * b.sigmoid()
 
 
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p: float = 0.0, is_causal: bool = False,
+                                 scale=None, enable_gqa: bool = False):
+    """torch's F.scaled_dot_product_attention (no dropout): compiler.nn.attention_with_scores."""
+    from compiler.errors import UnsupportedError
+    from compiler.nn import attention_with_scores
+    if dropout_p:
+        raise UnsupportedError(f"attention dropout_p={dropout_p} (inference only)", "scaled_dot_product_attention")
+    return attention_with_scores(query, key, value, attn_mask, is_causal, scale)[0]
+
+
 def cosine_similarity(x1, x2, dim: int = 1, eps: float = 1e-8):
     """sum(x1 * x2) / sqrt(max(|x1|^2 |x2|^2, eps^2)) along `dim`, as torch computes it."""
     w12 = (x1 * x2).sum(dim)

@@ -74,6 +74,42 @@ def _check_decoder(x: Tensor, heads: int, kv_heads: int, op: str) -> tuple[int, 
     return b, s, d, d // heads
 
 
+def attention_with_scores(query, key, value, attn_mask=None, is_causal=False, scale=None):
+    """(softmax(q k^T * scale + mask) v, the masked scores) over the last two axes, as PyTorch's
+    scaled_dot_product_attention: grouped heads (GQA) when key and value have fewer heads than
+    the query (query head h reads key head h // group); a bool mask keeps where True, a float
+    mask is added; `is_causal` keeps j <= i."""
+    from compiler.creation import lower_triangle
+    from compiler.errors import UnsupportedError
+    from ir.dtypes import DType
+    *batch, heads, rows, d = query.shape
+    kv_heads = key.shape[-3] if key.ndim >= 3 else heads
+    cols = key.shape[-2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(d)
+    q, k, v = query, key, value
+    group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else None
+    if kv_heads != heads:
+        if group is None:
+            raise UnsupportedError(f"{heads} query heads over {kv_heads} key heads: not a whole group each", "attention")
+        q = q.reshape(*batch, kv_heads, group, rows, d)
+        k = k.unsqueeze(-3)
+        v = v.unsqueeze(-3)
+    scores = (q._float() @ k._float().transpose(-1, -2)) * scale
+    if kv_heads != heads:
+        scores = scores.reshape(*batch, heads, rows, cols)
+    if is_causal:
+        scores = lower_triangle(rows, cols).where(scores, -math.inf)
+    if attn_mask is not None:
+        scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == DType.bool else scores + attn_mask
+    probs = scores.softmax(-1)
+    if kv_heads != heads:
+        probs = probs.reshape(*batch, kv_heads, group, rows, cols)
+    out = (probs.astype(value.dtype) @ v) if value.dtype != DType.f32 else probs @ v
+    out = out.reshape(*batch, heads, rows, value.shape[-1])
+    return out.astype(query.dtype), scores
+
+
 def grouped_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, kv_heads: int) -> Tensor:
     """Attention of (b, heads, s, hd) queries over (b, kv_heads, s, hd) keys and values, each group
     of heads // kv_heads query heads sharing one key/value head (GQA), through broadcasting (the

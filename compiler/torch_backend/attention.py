@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 
 from compiler.creation import lower_triangle
+from compiler.errors import UnsupportedError
+from compiler.nn import attention_with_scores
 from compiler.tensor import Tensor
 from compiler.torch_backend.aten import _cast, logsumexp
 from compiler.torch_backend.registry import Unsupported, op
@@ -29,34 +31,11 @@ def safe_softmax(self, dim, dtype=None):
 
 
 def attention(query, key, value, attn_mask=None, is_causal=False, scale=None):
-    """softmax(q k^T * scale + mask) v over the last two axes; grouped heads (GQA) when key and
-    value have fewer heads than the query (query head h reads key head h // group)."""
-    *batch, heads, rows, d = query.shape
-    kv_heads = key.shape[-3] if key.ndim >= 3 else heads
-    cols = key.shape[-2]
-    if scale is None:
-        scale = 1.0 / math.sqrt(d)
-    q, k, v = query, key, value
-    group = heads // kv_heads if kv_heads and heads % kv_heads == 0 else None
-    if kv_heads != heads:
-        if group is None:
-            raise Unsupported(f"{heads} query heads over {kv_heads} key heads")
-        q = q.reshape(*batch, kv_heads, group, rows, d)
-        k = k.unsqueeze(-3)
-        v = v.unsqueeze(-3)
-    scores = (q._float() @ k._float().transpose(-1, -2)) * scale
-    if kv_heads != heads:
-        scores = scores.reshape(*batch, heads, rows, cols)
-    if is_causal:
-        scores = lower_triangle(rows, cols).where(scores, -math.inf)
-    if attn_mask is not None:
-        scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == DType.bool else scores + attn_mask
-    probs = scores.softmax(-1)
-    if kv_heads != heads:
-        probs = probs.reshape(*batch, kv_heads, group, rows, cols)
-    out = (probs.astype(value.dtype) @ v) if value.dtype != DType.f32 else probs @ v
-    out = out.reshape(*batch, heads, rows, value.shape[-1])
-    return out.astype(query.dtype), scores
+    """compiler.nn.attention_with_scores; what it cannot take falls back to PyTorch (Unsupported)."""
+    try:
+        return attention_with_scores(query, key, value, attn_mask, is_causal, scale)
+    except UnsupportedError as e:
+        raise Unsupported(str(e)) from None
 
 
 @op("scaled_dot_product_attention.default")
