@@ -41,12 +41,12 @@ def verification_inputs(graph: Graph, seed: int, bounded: bool = True) -> list[l
     return [numerics.random_inputs(graph.inputs, seed * 1000 + k, f) for k, f in enumerate(families)]
 
 
-def reference(graph: Graph, args) -> list[np.ndarray]:
+def reference(graph: Graph, args, product_limit: float = np.inf) -> list[np.ndarray]:
     """The expected outputs of `graph` on `args`: per output, its float64 value and error
     bound packed as one array (`ir.bounds.pack`), which `compare` recognizes; an integer output
     known exactly, its own values (compared exactly: float64 cannot hold every i64)."""
     out, native = [], None
-    for i, b in enumerate(bounds.evaluate_bounded(graph, args)):
+    for i, b in enumerate(bounds.evaluate_bounded(graph, args, product_limit=product_limit)):
         if b.value.dtype.kind in "iu" and not np.any(b.bound):
             out.append(b.value)
             continue
@@ -132,10 +132,39 @@ class CheckResult:
 REFERENCE_LIMIT = 2.5e7
 
 
-def reference_work(graph: Graph) -> int:
-    """Elements the interpreter materializes to run `graph` once (views included)."""
+def reference_work(graph: Graph, matmul: bool = False) -> int:
+    """Elements the interpreter materializes to run `graph` once (views included). With
+    `matmul`, the cost of the bounded float64 reference when its sums of products run as
+    matrix products (`ir.bounds`: finite operands, no overflow), in the same unit: views are
+    free, a float product that only sums read is never formed, and each of its multiply-adds
+    costs 1 / MATMUL_SPEEDUP of an element."""
     from ir.ops import Op
-    return sum(n.numel for n in graph.nodes if n.op not in (Op.INPUT, Op.CONST))
+    if not matmul:
+        return sum(n.numel for n in graph.nodes if n.op not in (Op.INPUT, Op.CONST))
+    readers: dict = {}
+    for n in graph.nodes:
+        for s in n.srcs:
+            readers.setdefault(s, []).append(n)
+    outputs = set(graph.outputs)
+
+    def product(n) -> bool:
+        return (n.op == Op.MUL and n.dtype.is_float and n not in outputs
+                and all(r.op == Op.SUM for r in readers.get(n, ())))
+    work = 0
+    for n in graph.nodes:
+        if n.op in (Op.INPUT, Op.CONST) or product(n) or (n.op == Op.VIEW and all(v.mask is None for v in n.arg.views)):
+            continue
+        if n.op in (Op.CONTRACT, Op.ATTEND) or (n.op == Op.SUM and product(n.srcs[0])):
+            work += n.numel + n.srcs[0].numel // MATMUL_SPEEDUP
+        else:
+            work += n.numel
+    return work
+
+
+# Multiply-adds of a bounded sum of products, as matrix products, per element-op of the
+# elementwise evaluation (2 cores: a 1024^3 f32 product's reference, 1.7e7 units, took 0.1 s;
+# elementwise work runs at about 2e-8 s a unit)
+MATMUL_SPEEDUP = 64
 
 
 def odd_shape(n: int) -> int:
@@ -158,20 +187,64 @@ def shrink_specs(specs, factor: int):
     return [Spec(tuple(size(n) for n in s.shape), s.dtype, s.name) for s in specs]
 
 
-def odd_variant_graph(trace_fn, specs, limit: float = REFERENCE_LIMIT):
-    """`trace_fn(*specs)` at odd sizes (n -> n + 1), shrunk until the interpreter can afford it;
-    None if the function does not trace there (it is not shape-generic)."""
-    candidates = [odd_specs(specs)] + [shrink_specs(specs, f) for f in (2, 4, 8, 16, 32, 64, 128)]
-    for odd in candidates:
-        if [s.shape for s in odd] == [s.shape for s in specs]:
-            continue
-        try:
-            g = trace_fn(*odd)
-        except Exception:  # hard-coded sizes: a reshape or normalized_shape that no longer fits
+SHRINK_FACTORS = (2, 4, 8, 16, 32, 64, 128)
+
+
+def odd_variant_graph(trace_fn, specs, limit: float = REFERENCE_LIMIT, max_traces: int = 40):
+    """`trace_fn(*specs)` at other sizes, odd where the function allows (n -> n + 1, one
+    mapping for all inputs, so sizes that must agree, like a matmul's inner axis, still
+    agree), shrunk until the interpreter can afford it; None if it traces at no other sizes.
+    Where the function couples sizes (a model width = heads x head size, a hard-coded
+    normalized size), not every size can change: the sizes are then shrunk by a common factor
+    (which keeps such products where it divides them), or else one at a time, and each size,
+    largest first, is made odd if the function still traces with it and the ones already
+    changed; at most `max_traces` traces."""
+    traces = 0
+
+    def attempt(mapping):
+        nonlocal traces
+        if traces >= max_traces:
             return None
+        traces += 1
+        try:
+            return trace_fn(*_mapped(specs, mapping))
+        except Exception:  # coupled or hard-coded sizes: a reshape or normalized_shape no longer fits
+            return None
+    same = [s.shape for s in specs]
+    for odd in [odd_specs(specs)] + [shrink_specs(specs, f) for f in SHRINK_FACTORS]:
+        if [s.shape for s in odd] == same:
+            continue
+        g = attempt(dict(zip((n for s in specs for n in s.shape), (n for s in odd for n in s.shape))))
+        if g is None:
+            break
         if reference_work(g) <= limit:
             return g
+    sizes = sorted({n for s in specs for n in s.shape}, reverse=True)
+    for factor in (1,) + SHRINK_FACTORS:
+        base = {n: n // factor if n >= 32 else n for n in sizes}
+        g = attempt(base)
+        if g is None:   # shrink the sizes one at a time, largest first, where the function allows
+            base = {n: n for n in sizes}
+            for n in sizes:
+                if n >= 32 and (trial := attempt({**base, n: n // factor})) is not None:
+                    base[n], g = n // factor, trial
+        if g is None or reference_work(g) > limit:
+            continue
+        g = g if factor > 1 else None     # (the compiled sizes themselves are no variant)
+        made_odd = {}
+        for n in sizes:
+            if base[n] % 2 == 0 and base[n] >= 2:
+                trial = attempt({**base, **made_odd, n: base[n] + 1})
+                if trial is not None:
+                    made_odd[n], g = base[n] + 1, trial
+        if g is not None and reference_work(g) <= limit:
+            return g
     return None
+
+
+def _mapped(specs, mapping):
+    from compiler.trace import Spec
+    return [Spec(tuple(mapping.get(n, n) for n in s.shape), s.dtype, s.name) for s in specs]
 
 
 def _as_list(outs) -> list:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ir.broadcast_product import BroadcastProduct, varying_axes
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
 from ir.interpreter import apply_view, elementwise, float_to_int, gather, typed_fill
@@ -48,15 +49,32 @@ class Bounded:
     nan: np.ndarray | bool = False
 
 
-def evaluate_bounded(graph: Graph, args) -> list[Bounded]:
-    """Evaluate `graph` on `args` (one array per input) in float64 with error bounds."""
+class TooCostly(RuntimeError):
+    """A sum of products had to be formed elementwise past the evaluation's `product_limit`."""
+
+
+def evaluate_bounded(graph: Graph, args, matmul: bool = True, product_limit: float = np.inf) -> list[Bounded]:
+    """Evaluate `graph` on `args` (one array per input) in float64 with error bounds; sums of
+    products as matrix products where they can (`matmul`; False: always elementwise). A sum
+    of more than `product_limit` products that must be formed elementwise (operands with
+    infinities or NaN, or near overflow) raises TooCostly instead."""
     env = {}
     for node, a in zip(graph.inputs, args):
         env[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(node.shape)
-    return evaluate_nodes_bounded(graph.outputs, env)
+    return evaluate_nodes_bounded(graph.outputs, env, _Mode(matmul, product_limit))
 
 
-def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray]) -> list[Bounded]:
+@dataclass(frozen=True)
+class _Mode:
+    matmul: bool = True                 # sums of products as matrix products where they can
+    product_limit: float = np.inf       # elementwise products formed past this: TooCostly
+
+    def elementwise(self, n: Node) -> None:
+        if self.matmul and n.numel > self.product_limit:
+            raise TooCostly(f"{n.numel:.3g} products formed elementwise ({n.op.value} of {n.shape})")
+
+
+def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray], mode: "_Mode | None" = None) -> list[Bounded]:
     """Evaluate arbitrary nodes given values for their INPUT leaves (rule checks)."""
     vals: dict[Node, Bounded] = {}
     finals = set(outputs)
@@ -64,32 +82,57 @@ def evaluate_nodes_bounded(outputs, env: dict[Node, np.ndarray]) -> list[Bounded
         a = np.asarray(a, dtype=n.dtype.np).reshape(n.shape)
         vals[n] = Bounded(a.astype(F64) if n.dtype.is_float else a, EXACT)
     with np.errstate(all="ignore"):
-        _evaluate(outputs, vals, finals)
+        _evaluate(outputs, vals, finals, mode or _Mode())
         outs = [_materialize(vals[o], o) for o in outputs]
     return [Bounded(b.value, np.broadcast_to(b.bound, o.shape).astype(F64),
                     np.broadcast_to(b.nan, o.shape).copy() if o.dtype.is_float else False)
             for b, o in zip(outs, outputs)]
 
 
-def _evaluate(outputs, vals: dict[Node, Bounded], finals) -> None:
-    """Fill `vals` (which holds every INPUT leaf) for the nodes below `outputs`."""
-    for n in toposort(outputs):
-        if n not in vals:
-            if n.op == Op.INPUT:
-                raise KeyError(f"no value given for input {n.arg}")
-            srcs = [vals[s] for s in n.srcs]
-            if n.op not in (Op.SUM, Op.CONTIGUOUS) and not (n.op == Op.VIEW and _unmasked(n)):
-                srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
-            b = _step(n, srcs, n in finals)
-            vals[n] = Bounded(np.asarray(b.value), b.bound, b.nan)   # numpy returns 0-d results as scalars
+def _evaluate(outputs, vals: dict[Node, Bounded], finals, mode: _Mode) -> None:
+    """Fill `vals` (which holds every INPUT leaf) for the nodes below `outputs`. A float
+    product that only sums read (a matrix product as the program writes it) waits for them:
+    they take it as matrix products where they can (`_sum_of_products`)."""
+    order = toposort(outputs)
+    readers: dict[Node, list[Node]] = {}
+    for n in order:
+        for s in n.srcs:
+            readers.setdefault(s, []).append(n)
+    waiting: dict[Node, list[Bounded]] = {}
+    for n in order:
+        if n in vals:
+            continue
+        if n.op == Op.INPUT:
+            raise KeyError(f"no value given for input {n.arg}")
+        if (mode.matmul and n.op == Op.MUL and n.dtype.is_float and n not in finals
+                and all(r.op == Op.SUM for r in readers.get(n, ()))):
+            waiting[n] = [vals[s] for s in n.srcs]
+            continue
+        if n.op == Op.SUM and n.srcs[0] in waiting and n.srcs[0] not in vals:
+            b = _sum_of_products(n, n.srcs[0], waiting[n.srcs[0]], n in finals)
+            if b is not None:
+                vals[n] = b
+                continue
+        for s in n.srcs:
+            if s in waiting and s not in vals:
+                mode.elementwise(s)
+                _evaluate_one(s, waiting[s], vals, finals, mode)
+        _evaluate_one(n, [vals[s] for s in n.srcs], vals, finals, mode)
 
 
-def _attend(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
+def _evaluate_one(n: Node, srcs: list[Bounded], vals, finals, mode: _Mode) -> None:
+    if n.op not in (Op.SUM, Op.CONTIGUOUS, Op.CONTRACT) and not (n.op == Op.VIEW and _unmasked(n)):
+        srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
+    b = _step(n, srcs, n in finals, mode)
+    vals[n] = Bounded(np.asarray(b.value), b.bound, b.nan)   # numpy returns 0-d results as scalars
+
+
+def _attend(n: Node, srcs: list[Bounded], final: bool, mode: _Mode) -> Bounded:
     from ir.terms import attend_primitives
     a, b = (Node(Op.INPUT, s.dtype, s.shape, (), (-1 - i, "attend")) for i, s in enumerate(n.srcs))
     out = attend_primitives(a, b, n.arg[0])
     vals = {a: srcs[0], b: srcs[1]}
-    _evaluate([out], vals, {out} if final else set())
+    _evaluate([out], vals, {out} if final else set(), mode)
     return vals[out]
 
 
@@ -151,7 +194,7 @@ def _view(st, x, fill, bound: bool = False):
     return x
 
 
-def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
+def _step(n: Node, srcs: list[Bounded], final: bool, mode: _Mode = _Mode()) -> Bounded:
     op, dt = n.op, n.dtype
     if op == Op.CONST:
         v = np.full(n.shape, n.arg, dtype=dt.np)
@@ -179,9 +222,14 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     if op == Op.CONTRACT:   # the product rounds in the compute type, then the f32-or-wider sum
         prod = Node(Op.MUL, dt.compute, n.srcs[0].shape, n.srcs)
         total = Node(Op.SUM, dt, n.shape, (prod,), n.arg)
+        fast = _sum_of_products(total, prod, srcs, final) if mode.matmul else None
+        if fast is not None:
+            return fast
+        mode.elementwise(prod)
+        srcs = [_materialize(b, s) for b, s in zip(srcs, n.srcs)]
         return _reduce(total, _float(prod, srcs, False), final)
     if op == Op.ATTEND:     # the bound of its primitive definition (computed in f32, one rounding)
-        return _attend(n, srcs, final)
+        return _attend(n, srcs, final, mode)
     if op == Op.CAST:
         return _cast(n, srcs[0], final)
     if op == Op.CMPLT:
@@ -208,6 +256,95 @@ def _step(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     if not dt.is_float:
         return _integer(n, srcs)
     return _float(n, srcs, final)
+
+
+def _sum_of_products(total: Node, prod: Node, srcs: list[Bounded], final: bool) -> Bounded | None:
+    """`total` (a float SUM of the float MUL `prod` of operands `srcs`) computed as matrix
+    products of the operands' distinct elements (`ir.broadcast_product`) instead of
+    materializing every product, for finite operand values that broadcast and cannot
+    overflow; None where that does not apply (the elementwise path then runs). The bound is
+    the elementwise path's (`_float_value`'s product, then `_reduce`) summed over the axes:
+    the sums of |a| eb, ea |b| and ea eb are matrix products too, and products that may fall
+    under the subnormal floor are counted from operands under its square root, so it is never
+    below that path's. Free operand elements (an infinite bound) make the sums they reach free
+    and, with another free term or a factor that may be 0, maybe NaN, as there."""
+    shape, axes = prod.shape, total.arg
+    if not (prod.dtype.is_float and total.dtype.is_float) or 0 in shape:
+        return None
+    count = int(np.prod([shape[i] for i in axes]))
+    full = [(np.broadcast_to(s.value, shape), None if _exact(s.bound) else s.bound) for s in srcs]
+    own = [varying_axes([x] + ([] if e is None or isinstance(e, Rel) else [e]) + ([] if s.nan is False else [s.nan]),
+                        shape) for (x, e), s in zip(full, srcs)]
+    sizes = [int(np.prod([shape[i] for i in o])) for o in own]
+    if np.prod(shape, dtype=float) < 4 * sum(sizes):   # little broadcast: nothing to save
+        return None
+    plan = BroadcastProduct(shape, axes, *own)
+    # per operand, at the axes it varies along: value, |value|, finite bound (None: exact),
+    # free elements and maybe-NaN elements (None: none), elements that may be 0
+    sides = []
+    for (x, e), o, src, b in zip(full, own, prod.srcs, srcs):
+        idx = tuple(slice(None) if i in o else slice(0, 1) for i in range(len(shape)))
+        x = x[idx]
+        ax = np.abs(x)
+        if not np.isfinite(ax).all():
+            return None
+        if isinstance(e, Rel):   # as `_materialize` gives it
+            tiny = SMALLEST_NORMAL.get(src.dtype, 0.0)
+            e = np.where(ax < tiny, tiny, float(e) * ax)
+        elif e is not None:
+            e = np.broadcast_to(e, shape)[idx]
+        free = None if e is None else ~(e < np.inf)
+        if free is not None and free.any():
+            e = np.where(free, 0.0, e)
+        else:
+            free = None
+        zero = (ax == 0) if e is None else ~(ax > e)
+        if free is not None:
+            zero = zero | free
+        nan = None if b.nan is False else np.broadcast_to(b.nan, shape)[idx]
+        sides.append((x, ax, e, free, nan, zero))
+    (xa, aa, ea, fa, na, za), (xb, ab, eb, fb, nb, zb) = sides
+    peak = [float(np.max(ax, initial=0.0)) + (0.0 if e is None else float(np.max(e, initial=0.0)))
+            for _, ax, e, *_ in sides]
+    top = min(MAX_FINITE[prod.dtype], MAX_FINITE[total.dtype.compute])
+    if peak[0] * peak[1] * count >= top / 4:   # a product or a partial sum near overflow
+        return None
+    ones = (np.ones_like(aa), np.ones_like(ab))
+
+    def pairs(p, q):   # sum over the axes of p * q; None stands for all-false / exact
+        if p is None and q is None:
+            return 0.0
+        return plan(ones[0] if p is None else p.astype(F64), ones[1] if q is None else q.astype(F64))
+    v, mag = plan(xa, xb), plan(aa, ab)
+    terms = min(count - 1, 2.0 * np.sqrt(count)) if count > 1 else 0.0
+    u, up = UNIT_ROUNDOFF[total.dtype], UNIT_ROUNDOFF[prod.dtype]
+    if ea is None and eb is None:   # exact operands: the product's bound is relative (`_float_value`)
+        e = (K * u * terms + K * up) * mag
+    else:
+        spread = sum(plan(p, q) for p, q in ((aa, eb), (ea, ab), (ea, eb)) if p is not None and q is not None)
+        # each product's own rounding (relative to |p| + its error), and its subnormal floor
+        # where |p| may be under it: |a| or |b| under the floor's square root
+        tiny = SMALLEST_NORMAL[prod.dtype]
+        root = np.sqrt(tiny)
+        small = plan((aa < root).astype(F64), ones[1]) + plan(ones[0], (ab < root).astype(F64))
+        drift = (1 + K * up) * spread + K * up * mag + tiny * small
+        e = (K * u * terms) * (mag + drift) + drift
+    nan = None   # NaN in any product of a row may reach its sum
+    if na is not None or nb is not None:
+        nan = (pairs(na, None) if na is not None else 0.0) + (pairs(None, nb) if nb is not None else 0.0) > 0
+    unsure = False
+    if fa is not None or fb is not None:
+        # terms with a free factor; such a term times a factor that may be 0 may be NaN (0 * inf),
+        # and two of them may be infinities of opposite signs
+        unknown = ((pairs(fa, None) if fa is not None else 0.0) + (pairs(None, fb) if fb is not None else 0.0)
+                   - (pairs(fa, fb) if fa is not None and fb is not None else 0.0))
+        maybe = (unknown >= 2) | ((pairs(fa, zb) if fa is not None else 0.0)
+                                  + (pairs(za, fb) if fb is not None else 0.0) > 0)
+        unsure = np.broadcast_to(unknown > 0, total.shape)
+        e = np.where(unknown > 0, np.inf, e)
+        nan = maybe if nan is None else nan | maybe
+    out = _finish(total, np.array(v), np.broadcast_to(e, total.shape), unsure, final)
+    return Bounded(out.value, out.bound, False if nan is None else np.broadcast_to(nan, total.shape).copy())
 
 
 def _finish(n: Node, v: np.ndarray, e: np.ndarray, unsure, final: bool, overflow64=False) -> Bounded:

@@ -90,14 +90,29 @@ def test_odd_variant_retraces_shape_generic_functions_only():
     specs = [saturn.spec((8, 64))]
     g = verify.odd_variant_graph(lambda *s: saturn.trace(lambda x: x.softmax(-1), *s), specs)
     assert g is not None and g.inputs[0].shape == (9, 65)
-    # a function with a hard-coded size does not trace at other shapes
+    # a function with a hard-coded size traces with that size kept and the others odd
     fixed = verify.odd_variant_graph(lambda *s: saturn.trace(lambda x: x.layer_norm((64,)), *s), specs)
-    assert fixed is None
+    assert fixed is not None and fixed.inputs[0].shape == (9, 64)
+    # one that traces at no other size at all has no variant
+    assert verify.odd_variant_graph(lambda *s: saturn.trace(lambda x: x.reshape(8, 8, 8), *s), [saturn.spec((8, 64))]) is None
     # a program too big for the interpreter is shrunk until it fits
     big = [saturn.spec((512, 512)), saturn.spec((512, 512))]
     small = verify.odd_variant_graph(lambda *s: saturn.trace(lambda a, b: a @ b, *s), big)
     assert small is not None and verify.reference_work(small) <= verify.REFERENCE_LIMIT
     assert all(n % 2 == 1 for x in small.inputs for n in x.shape)
+
+
+def test_odd_variant_of_a_decoder_keeps_its_coupled_sizes():
+    # width = heads x head size and an even head size (rotary embedding): no size-by-one change
+    # of the width traces; the sizes shrink together and the sequence and hidden sizes turn odd
+    from compiler import nn
+    specs = nn.llama_decoder_specs(2, 1, 250, 384, 6, 2, 1000, "f32")
+    g = verify.odd_variant_graph(lambda *s: saturn.trace(lambda *xs: nn.llama_decoder(*xs, heads=6, kv_heads=2), *s),
+                                 specs)
+    assert g is not None and verify.reference_work(g) <= verify.REFERENCE_LIMIT
+    x, mask = g.inputs[0].shape, g.inputs[1].shape
+    assert x[1] % 2 == 1 and mask == (x[1], x[1]) and x[2] % 6 == 0 and (x[2] // 6) % 2 == 0
+    assert any(n % 2 == 1 and n > 8 for i in g.inputs for n in i.shape if n not in x)   # the hidden size
 
 
 def test_max_relative_error_counts_bf16_outputs():
