@@ -544,12 +544,12 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     out_dtypes = [o.dtype for o in graph.outputs]
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-        odd_expected = [verify.reference(variant.graph, s) for s in odd_inputs]
+        odd_expected = [verify.reference(variant.graph, s, calibrate=k == 0) for k, s in enumerate(odd_inputs)]
         _note_unchecked(odd_expected, notes, f"at {_shapes(variant.graph)}")
         runner.add_data(odd_key, odd_inputs, odd_expected, out_dtypes)
     input_sets = verify.verification_inputs(graph, options.seed, bounded)
-    if bounded and elementwise:
-        expected = [verify.reference(reference, s) for s in input_sets]
+    if bounded and elementwise:   # (the first family is the normal one: its references are calibrated)
+        expected = [verify.reference(reference, s, calibrate=k == 0) for k, s in enumerate(input_sets)]
     elif bounded:
         input_sets, expected = _matmul_references(reference, graph, input_sets, options, variant, notes)
     else:
@@ -697,7 +697,7 @@ def _note_unchecked(expected, notes, where: str) -> None:
     fractions = []
     for outs in expected:
         free = [np.mean(~(bounds.unpack(e)[1] < np.inf)) for e in outs
-                if isinstance(e, np.ndarray) and e.dtype == np.float64 and e.ndim and e.shape[0] in (2, 3)]
+                if isinstance(e, np.ndarray) and e.dtype == np.float64 and e.ndim and e.shape[0] in (2, 3, 4)]
         fractions.append(max(free, default=0.0))
     if fractions and max(fractions) > 0.5:
         notes.append(f"the float64 reference {where} bounds few outputs: " +
@@ -714,7 +714,8 @@ def _matmul_references(reference: Graph, graph: Graph, input_sets, options: Sear
     kept, expected, dropped = [], [], []
     for family, inputs in zip(families, input_sets):
         try:
-            expected.append(verify.reference(reference, inputs, product_limit=options.reference_limit / 4))
+            expected.append(verify.reference(reference, inputs, product_limit=options.reference_limit / 4,
+                                             calibrate=family == numerics.NORMAL))
         except bounds.TooCostly as e:
             dropped.append(f"{family.name} ({e})")
             continue
