@@ -482,7 +482,8 @@ def _float_value(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     elif op == Op.RECIP:
         v = 1.0 / a
         m = np.abs(a)
-        e = np.where(ea == 0, 0.0, np.where(ea < m, ea / (m * (m - ea)), np.inf))
+        # (ea / m) / (m - ea): m * (m - ea) overflows float64 past 1e154 and made the bound 0
+        e = np.where(ea == 0, 0.0, np.where(ea < m, ea / m / (m - ea), np.inf))
     else:
         raise NotImplementedError(f"no error bound for {op}")
     overflow64 = False

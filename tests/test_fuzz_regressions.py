@@ -350,3 +350,16 @@ def test_half_typed_attention_is_not_held_to_its_own_run(seed):
     # tolerance); calibration is for f32 / f64 programs only
     res = fuzz.check(fuzz.random_program(seed), "cpu", 1.0)
     assert res["status"] == "ok", res
+
+
+def test_the_bound_of_a_reciprocal_of_a_huge_value_is_not_lost():
+    # seed 130409 (CPU fuzz on a072790, and on 4a1f807 before it): sigmoid in f64 of an f32
+    # quotient near -600 is 1 / (1 + 2^866); the reciprocal's bound ea / (m (m - ea)) overflowed
+    # float64 to 0 there, so the f32 rounding of the quotient (relative 5e-6 after exp2) was held
+    # against every schedule at the odd shapes
+    from ir.bounds import evaluate_bounded
+    g = saturn.trace(lambda x: 1.0 / (x * 1.5).astype("f64").exp(), saturn.spec((1,), "f32"))
+    b, = evaluate_bounded(g, [np.array([400.0], np.float32)])     # 1 / e^600: m * m overflows
+    assert b.bound[0] > 1e-5 * abs(b.value[0])      # the f32 product's rounding, through exp
+    res = fuzz.check(fuzz.random_program(130409), "cpu", 1.0)
+    assert res["status"] == "ok", res
