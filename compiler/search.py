@@ -544,12 +544,12 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     out_dtypes = [o.dtype for o in graph.outputs]
     if variant is not None:
         odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-        odd_expected = [verify.reference(variant.graph, s, calibrate=k == 0) for k, s in enumerate(odd_inputs)]
+        odd_expected = _references(variant.graph, odd_inputs)
         _note_unchecked(odd_expected, notes, f"at {_shapes(variant.graph)}")
         runner.add_data(odd_key, odd_inputs, odd_expected, out_dtypes)
     input_sets = verify.verification_inputs(graph, options.seed, bounded)
-    if bounded and elementwise:   # (the first family is the normal one: its references are calibrated)
-        expected = [verify.reference(reference, s, calibrate=k == 0) for k, s in enumerate(input_sets)]
+    if bounded and elementwise:
+        expected = _references(reference, input_sets)
     elif bounded:
         input_sets, expected = _matmul_references(reference, graph, input_sets, options, variant, notes)
     else:
@@ -690,6 +690,13 @@ def _learn(model, trials, result, notes, directory) -> None:
         notes.append(f"the cost model could not be saved ({e}); the next search starts from the same model")
 
 
+def _references(graph: Graph, input_sets) -> list:
+    """The bounded float64 reference of each input set of `verify.verification_inputs(graph)`
+    (the normal family's calibrated: `verify.reference`)."""
+    families = numerics.verification_families(n.dtype for n in graph.inputs)
+    return [verify.reference(graph, s, calibrate=f == numerics.NORMAL) for f, s in zip(families, input_sets)]
+
+
 def _note_unchecked(expected, notes, where: str) -> None:
     """Say where the bounded reference leaves most output elements unchecked: an element whose
     error bound is infinite accepts any value (past the first-order bound of a deep program on
@@ -697,7 +704,7 @@ def _note_unchecked(expected, notes, where: str) -> None:
     fractions = []
     for outs in expected:
         free = [np.mean(~(bounds.unpack(e)[1] < np.inf)) for e in outs
-                if isinstance(e, np.ndarray) and e.dtype == np.float64 and e.ndim and e.shape[0] in (2, 3, 4)]
+                if isinstance(e, np.ndarray) and e.ndim and bounds.is_packed(e, e.shape[1:])]
         fractions.append(max(free, default=0.0))
     if fractions and max(fractions) > 0.5:
         notes.append(f"the float64 reference {where} bounds few outputs: " +

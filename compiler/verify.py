@@ -296,20 +296,20 @@ def odd_variant_graph(trace_fn, specs, limit: float = REFERENCE_LIMIT, max_trace
     changed; at most `max_traces` traces."""
     traces = 0
 
-    def attempt(mapping):
+    def attempt(mapped):
         nonlocal traces
         if traces >= max_traces:
             return None
         traces += 1
         try:
-            return trace_fn(*_mapped(specs, mapping))
+            return trace_fn(*(mapped if isinstance(mapped, list) else _mapped(specs, mapped)))
         except Exception:  # coupled or hard-coded sizes: a reshape or normalized_shape no longer fits
             return None
     same = [s.shape for s in specs]
     for odd in [odd_specs(specs)] + [shrink_specs(specs, f) for f in SHRINK_FACTORS]:
         if [s.shape for s in odd] == same:
             continue
-        g = attempt(dict(zip((n for s in specs for n in s.shape), (n for s in odd for n in s.shape))))
+        g = attempt(odd)
         if g is None:
             break
         if reference_work(g) <= limit:
@@ -337,7 +337,8 @@ def odd_variant_graph(trace_fn, specs, limit: float = REFERENCE_LIMIT, max_trace
     return None
 
 
-def _mapped(specs, mapping):
+def _mapped(specs, mapping: dict[int, int]):
+    """`specs` with every size n replaced by mapping.get(n, n)."""
     from compiler.trace import Spec
     return [Spec(tuple(mapping.get(n, n) for n in s.shape), s.dtype, s.name) for s in specs]
 
