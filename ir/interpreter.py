@@ -68,8 +68,9 @@ def _compute(x: np.ndarray, dtype: DType) -> np.ndarray:
     return x.astype(np.float32) if dtype.compute != dtype else x
 
 
-def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
+def _eval_node(n: Node, vals: list[np.ndarray], wide: bool = True) -> np.ndarray:
     op, dt = n.op, n.dtype
+    f32_acc = np.float64 if wide else np.float32   # what f32 sums accumulate in
     with np.errstate(all="ignore"):
         if op == Op.CONST:
             return np.full(n.shape, n.arg, dtype=dt.np)
@@ -82,11 +83,11 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
         if op == Op.CONTIGUOUS:
             return vals[0].copy()
         if op == Op.CONTRACT:   # products and sums of halves in f32, of f32 and f64 in f64 (like SUM)
-            acc = np.float64 if dt in (DType.f32, DType.f64) else np.float32
+            acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else np.float32
             a, b = (v.astype(acc) for v in vals)
             return (a * b).sum(axis=n.arg, keepdims=True).astype(dt.np)
         if op == Op.ATTEND:     # softmax2 over the axis, then the weighted sum (f32; f64 for f32 and f64)
-            acc = np.float64 if dt in (DType.f32, DType.f64) else np.float32
+            acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else np.float32
             a, b = (v.astype(acc) for v in vals)
             m = a.max(axis=n.arg, keepdims=True) if a.size else np.full(n.shape, -np.inf, acc)
             p = np.exp2(a - m)
@@ -94,7 +95,8 @@ def _eval_node(n: Node, vals: list[np.ndarray]) -> np.ndarray:
         if op in (Op.SUM, Op.MAX):
             x = vals[0]
             if op == Op.SUM:
-                acc = np.float64 if dt in (DType.f32, DType.f64) else (np.float32 if dt.is_float else x.dtype)
+                acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else \
+                    (np.float32 if dt.is_float else x.dtype)
                 r = x.astype(acc).sum(axis=n.arg, keepdims=True) if dt.is_float else \
                     x.sum(axis=n.arg, keepdims=True, dtype=acc)
             else:
@@ -167,8 +169,9 @@ def elementwise(op: Op, dtype: DType, src_dtype: DType, vals) -> np.ndarray:
         return np.asarray(_MATH[op](*xs)).astype(dtype.np)
 
 
-def evaluate(graph: Graph, args) -> list[np.ndarray]:
-    """Run `graph` on numpy arrays `args` (one per graph input, in order)."""
+def evaluate(graph: Graph, args, wide: bool = True) -> list[np.ndarray]:
+    """Run `graph` on numpy arrays `args` (one per graph input, in order). f32 sums accumulate
+    in float64 (a reference); `wide=False`: in f32, as a target's do."""
     env: dict[Node, np.ndarray] = {}
     for node, a in zip(graph.inputs, args):
         env[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(node.shape)
@@ -177,7 +180,7 @@ def evaluate(graph: Graph, args) -> list[np.ndarray]:
             continue
         if n.op == Op.INPUT:
             raise KeyError(f"no value given for input {n.arg}")
-        env[n] = _eval_node(n, [env[s] for s in n.srcs])
+        env[n] = _eval_node(n, [env[s] for s in n.srcs], wide)
     # an output that is an input is returned as a copy, never as the caller's own array
     return [env[o].copy() if o.op == Op.INPUT else env[o] for o in graph.outputs]
 
