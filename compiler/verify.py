@@ -240,9 +240,10 @@ REFERENCE_LIMIT = 2.5e7
 def reference_work(graph: Graph, matmul: bool = False) -> int:
     """Elements the interpreter materializes to run `graph` once (views included). With
     `matmul`, the cost of the bounded float64 reference when its sums of products run as
-    matrix products (`ir.bounds`: finite operands, no overflow), in the same unit: views are
-    free, a float product that only sums read is never formed, and each of its multiply-adds
-    costs 1 / MATMUL_SPEEDUP of an element."""
+    matrix products (`ir.bounds`: finite operands, no overflow), in the same unit: a float
+    product that only sums read is never formed, nor the views it reads, and each of its
+    multiply-adds costs 1 / MATMUL_SPEEDUP of an element; a program without products costs
+    what it did."""
     from ir.ops import Op
     if not matmul:
         return sum(n.numel for n in graph.nodes if n.op not in (Op.INPUT, Op.CONST))
@@ -252,12 +253,21 @@ def reference_work(graph: Graph, matmul: bool = False) -> int:
             readers.setdefault(s, []).append(n)
     outputs = set(graph.outputs)
 
-    def product(n) -> bool:
+    def distinct(n) -> int:   # elements a view chain reads
+        while n.op == Op.VIEW and all(v.mask is None for v in n.arg.views):
+            n = n.srcs[0]
+        return n.numel
+
+    def product(n) -> bool:   # as `ir.bounds` takes it: only sums read it, and it broadcasts
         return (n.op == Op.MUL and n.dtype.is_float and n not in outputs
-                and all(r.op == Op.SUM for r in readers.get(n, ())))
+                and all(r.op == Op.SUM for r in readers.get(n, ()))
+                and n.numel >= 4 * sum(distinct(s) for s in n.srcs))
+    def operand(n) -> bool:   # a view read only as a product's operand: never materialized
+        return (n.op == Op.VIEW and all(v.mask is None for v in n.arg.views) and
+                all(product(r) or r.op in (Op.CONTRACT, Op.ATTEND) for r in readers.get(n, ())))
     work = 0
     for n in graph.nodes:
-        if n.op in (Op.INPUT, Op.CONST) or product(n) or (n.op == Op.VIEW and all(v.mask is None for v in n.arg.views)):
+        if n.op in (Op.INPUT, Op.CONST) or product(n) or operand(n):
             continue
         if n.op in (Op.CONTRACT, Op.ATTEND) or (n.op == Op.SUM and product(n.srcs[0])):
             work += n.numel + n.srcs[0].numel // MATMUL_SPEEDUP
