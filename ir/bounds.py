@@ -311,10 +311,10 @@ def _sum_of_products(total: Node, prod: Node, srcs: list[Bounded], final: bool) 
         return None
     ones = (np.ones_like(aa), np.ones_like(ab))
 
-    def pairs(p, q):   # sum over the axes of p * q; None stands for all-false / exact
-        if p is None and q is None:
+    def hits(p, q):   # over the axes, the terms where both indicators hold (None: none, True: all)
+        if p is None or q is None:
             return 0.0
-        return plan(ones[0] if p is None else p.astype(F64), ones[1] if q is None else q.astype(F64))
+        return plan(ones[0] if p is True else p.astype(F64), ones[1] if q is True else q.astype(F64))
     v, mag = plan(xa, xb), plan(aa, ab)
     terms = min(count - 1, 2.0 * np.sqrt(count)) if count > 1 else 0.0
     u, up = UNIT_ROUNDOFF[total.dtype], UNIT_ROUNDOFF[prod.dtype]
@@ -326,20 +326,17 @@ def _sum_of_products(total: Node, prod: Node, srcs: list[Bounded], final: bool) 
         # where |p| may be under it: |a| or |b| under the floor's square root
         tiny = SMALLEST_NORMAL[prod.dtype]
         root = np.sqrt(tiny)
-        small = plan((aa < root).astype(F64), ones[1]) + plan(ones[0], (ab < root).astype(F64))
-        drift = (1 + K * up) * spread + K * up * mag + tiny * small
+        drift = (1 + K * up) * spread + K * up * mag + tiny * (hits(aa < root, True) + hits(True, ab < root))
         e = (K * u * terms) * (mag + drift) + drift
     nan = None   # NaN in any product of a row may reach its sum
     if na is not None or nb is not None:
-        nan = (pairs(na, None) if na is not None else 0.0) + (pairs(None, nb) if nb is not None else 0.0) > 0
+        nan = hits(na, True) + hits(True, nb) > 0
     unsure = False
     if fa is not None or fb is not None:
         # terms with a free factor; such a term times a factor that may be 0 may be NaN (0 * inf),
         # and two of them may be infinities of opposite signs
-        unknown = ((pairs(fa, None) if fa is not None else 0.0) + (pairs(None, fb) if fb is not None else 0.0)
-                   - (pairs(fa, fb) if fa is not None and fb is not None else 0.0))
-        maybe = (unknown >= 2) | ((pairs(fa, zb) if fa is not None else 0.0)
-                                  + (pairs(za, fb) if fb is not None else 0.0) > 0)
+        unknown = hits(fa, True) + hits(True, fb) - hits(fa, fb)
+        maybe = (unknown >= 2) | (hits(fa, zb) + hits(za, fb) > 0)
         unsure = np.broadcast_to(unknown > 0, total.shape)
         e = np.where(unknown > 0, np.inf, e)
         nan = maybe if nan is None else nan | maybe
