@@ -132,7 +132,9 @@ class Var(Struct):
 
 @struct
 class Div(Struct):
-    """floor(arg / divisor), divisor > 0."""
+    """floor(arg / divisor), divisor > 0. floordiv() builds it only with an argument that is
+    non-negative over its whole range, so the renderers' truncating division (C `/`, LLVM
+    `sdiv`) computes it."""
     arg: "Lin"
     divisor: int
 
@@ -142,7 +144,8 @@ class Div(Struct):
 
 @struct
 class Mod(Struct):
-    """arg - divisor * floor(arg / divisor), divisor > 0 (a floor modulo: never negative)."""
+    """arg - divisor * floor(arg / divisor), divisor > 0 (a floor modulo: never negative). Its
+    argument is non-negative over its range, as Div's, so C's `%` / LLVM's `srem` compute it."""
     arg: "Lin"
     divisor: int
 
@@ -279,12 +282,13 @@ def floordiv(e: Lin | int, d: int) -> Lin:
             rest.append((a, c))
     k, r = divmod(e.const, d)
     rest_lin = _normalize(tuple(rest), r)
+    lo, _ = lin_range(rest_lin)
+    shift = -(lo // d)                          # bring the argument's lower bound into [0, d)
+    rest_lin, k = rest_lin + shift * d, k - shift
     quotient = _normalize(tuple(q_terms), k)
-    lo, hi = lin_range(rest_lin)
-    if 0 <= lo and hi < d:
+    hi = lin_range(rest_lin)[1]
+    if hi < d:                                  # a constant quotient over the whole range
         return quotient
-    if lo // d == hi // d:                      # constant quotient over the whole range
-        return quotient + lo // d
     if len(rest_lin.terms) == 1 and rest_lin.const == 0:
         a, c = rest_lin.terms[0]
         if isinstance(a, Div) and c == 1:       # (x // a) // b -> x // (a*b)
@@ -302,11 +306,11 @@ def mod(e: Lin | int, d: int) -> Lin:
         return Lin()
     rest = tuple((a, c) for a, c in e.terms if c % d != 0)
     rest_lin = _normalize(rest, e.const % d)
-    lo, hi = lin_range(rest_lin)
-    if 0 <= lo and hi < d:
+    lo, _ = lin_range(rest_lin)
+    rest_lin = rest_lin + -(lo // d) * d        # the argument's lower bound into [0, d), as floordiv
+    hi = lin_range(rest_lin)[1]
+    if hi < d:                                  # no wrap inside the range
         return rest_lin
-    if lo // d == hi // d:                      # no wrap inside the range: subtract the offset
-        return rest_lin + (-(lo // d) * d)
     if len(rest_lin.terms) == 1 and rest_lin.const == 0:
         a, c = rest_lin.terms[0]
         if isinstance(a, Mod) and c == 1 and a.divisor % d == 0:   # (x % (k*d)) % d -> x % d

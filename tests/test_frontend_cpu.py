@@ -61,3 +61,19 @@ def test_conv2d_lowers_to_a_packed_product():
         products = [p for p in patterns if p is not None]
         assert len(products) == 1, str(program)
         assert (products[0].r.extent, products[0].i.extent, products[0].j.extent) == (4 // groups * 9, 6 // groups, 25)
+
+
+def test_flip_after_a_permuted_reshape_reads_the_right_elements():
+    """Two views: a permutation with an inserted axis, then a reversed axis over its flattened
+    positions (how conv_transpose2d reads a permuted weight view). Its index is (3 - i) // 2
+    and (3 - i) % 2, which the CPU once computed with a negative truncated quotient."""
+    from ir.graph import Graph
+    from ir.node import Node
+    from ir.ops import Op
+    from ir.view import ShapeTracker, View
+    x = Node(Op.INPUT, DType.f32, (2, 2, 2, 2), (), (0, "x"))
+    st = ShapeTracker((View((2, 2, 1, 2, 2), (8, 2, 0, 4, 1)), View((1, 2, 2, 4, 9), (0, 8, 4, -1, 0), 3)))
+    view = Node(Op.VIEW, DType.f32, st.shape, (x,), st)
+    graph = Graph((x,), (Node(Op.CONTIGUOUS, DType.f32, st.shape, (view,)),))
+    a = np.arange(16, dtype=np.float32).reshape(2, 2, 2, 2)
+    np.testing.assert_array_equal(BACKEND.build(graph)(a)[0], evaluate(graph, [a])[0])

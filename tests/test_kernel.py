@@ -42,6 +42,29 @@ def test_div_mod_simplification_is_exact(extents, coeffs, const, d1, d2):
             assert _eval(ex, env) == want[name], (name, ex, env)
             lo, hi = lin_range(ex)
             assert lo <= want[name] <= hi
+    for ex in exprs.values():
+        _assert_operands_non_negative(ex)
+
+
+def _assert_operands_non_negative(e: Lin) -> None:
+    """The renderers divide truncating (C `/`, LLVM `sdiv`): that is floor division only while
+    every Div/Mod argument is non-negative over its whole range."""
+    for a, _ in e.terms:
+        if isinstance(a, (Div, Mod)):
+            assert lin_range(a.arg)[0] >= 0, (a, e)
+            _assert_operands_non_negative(a.arg)
+
+
+def test_reversed_unflatten_keeps_operands_non_negative():
+    """A flip after a reshape, (3 - i) // 2 and (3 - i) % 2 over i < 4: the constant taken out of
+    the argument must leave it non-negative (it once gave (1 - i) // 2, which truncates to 0 at
+    i = 2 where floor is -1)."""
+    i = Var("i", 4)
+    flat = as_lin(i) * -1 + 3
+    for ex in (floordiv(flat, 2), mod(flat, 2)):
+        _assert_operands_non_negative(ex)
+    for env in _points([i]):
+        assert _eval(floordiv(flat, 2), env) == (3 - env[i]) // 2
 
 
 def test_contiguous_unflatten_leaves_no_div_mod():
