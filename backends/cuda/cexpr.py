@@ -283,12 +283,13 @@ class Emitter:
             ct = C_COMPUTE[dst]
             if not src.is_float:
                 return f"(({ct}){x})"
-            # round-toward-zero conversions: saturating, NaN -> 0 (ir.interpreter.float_to_int);
-            # a C cast is undefined there
-            d = "double" if src == DType.f64 else "float"
+            # the prelude's round-toward-zero conversions: saturating, NaN -> 0
+            # (ir.interpreter.float_to_int); a C cast is undefined there
+            if src not in (DType.f32, DType.f64):   # half types compute in float
+                x = f"((float){x})"
             if dst == DType.i64:
-                return f"__{d}2ll_rz({x})"
-            return f"__{d}2int_rz({x})" if dst == DType.i32 else f"(({ct})__{d}2int_rz({x}))"
+                return f"to_i64({x})"
+            return f"to_i32({x})" if dst == DType.i32 else f"(({ct})to_i32({x}))"
         if dst == DType.f64:
             return f"((double){x})"
         # to another float type: via float, rounded to the target's precision

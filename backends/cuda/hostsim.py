@@ -32,15 +32,20 @@ static inline float __fadd_rn(float a, float b) { return a + b; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 static inline double __dadd_rn(double a, double b) { return a + b; }
 static inline double __dmul_rn(double a, double b) { return a * b; }
-// the device's round-toward-zero conversions: saturating, NaN -> 0
+// the device's round-toward-zero conversions as the H200 gives them: saturating; NaN is 0 from
+// f32 to i32, the most negative integer otherwise (the prelude's to_i32 / to_i64 test for NaN)
 static inline long long saturn_sat(double x, double lo, double hi) {
-    return x != x ? 0 : x <= lo ? (long long)lo : x >= hi ? (long long)hi : (long long)std::trunc(x); }
-static inline int __float2int_rz(float x) { return (int)saturn_sat(x, -2147483648.0, 2147483647.0); }
-static inline int __double2int_rz(double x) { return (int)saturn_sat(x, -2147483648.0, 2147483647.0); }
-static inline long long __float2ll_rz(float x) {
-    return x != x ? 0 : x >= 9223372036854775807.0 ? INT64_MAX : x <= -9223372036854775808.0 ? INT64_MIN : (long long)x; }
-static inline long long __double2ll_rz(double x) {
-    return x != x ? 0 : x >= 9223372036854775807.0 ? INT64_MAX : x <= -9223372036854775808.0 ? INT64_MIN : (long long)x; }
+    return x <= lo ? (long long)lo : x >= hi ? (long long)hi : (long long)std::trunc(x); }
+static inline int __float2int_rz(float x) { return x != x ? 0 : (int)saturn_sat(x, -2147483648.0, 2147483647.0); }
+static inline int __double2int_rz(double x) { return x != x ? INT32_MIN : (int)saturn_sat(x, -2147483648.0, 2147483647.0); }
+static inline long long saturn_sat64(double x) {
+    return x != x ? INT64_MIN : x >= 9223372036854775807.0 ? INT64_MAX : x <= -9223372036854775808.0 ? INT64_MIN : (long long)x; }
+static inline long long __float2ll_rz(float x) { return saturn_sat64(x); }
+static inline long long __double2ll_rz(double x) { return saturn_sat64(x); }
+DEV int to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
+DEV int to_i32(double x) { return x != x ? 0 : __double2int_rz(x); }
+DEV long long to_i64(float x) { return x != x ? 0 : __float2ll_rz(x); }
+DEV long long to_i64(double x) { return x != x ? 0 : __double2ll_rz(x); }
 DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
 DEV int max_nan(int a, int b) { return a > b ? a : b; }
 """
