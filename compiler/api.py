@@ -49,6 +49,7 @@ class CompiledFunction:
         self.timings = timings or {}
         self._single = None
         self._device = None                       # DeviceCalls, made on the first device-array call
+        self._fast = None                         # device_args.FastPath, after a plain torch call
         self._device_stats = device_args.Stats()
         self._cuda_graphs = True
 
@@ -85,6 +86,10 @@ class CompiledFunction:
         """Run on numpy arrays (or CPU torch tensors): numpy results. Run on device arrays:
         device results of the first input's kind, enqueued on `stream` (an int handle or a
         torch / CuPy stream; default: the caller's current stream) without synchronizing."""
+        if self._fast is not None and stream is None and not kwargs:
+            outs = self._fast(self._device, args, self._device_stats)
+            if outs is not None:
+                return outs[0] if len(outs) == 1 else tuple(outs)
         if kwargs:
             raise OptionError(f"inputs are positional; got keyword arguments {sorted(kwargs)}", "call")
         if stream is not None or device_args.any_device(args):
@@ -112,7 +117,11 @@ class CompiledFunction:
                 raise OptionError(str(e), "call") from None
         if self._device is None:
             self._device = device_args.device_calls_for(self.executable, self._cuda_graphs)
-        return device_args.call(self._device, args, self.specs, self.graph.outputs, stream, name, self._device_stats)
+        outs = device_args.call(self._device, args, self.specs, self.graph.outputs, stream, name, self._device_stats)
+        if self._fast is None and device_args.plain_torch_call(args, stream):
+            self._fast = device_args.FastPath(device_args._torch(), self.specs, self.graph.outputs,
+                                              self._device.ordinal)
+        return outs
 
     def save(self, path) -> str:
         """Write this function to `path` (compiler.saved; `compiler.load(path)` reads it back)."""

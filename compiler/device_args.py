@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -304,11 +304,12 @@ def new_output(kind: str, shape: tuple, dtype: DType, calls, stream: int, ordina
 class Stats:
     calls: int = 0
     copied_inputs: int = 0     # non-contiguous or misaligned inputs copied on the device
-    streams: set = None
+    streams: set = field(default_factory=set)
+    fast_calls: int = 0        # calls that took the repeat path (FastPath)
 
     def describe(self) -> str:
-        return (f"device-array calls: {self.calls}; inputs copied on the device (non-contiguous or unaligned): "
-                f"{self.copied_inputs}; streams used: {len(self.streams or ())}")
+        return (f"device-array calls: {self.calls} ({self.fast_calls} by the repeat path); inputs copied on the "
+                f"device (non-contiguous or unaligned): {self.copied_inputs}; streams used: {len(self.streams)}")
 
 
 def call(calls, args, specs, outputs, stream, name: str, stats: Stats):
@@ -349,8 +350,56 @@ def call(calls, args, specs, outputs, stream, name: str, stats: Stats):
     if sync:
         calls.synchronize(handle)
     stats.calls += 1
-    stats.streams = (stats.streams or set()) | {handle}
+    stats.streams.add(handle)
     return results
+
+
+def plain_torch_call(args, stream) -> bool:
+    """Whether a call that just ran was one FastPath repeats: no stream= and every input a
+    contiguous, aligned PyTorch CUDA tensor (the devices and specs were checked by the call)."""
+    torch = _torch()
+    return (stream is None and torch is not None and len(args) > 0 and
+            all(isinstance(a, torch.Tensor) and a.is_cuda and a.is_contiguous() and a.data_ptr() % ALIGN == 0
+                for a in args))
+
+
+class FastPath:
+    """The repeat of a plain call on PyTorch CUDA tensors, checked in a few attribute reads per
+    input: a tensor on the function's device with the compiled shape and dtype, contiguous and
+    256-byte aligned; no stream= (torch's current stream); fresh torch outputs. Anything else
+    returns None and the caller takes the full path, which checks, copies or names the problem.
+    `torch` is the module (a stand-in in tests)."""
+
+    def __init__(self, torch, specs, outputs, ordinal: int):
+        self.torch, self.ordinal = torch, ordinal
+        self.device = torch.device("cuda", ordinal)
+        self.inputs = [(tuple(s.shape), getattr(torch, _TORCH_NAMES[s.dtype])) for s in specs]
+        self.outputs = [(tuple(o.shape), getattr(torch, _TORCH_NAMES[o.dtype])) for o in outputs]
+        self.out_bytes = [math.prod(o.shape) * o.dtype.itemsize for o in outputs]
+        raw = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+        self.current_stream = raw if raw is not None else (
+            lambda ordinal: torch.cuda.current_stream(ordinal).cuda_stream)
+
+    def __call__(self, calls, args, stats: Stats):
+        if len(args) != len(self.inputs):
+            return None
+        tensor, ptrs = self.torch.Tensor, []
+        for a, (shape, dtype) in zip(args, self.inputs):
+            if not (isinstance(a, tensor) and a.is_cuda and a.dtype == dtype and a.shape == shape
+                    and a.get_device() == self.ordinal and a.is_contiguous()):
+                return None
+            p = a.data_ptr()
+            if p % ALIGN:
+                return None
+            ptrs.append(p)
+        handle = self.current_stream(self.ordinal)
+        empty, device = self.torch.empty, self.device
+        outs = [empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
+        calls.run(ptrs, [o.data_ptr() for o in outs], self.out_bytes, handle)
+        stats.calls += 1
+        stats.fast_calls += 1
+        stats.streams.add(handle)
+        return outs
 
 
 def device_calls_for(executable, graphs: bool):

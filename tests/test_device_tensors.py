@@ -509,3 +509,92 @@ def test_library_steps_get_the_callers_stream_and_bound_pointers(fake_driver):
                                                            ["x"], ["y"], {}), graphs=False)
     with pytest.raises(driver.CUDAFailure, match="gemm: cublasGemmStridedBatchedEx failed"):
         bad.run([0x100], [0x300], [64], stream=0)
+
+
+# --- the repeat path (device_args.FastPath) over a stand-in for torch --------------------------
+
+class FakeTorch:
+    """The few torch attributes FastPath reads, over simulated device memory."""
+
+    class _C:
+        @staticmethod
+        def _cuda_getCurrentRawStream(ordinal):
+            return 77
+
+    float32, float16, bfloat16, float64, int32, int64, int8, uint8, bool = (
+        "float32", "float16", "bfloat16", "float64", "int32", "int64", "int8", "uint8", "bool")
+
+    def __init__(self, mem: Memory):
+        self.mem = mem
+        fake = self
+
+        class Tensor:
+            is_cuda = True
+
+            def __init__(self, value: np.ndarray, device: int = 0, contiguous: bool = True, offset: int = 0):
+                self.array = FakeArray(mem, value, device, offset)
+                self.dtype = str(value.dtype)
+                self.shape, self.device_index, self.contiguous = value.shape, device, contiguous
+
+            def get_device(self):
+                return self.device_index
+
+            def is_contiguous(self):
+                return self.contiguous
+
+            def data_ptr(self):
+                return self.array.ptr
+
+            def numpy(self):
+                return self.array.numpy()
+
+        self.Tensor = Tensor
+        self.made = []
+
+        def empty(shape, dtype, device):
+            t = fake.Tensor(np.zeros(shape, dtype), device[1])
+            fake.made.append(t)
+            return t
+        self.empty = empty
+
+    @staticmethod
+    def device(kind, ordinal):
+        return (kind, ordinal)
+
+
+def _fast_setup():
+    mem = Memory()
+    fn = lambda x, y: (x * y + 1.0, x.sum(-1))          # noqa: E731
+    specs = [compiler.spec((3, 5)), compiler.spec((3, 5))]
+    graph = trace(fn, *specs)
+    calls, torch_ = FakeCalls(graph, mem), FakeTorch(mem)
+    return graph, specs, calls, torch_, device_args.FastPath(torch_, specs, graph.outputs, 0)
+
+
+def test_repeat_path_runs_the_program_on_torch_current_stream():
+    graph, specs, calls, torch_, fast = _fast_setup()
+    x, y = np.arange(15, dtype=np.float32).reshape(3, 5), np.full((3, 5), 0.5, np.float32)
+    stats = device_args.Stats()
+    outs = fast(calls, [torch_.Tensor(x), torch_.Tensor(y)], stats)
+    want = evaluate(graph, [x, y])
+    assert len(outs) == 2 and all(isinstance(o, torch_.Tensor) for o in outs)
+    for o, w in zip(outs, want):
+        np.testing.assert_array_equal(o.numpy(), w)
+    assert calls.runs[-1][2] == 77 and stats.fast_calls == stats.calls == 1 and stats.streams == {77}
+
+
+@pytest.mark.parametrize("case", ["shape", "dtype", "strided", "unaligned", "device", "host", "count"])
+def test_repeat_path_leaves_every_other_call_to_the_full_path(case):
+    graph, specs, calls, torch_, fast = _fast_setup()
+    x = np.ones((3, 5), np.float32)
+    good = torch_.Tensor(x)
+    other = {"shape": lambda: torch_.Tensor(np.ones((3, 4), np.float32)),
+             "dtype": lambda: torch_.Tensor(x.astype(np.float16)),
+             "strided": lambda: torch_.Tensor(x, contiguous=False),
+             "unaligned": lambda: torch_.Tensor(x, offset=16),
+             "device": lambda: torch_.Tensor(x, device=1),
+             "host": lambda: x}
+    args = [good] if case == "count" else [good, other[case]()]
+    stats = device_args.Stats()
+    assert fast(calls, args, stats) is None
+    assert calls.runs == [] and stats.calls == 0 and torch_.made == []

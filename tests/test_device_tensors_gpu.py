@@ -202,3 +202,18 @@ def test_torch_backend_gpt2_on_cuda(cuda):
     assert all(r.compiled.target == "cuda" and r.compiled._device_stats.calls >= 2 for r in report.regions)
     # parameters are read in place: no region copied an input
     assert sum(r.copied_inputs for r in report.regions) == 0, str(report)
+
+
+def test_repeated_plain_calls_take_the_repeat_path(block):
+    x, w, b = _inputs(8)
+    block(x, w, b)
+    before = block._device_stats.fast_calls
+    for _ in range(3):
+        x.copy_(torch.randn_like(x) * 0.5)
+        _close(block(x, w, b), _block_torch(x, w, b))
+    assert block._device_stats.fast_calls == before + 3
+    wt = w.t().contiguous().t()                        # not plain: the full path copies it
+    _close(block(x, wt, b), _block_torch(x, w, b))
+    assert block._device_stats.fast_calls == before + 3
+    with pytest.raises(compiler.ShapeError, match="input 2 has shape"):
+        block(x, w, b[:10])

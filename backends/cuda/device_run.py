@@ -185,15 +185,22 @@ class DeviceCalls:
     under the device lock with the context current on the calling thread."""
 
     def __init__(self, exe, graphs: bool = True):
-        from backends.cuda.executable import _on_device
-        self._on_device, self.rt = _on_device, exe.rt
+        from backends.cuda.executable import _DEVICE_LOCK, _on_device
+        self._on_device, self._lock, self.rt = _on_device, _DEVICE_LOCK, exe.rt
         self.ordinal = exe.rt.ordinal
+        self._context = getattr(exe.rt.context, "handle", None)   # the device's primary context
         with _on_device(self.rt):
             self.runner = DeviceRunner(program_of(exe), graphs)
 
     def run(self, in_ptrs: list[int], out_ptrs: list[int], out_bytes: list[int], stream: int) -> str:
-        with self._on_device(self.rt):
-            return self.runner.run(in_ptrs, out_ptrs, out_bytes, stream)
+        # a call enqueues through driver calls only (launches, graphs, events), which need the
+        # context current on this thread, not pycuda's context stack: where PyTorch or an earlier
+        # push left this device's primary context current, pushing it again is skipped
+        with self._lock:
+            if self._context is not None and driver.current_context() == self._context:
+                return self.runner.run(in_ptrs, out_ptrs, out_bytes, stream)
+            with self._on_device(self.rt):
+                return self.runner.run(in_ptrs, out_ptrs, out_bytes, stream)
 
     def pointer_device(self, ptr: int) -> int:
         with self._on_device(self.rt):

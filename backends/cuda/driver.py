@@ -49,6 +49,7 @@ _SIGNATURES = {
     "cuGraphDestroy": (["cuGraphDestroy"], [c_void_p]),
     "cuGraphExecDestroy": (["cuGraphExecDestroy"], [c_void_p]),
     "cuGetErrorName": (["cuGetErrorName"], [c_int, ctypes.POINTER(ctypes.c_char_p)]),
+    "cuCtxGetCurrent": (["cuCtxGetCurrent"], [ctypes.POINTER(c_void_p)]),
 }
 
 _LIB = None
@@ -152,6 +153,13 @@ class KernelLaunch:
                                     c_void_p(stream or None), self.params, None)
         if code != 0:
             raise CUDAFailure("launch", f"cuLaunchKernel failed: {error_name(code)}")
+
+
+def current_context() -> int | None:
+    """The calling thread's current context handle (None where none is current)."""
+    c = c_void_p()
+    call("cuCtxGetCurrent", ctypes.byref(c))
+    return c.value
 
 
 # --- streams, events, graphs ---------------------------------------------------------------
