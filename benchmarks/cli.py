@@ -154,9 +154,9 @@ def _list() -> int:
     for w in WORKLOADS:
         print(f"{w.name}: {w.description}")
         for family, suites in w.sizes.items():
-            for suite, params in suites.items():
-                if params is not None:
-                    print(f"    {family:5} {suite:6} {w.build(suite, **params).label}")
+            for suite in suites:
+                for case in w.cases(family, suite):
+                    print(f"    {family:5} {suite:6} {case.label}")
     return 0
 
 

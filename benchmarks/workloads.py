@@ -66,9 +66,17 @@ class Workload:
     build: Callable[..., Case]                  # build(variant, **params) -> Case
     sizes: dict[str, dict[str, dict | None]]    # sizes[family][suite] -> params (None: not run)
 
-    def case(self, family: str, suite: str) -> Case | None:
+    def cases(self, family: str, suite: str) -> list[Case]:
+        """The cases of one size entry: its params, or a list of params (several shapes)."""
         params = self.sizes.get(family, {}).get(suite)
-        return None if params is None else self.build(suite, **params)
+        if params is None:
+            return []
+        return [self.build(suite, **p) for p in (params if isinstance(params, list) else [params])]
+
+    def case(self, family: str, suite: str) -> Case | None:
+        """The first case of one size entry (None if the workload has none there)."""
+        cases = self.cases(family, suite)
+        return cases[0] if cases else None
 
 
 def structured_values(inp: Input):
@@ -154,6 +162,21 @@ def matmul(variant: str, m: int, k: int, n: int, dtype="f32") -> Case:
                 lambda a, b: a @ b,
                 lambda a, b: a @ b,
                 (m, n), dtype, 2 * m * n * k)
+
+
+# --- convolution (NCHW, "same" padding) -------------------------------------------------------------
+def conv2d(variant: str, n: int, c: int, hw: int, k: int, r: int, stride: int = 1, dtype="f32") -> Case:
+    pad, out = r // 2, (hw + 2 * (r // 2) - r) // stride + 1
+    return Case("conv2d", variant, f"conv2d {dtype} {r}x{r} b{n} {hw}x{hw}x{c}->{k}" + (f" s{stride}" if stride > 1 else ""),
+                (Input((n, c, hw, hw), dtype, "x"), Input((k, c, r, r), dtype, "w", 1.0 / math.sqrt(c * r * r))),
+                lambda x, w: _saturn_F().conv2d(x, w, stride=stride, padding=pad),
+                lambda x, w: _F().conv2d(x, w, stride=stride, padding=pad),
+                (n, k, out, out), dtype, 2 * n * k * out * out * c * r * r)
+
+
+def _saturn_F():
+    import compiler.functional as F
+    return F
 
 
 # --- attention: naive softmax(q k^T / sqrt(d)) v ------------------------------------------------
@@ -383,6 +406,17 @@ WORKLOADS: list[Workload] = [
                  "odd": dict(layers=2, b=1, s=1000, d=1152, heads=18, ffn=4100, dtype="f16"),
                  "quick": dict(layers=1, b=1, s=512, d=768, heads=12, ffn=3072, dtype="f16"),
                  "tiny": dict(layers=1, b=1, s=8, d=16, heads=2, ffn=32, dtype="f16")}}),
+    Workload("conv2d", "2-D convolution, NCHW, same padding (CUDA full: ResNet-50's 3x3 and 1x1 layers at batch 32)",
+             conv2d, {
+        "cpu": {"full": dict(n=8, c=64, hw=28, k=64, r=3), "odd": dict(n=3, c=31, hw=27, k=33, r=3),
+                "quick": dict(n=2, c=32, hw=28, k=32, r=3), "tiny": dict(n=1, c=3, hw=7, k=4, r=3)},
+        "cuda": {"full": [dict(n=32, c=64, hw=56, k=64, r=3, dtype="f16"),
+                          dict(n=32, c=128, hw=28, k=128, r=3, dtype="f16"),
+                          dict(n=32, c=256, hw=14, k=256, r=3, dtype="f16"),
+                          dict(n=32, c=256, hw=56, k=64, r=1, dtype="f16")],
+                 "odd": dict(n=31, c=63, hw=55, k=65, r=3, dtype="f16"),
+                 "quick": dict(n=8, c=64, hw=56, k=64, r=3, dtype="f16"),
+                 "tiny": dict(n=1, c=3, hw=7, k=4, r=3, dtype="f16")}}),
 ]
 
 SUITES = {"full": ("full", "odd"), "quick": ("quick",), "tiny": ("tiny",)}
@@ -402,7 +436,5 @@ def select_cases(family: str, suite: str, names: list[str] | None = None) -> lis
     cases = []
     for sub in SUITES[suite]:
         for w in chosen:
-            c = w.case(family, sub)
-            if c is not None:
-                cases.append(c)
+            cases.extend(w.cases(family, sub))
     return cases
