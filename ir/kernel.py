@@ -293,8 +293,10 @@ def floordiv(e: Lin | int, d: int) -> Lin:
         a, c = rest_lin.terms[0]
         if isinstance(a, Div) and c == 1:       # (x // a) // b -> x // (a*b)
             return quotient + as_lin(Div(a.arg, a.divisor * d))
-        if c > 1 and d % c == 0:                # (c*x) // (c*m) -> x // m
-            return quotient + floordiv(as_lin(a), d // c)
+    split = _factor_split(rest_lin, d)
+    if split is not None:                       # (g*x + y) // (g*m) -> x // m   (0 <= y < g)
+        g, big, _ = split
+        return quotient + floordiv(big, d // g)
     return quotient + as_lin(Div(rest_lin, d))
 
 
@@ -315,9 +317,27 @@ def mod(e: Lin | int, d: int) -> Lin:
         a, c = rest_lin.terms[0]
         if isinstance(a, Mod) and c == 1 and a.divisor % d == 0:   # (x % (k*d)) % d -> x % d
             return mod(a.arg, d)
-        if c > 1 and d % c == 0:                # (c*x) % (c*m) -> c * (x % m)
-            return mod(as_lin(a), d // c) * c
+    split = _factor_split(rest_lin, d)
+    if split is not None:                       # (g*x + y) % (g*m) -> g * (x % m) + y   (0 <= y < g)
+        g, big, small = split
+        return mod(big, d // g) * g + small
     return as_lin(Mod(rest_lin, d))
+
+
+def _factor_split(e: Lin, d: int) -> tuple[int, Lin, Lin] | None:
+    """(g, x, y) with e = g*x + y, g > 1 a common factor of d and of some coefficients, and y
+    within [0, g) over its whole range, so that e // d = x // (d/g) and e % d = g*(x % (d/g)) + y:
+    a flattened window index, (784*r + p) // 7056 with p < 784, is r // 9. The largest g first;
+    None where no factor leaves the rest in range."""
+    for g in sorted({math.gcd(c, d) for _, c in e.terms}, reverse=True):
+        if g <= 1:
+            break
+        big = tuple((a, c // g) for a, c in e.terms if c % g == 0)
+        small = _normalize(tuple((a, c) for a, c in e.terms if c % g != 0), e.const % g)
+        lo, hi = lin_range(small)
+        if big and 0 <= lo and hi < g:
+            return g, _normalize(big, e.const // g), small
+    return None
 
 
 @struct

@@ -24,7 +24,7 @@ def _points(vs):
         yield dict(zip(vs, vals))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=3), st.lists(st.integers(-8, 12), min_size=3, max_size=3),
        st.integers(-10, 10), st.integers(1, 12), st.integers(1, 5))
 def test_div_mod_simplification_is_exact(extents, coeffs, const, d1, d2):
@@ -152,3 +152,15 @@ def test_equal_values_built_apart_compare_in_linear_steps(monkeypatch):
     assert a == b
     assert len(calls) <= 4 * 24
     assert kernel.canonical(a) == b
+
+
+def test_window_index_divides_by_the_common_factor():
+    """A flattened conv window, (784*r + p) // 7056 and % 7056 with p < 784: the factor 784 is
+    divided out (r // 9, 784*(r % 9) + p), so no division of p remains."""
+    r, p = Var("r", 576), Var("p", 784)
+    flat = as_lin(r) * 784 + as_lin(p)
+    assert floordiv(flat, 7056) == floordiv(as_lin(r), 9)
+    assert mod(flat, 7056) == mod(as_lin(r), 9) * 784 + as_lin(p)
+    assert floordiv(flat, 2352) == floordiv(as_lin(r), 3)
+    q = as_lin(p) * 2 + as_lin(r) * 6 + 1                 # (6r + 2p + 1) // 4: 2p + 1 is not below 2
+    assert any(isinstance(a, Div) for a, _ in floordiv(q, 4).terms)
