@@ -181,3 +181,20 @@ def test_nan_is_accepted_where_f32_partial_sums_may_overflow_both_ways():
     one_way = got.copy()
     one_way[:, 1] = np.nan                           # nine +big terms: only +inf is reachable
     assert "NaN where the reference has none" in verify.compare(ref, one_way.astype(ml_dtypes.bfloat16), DType.bf16)
+
+
+def test_variants_of_product_free_programs_get_half_the_reference_work():
+    """Every verification family runs a variant's bounded reference: a program without matrix
+    products gets half the work (an elementwise 4096x4096 chain at 1025x1025, not 2049x2049),
+    one with products the whole (its variant must hold a product's tiles)."""
+    import compiler
+    from compiler.trace import trace
+    from compiler.verify import REFERENCE_LIMIT, odd_variant_graph, reference_work
+
+    def variant(fn, *shapes):
+        return odd_variant_graph(lambda *s: trace(fn, *s), [compiler.spec(s) for s in shapes])
+    chain = variant(lambda x: (x * 2 + 1).relu(), (4096, 4096))
+    assert chain.inputs[0].shape == (1025, 1025)
+    assert reference_work(chain) <= REFERENCE_LIMIT / 2
+    product = variant(lambda a, b: (a @ b).relu(), (800, 800), (800, 800))
+    assert REFERENCE_LIMIT / 2 < reference_work(product) <= REFERENCE_LIMIT
