@@ -326,7 +326,8 @@ def odd_variant_graph(trace_fn, specs, limit: float = REFERENCE_LIMIT, max_trace
     normalized size), not every size can change: the sizes are then shrunk by a common factor
     (which keeps such products where it divides them), or else one at a time, and each size,
     largest first, is made odd if the function still traces with it and the ones already
-    changed; at most `max_traces` traces."""
+    changed, then each input axis still even, alone (a size that coincides with a coupled
+    one); at most `max_traces` traces."""
     traces = 0
 
     def attempt(mapped):
@@ -365,9 +366,27 @@ def odd_variant_graph(trace_fn, specs, limit: float = REFERENCE_LIMIT, max_trace
                 trial = attempt({**base, **made_odd, n: base[n] + 1})
                 if trial is not None:
                     made_odd[n], g = base[n] + 1, trial
+        # sizes that stayed even may coincide with a coupled one (a layer norm over 1024 of a
+        # 1024x1024 input: the rows can change, the normalized size cannot): one input axis at
+        # a time, largest first, each kept where the function still traces
+        current = _mapped(specs, {**base, **made_odd})
+        even = sorted(((i, a) for i, sp in enumerate(current) for a, m in enumerate(sp.shape) if m >= 2 and m % 2 == 0),
+                      key=lambda p: -current[p[0]].shape[p[1]])
+        for i, a in even[:MAX_AXIS_TRIES]:
+            trial_specs = [_with_size(sp, a, sp.shape[a] + 1) if j == i else sp for j, sp in enumerate(current)]
+            if (trial := attempt(trial_specs)) is not None:
+                current, g = trial_specs, trial
         if g is not None and variant_fits(g, limit):
             return g
     return None
+
+
+MAX_AXIS_TRIES = 12   # axis-by-axis odd sizes tried per shrink factor (each a trace of ~10 ms)
+
+
+def _with_size(spec, axis: int, n: int):
+    from compiler.trace import Spec
+    return Spec(tuple(n if k == axis else m for k, m in enumerate(spec.shape)), spec.dtype, spec.name)
 
 
 def _mapped(specs, mapping: dict[int, int]):

@@ -198,3 +198,14 @@ def test_variants_of_product_free_programs_get_half_the_reference_work():
     assert reference_work(chain) <= REFERENCE_LIMIT / 2
     product = variant(lambda a, b: (a @ b).relu(), (800, 800), (800, 800))
     assert REFERENCE_LIMIT / 2 < reference_work(product) <= REFERENCE_LIMIT
+
+
+def test_a_size_that_coincides_with_a_coupled_one_is_made_odd_alone():
+    """A layer norm over a hard-coded 1024 of a 1024x1024 input: 1024 -> 1025 everywhere does not
+    trace, but the rows alone can change, so the variant is 1025x1024 (it had none)."""
+    import compiler
+    from compiler.trace import trace
+    from compiler.verify import odd_variant_graph
+    specs = [compiler.spec((1024, 1024)), compiler.spec((1024,)), compiler.spec((1024,))]
+    g = odd_variant_graph(lambda *s: trace(lambda x, w, b: x.layer_norm((1024,), w, b), *s), specs)
+    assert g is not None and [n.shape for n in g.inputs] == [(1025, 1024), (1024,), (1024,)]
