@@ -329,3 +329,132 @@ def nll_loss(x, target, weight=None, ignore_index: int = -100, reduction: str = 
     if reduction == "mean":
         return (picked.sum() / wsum.sum()).astype(x.dtype)
     return _reduce(picked, reduction, op)
+
+
+# --- margin and likelihood losses, distances (compositions; torch's formulas) ----------------
+
+def _same_shape(op: str, **tensors):
+    ts = {k: _tensor(v, k, op) for k, v in tensors.items()}
+    shapes = {t.shape for t in ts.values()}
+    if len(shapes) > 1:
+        raise ShapeError(" and ".join(f"{k} {t.shape}" for k, t in ts.items()) + " must have one shape", op)
+    return list(ts.values())
+
+
+def soft_margin_loss(x, y, reduction: str = "mean"):
+    """log(1 + exp(-y x)), as softplus so that a large margin does not overflow."""
+    x, y = _pair(x, y, "soft_margin_loss")
+    return _reduce((-(y * x)).softplus(), reduction, "soft_margin_loss")
+
+
+def margin_ranking_loss(x1, x2, y, margin: float = 0.0, reduction: str = "mean"):
+    """max(0, -y (x1 - x2) + margin)."""
+    x1, x2, y = _same_shape("margin_ranking_loss", input1=x1, input2=x2, target=y)
+    return _reduce((-y * (x1 - x2) + margin).relu(), reduction, "margin_ranking_loss")
+
+
+def hinge_embedding_loss(x, y, margin: float = 1.0, reduction: str = "mean"):
+    """x where y is 1, max(0, margin - x) where y is -1; torch's sum of both terms for any other y."""
+    x, y = _pair(x, y, "hinge_embedding_loss")
+    loss = (y != 1).where((margin - x).relu(), 0.0) + (y != -1).where(x, 0.0)
+    return _reduce(loss, reduction, "hinge_embedding_loss")
+
+
+def poisson_nll_loss(x, y, log_input: bool = True, full: bool = False, eps: float = 1e-8,
+                     reduction: str = "mean"):
+    """exp(x) - y x (log_input), else x - y log(x + eps); `full` adds Stirling's term
+    y log y - y + log(2 pi y) / 2 where y > 1."""
+    x, y = _pair(x, y, "poisson_nll_loss")
+    loss = x.exp() - y * x if log_input else x - y * (x + eps).log()
+    if full:
+        big = y > 1
+        safe = big.where(y, 2.0)     # the term is 0 where y <= 1: keep log away from it there
+        loss = loss + big.where(safe * safe.log() - safe + 0.5 * (2 * math.pi * safe).log(), 0.0)
+    return _reduce(loss, reduction, "poisson_nll_loss")
+
+
+def gaussian_nll_loss(x, y, var, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+    """(log(max(var, eps)) + (x - y)^2 / max(var, eps)) / 2 (+ log(2 pi) / 2 with `full`). `var`
+    has the input's shape or broadcasts to it; torch rejects negative variances, which a
+    compiled program cannot check: they clamp to eps here."""
+    op = "gaussian_nll_loss"
+    x, y = _pair(x, y, op)
+    v = _tensor(var, "var", op).clamp_min(eps)
+    loss = 0.5 * (v.log() + (x - y).square() / v)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction, op)
+
+
+def pairwise_distance(x1, x2, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+    """||x1 - x2 + eps||_p along the last axis (the inputs broadcast)."""
+    x1, x2 = _tensor(x1, "x1", "pairwise_distance"), _tensor(x2, "x2", "pairwise_distance")
+    return _p_norm(x1 - x2 + eps, p, -1, keepdim)
+
+
+def _p_norm(d, p: float, axis: int, keepdim: bool = False):
+    if p == 2:
+        return d.square().sum(axis, keepdim=keepdim).sqrt()
+    if p == 1:
+        return d.abs().sum(axis, keepdim=keepdim)
+    if p == math.inf:
+        return d.abs().max(axis, keepdim=keepdim)
+    if p <= 0:
+        raise UnsupportedError(f"p must be positive, got {p}", "pairwise_distance")
+    return (d.abs() ** p).sum(axis, keepdim=keepdim) ** (1.0 / p)
+
+
+def cdist(x1, x2, p: float = 2.0):
+    """Distances between the rows of x1 (..., P, M) and x2 (..., R, M): (..., P, R), by the
+    differences (torch may use x1^2 + x2^2 - 2 x1 x2 for p = 2 past 25 rows: less exact)."""
+    op = "cdist"
+    x1, x2 = _tensor(x1, "x1", op), _tensor(x2, "x2", op)
+    if x1.ndim < 2 or x2.ndim < 2 or x1.shape[-1] != x2.shape[-1]:
+        raise ShapeError(f"x1 {x1.shape} and x2 {x2.shape} must be (..., P, M) and (..., R, M)", op)
+    return _p_norm(x1.unsqueeze(-2) - x2.unsqueeze(-3), p, -1)
+
+
+def triplet_margin_loss(anchor, positive, negative, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6,
+                        swap: bool = False, reduction: str = "mean"):
+    """max(d(a, p) - d(a, n) + margin, 0) with pairwise distances; `swap` takes the smaller of
+    d(a, n) and d(p, n)."""
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = d_neg.minimum(pairwise_distance(positive, negative, p, eps))
+    return _reduce((d_pos - d_neg + margin).relu(), reduction, "triplet_margin_loss")
+
+
+def cosine_embedding_loss(x1, x2, y, margin: float = 0.0, reduction: str = "mean"):
+    """1 - cos(x1, x2) where y is 1, max(0, cos - margin) where y is -1 (0 for other y); the
+    cosine along the last axis as torch computes it (1e-12 added to each squared norm)."""
+    op = "cosine_embedding_loss"
+    x1, x2 = _tensor(x1, "input1", op), _tensor(x2, "input2", op)
+    y = _tensor(y, "target", op)
+    cos = (x1 * x2).sum(-1) / ((x1.square().sum(-1) + 1e-12) * (x2.square().sum(-1) + 1e-12)).sqrt()
+    loss = (y == 1).where(1 - cos, 0.0) + (y == -1).where((cos - margin).relu(), 0.0)
+    return _reduce(loss, reduction, op)
+
+
+def pixel_shuffle(x, upscale_factor: int):
+    """(..., C r^2, H, W) -> (..., C, H r, W r): a view."""
+    x, r = _tensor(x, "input", "pixel_shuffle"), upscale_factor
+    if x.ndim < 3 or r < 1 or x.shape[-3] % (r * r):
+        raise ShapeError(f"pixel_shuffle needs (..., C*{r}^2, H, W), got {x.shape}", "pixel_shuffle")
+    *lead, c, h, w = x.shape
+    k = len(lead)
+    y = x.reshape(*lead, c // (r * r), r, r, h, w)
+    y = y.permute(*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(x, downscale_factor: int):
+    """(..., C, H r, W r) -> (..., C r^2, H, W): the inverse view."""
+    x, r = _tensor(x, "input", "pixel_unshuffle"), downscale_factor
+    if x.ndim < 3 or r < 1 or x.shape[-2] % r or x.shape[-1] % r:
+        raise ShapeError(f"pixel_unshuffle needs (..., C, H*{r}, W*{r}), got {x.shape}", "pixel_unshuffle")
+    *lead, c, h, w = x.shape
+    k = len(lead)
+    y = x.reshape(*lead, c, h // r, r, w // r, r)
+    y = y.permute(*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    return y.reshape(*lead, c * r * r, h // r, w // r)

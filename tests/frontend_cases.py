@@ -346,6 +346,105 @@ def ce_torch(x, p, w, reduction, smoothing):
     return _tf().cross_entropy(x, p / p.sum(1, keepdim=True), w, reduction=reduction, label_smoothing=smoothing)
 
 
+def three_same(data):
+    s = shape_of(data, 1)
+    return [s, s, s], {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"]))}
+
+
+def margin_params(data):
+    shapes, params = three_same(data)
+    return shapes, {**params, "margin": data.draw(st.sampled_from([0.0, 0.5]))}
+
+
+def poisson_params(data):
+    shapes, params = loss_params(data)
+    return shapes, {**params, "log_input": data.draw(st.booleans()), "full": data.draw(st.booleans())}
+
+
+def np_poisson(x, y, reduction, log_input, full):
+    loss = np.exp(x) - y * x if log_input else x - y * np.log(x + 1e-8)
+    if full:
+        safe = np.where(y > 1, y, 2.0)
+        loss = loss + np.where(y > 1, safe * np.log(safe) - safe + 0.5 * np.log(2 * np.pi * safe), 0.0)
+    return np_reduce(loss, reduction)
+
+
+def gaussian_params(data):
+    shapes, params = three_same(data)
+    return shapes, {**params, "full": data.draw(st.booleans())}
+
+
+def np_gaussian(x, y, v, reduction, full):
+    v = np.maximum(v, 1e-6)
+    return np_reduce(0.5 * (np.log(v) + (x - y) ** 2 / v) + (0.5 * np.log(2 * np.pi) if full else 0.0), reduction)
+
+
+def distance_params(data):
+    s = shape_of(data, 1)
+    return [s, s], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))}
+
+
+def np_p_norm(d, p, axis=-1):
+    return (np.abs(d) ** p).sum(axis) ** (1.0 / p)
+
+
+def cdist_params(data):
+    lead = tuple(data.draw(st.lists(st.sampled_from([1, 2]), max_size=1)))
+    m = data.draw(st.sampled_from(SIZES))
+    return [lead + (data.draw(st.sampled_from(SIZES)), m), lead + (data.draw(st.sampled_from(SIZES)), m)], \
+        {"p": data.draw(st.sampled_from([1.0, 2.0]))}
+
+
+def triplet_params(data):
+    s = (data.draw(st.sampled_from(SIZES)), data.draw(st.sampled_from(SIZES)))
+    return [s, s, s], {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"])), "swap": data.draw(st.booleans())}
+
+
+def np_triplet(a, p, n, reduction, swap):
+    dp, dn = np_p_norm(a - p + 1e-6, 2), np_p_norm(a - n + 1e-6, 2)
+    if swap:
+        dn = np.minimum(dn, np_p_norm(p - n + 1e-6, 2))
+    return np_reduce(np.maximum(dp - dn + 1.0, 0.0), reduction)
+
+
+def cosine_embedding_params(data):
+    n, d = data.draw(st.sampled_from(SIZES)), data.draw(st.sampled_from(SIZES))
+    return [(n, d), (n, d), (n,)], {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"]))}
+
+
+def np_cosine_embedding(a, b, y, reduction):
+    cos = (a * b).sum(-1) / np.sqrt(((a * a).sum(-1) + 1e-12) * ((b * b).sum(-1) + 1e-12))
+    return np_reduce(np.where(y == 1, 1 - cos, 0.0) + np.where(y == -1, np.maximum(cos - 0.25, 0.0), 0.0), reduction)
+
+
+def shuffle_params(data):
+    r = data.draw(st.sampled_from([1, 2, 3]))
+    lead = tuple(data.draw(st.lists(st.sampled_from([1, 2]), max_size=1)))
+    c, h, w = data.draw(st.sampled_from([1, 2])), data.draw(st.sampled_from([1, 3])), data.draw(st.sampled_from([1, 2]))
+    return [lead + (c * r * r, h, w)], {"r": r}
+
+
+def unshuffle_params(data):
+    r = data.draw(st.sampled_from([1, 2, 3]))
+    lead = tuple(data.draw(st.lists(st.sampled_from([1, 2]), max_size=1)))
+    c, h, w = data.draw(st.sampled_from([1, 2])), data.draw(st.sampled_from([1, 3])), data.draw(st.sampled_from([1, 2]))
+    return [lead + (c, h * r, w * r)], {"r": r}
+
+
+def np_pixel_shuffle(x, r):
+    *lead, c, h, w = x.shape
+    k = len(lead)
+    y = x.reshape(*lead, c // (r * r), r, r, h, w).transpose(*range(k), k, k + 3, k + 1, k + 4, k + 2)
+    return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def np_pixel_unshuffle(x, r):
+    *lead, c, h, w = x.shape
+    k = len(lead)
+    y = x.reshape(*lead, c, h // r, r, w // r, r).transpose(*range(k), k, k + 2, k + 4, k + 1, k + 3)
+    return y.reshape(*lead, c * r * r, h // r, w // r)
+
+
 NEW_CASES = [
     # rounding and sign (exact; halves too), with size-0 and 0-d shapes
     Case("floor", lambda a: a.floor(), np.floor, lambda a: a.floor(), one0, domain="small_finite"),
@@ -590,4 +689,41 @@ NEW_CASES = [
          lambda a, b, reduction: np_reduce(np.where(b == 0, 0, b * np.log(np.where(b > 0, b, 1))) - b * a, reduction),
          lambda a, b, reduction: _tf().kl_div(a, b, reduction=reduction), loss_params, domain="probability", scale=16),
     Case("cross_entropy_probs", ce_ours, np_cross_entropy, ce_torch, class_params, domain="probability", scale=32),
+    Case("soft_margin_loss", lambda a, b, reduction: F.soft_margin_loss(a, b, reduction),
+         lambda a, b, reduction: np_reduce(np.logaddexp(0.0, -b * a), reduction),
+         # (torch computes log(1 + exp(-y x)) in the half type itself: inf past a margin of ~11)
+         lambda a, b, reduction: _tf().soft_margin_loss(a.float(), b.float(), reduction=reduction).to(a.dtype),
+         loss_params, scale=16),
+    Case("margin_ranking_loss", lambda a, b, y, reduction, margin: F.margin_ranking_loss(a, b, y, margin, reduction),
+         lambda a, b, y, reduction, margin: np_reduce(np.maximum(0.0, -y * (a - b) + margin), reduction),
+         lambda a, b, y, reduction, margin: _tf().margin_ranking_loss(a, b, y, margin=margin, reduction=reduction),
+         margin_params, scale=16),
+    Case("hinge_embedding_loss", lambda a, y, reduction: F.hinge_embedding_loss(a, y, 1.5, reduction),
+         lambda a, y, reduction: np_reduce(np.where(y != 1, np.maximum(0.0, 1.5 - a), 0.0) + np.where(y != -1, a, 0.0),
+                                           reduction),
+         lambda a, y, reduction: _tf().hinge_embedding_loss(a, y, margin=1.5, reduction=reduction), loss_params,
+         domain="small", scale=16),
+    Case("poisson_nll_loss", lambda a, b, reduction, log_input, full: F.poisson_nll_loss(a, b, log_input, full,
+                                                                                       reduction=reduction),
+         np_poisson, lambda a, b, reduction, log_input, full: _tf().poisson_nll_loss(a, b, log_input=log_input, full=full,
+                                                                                     reduction=reduction),
+         poisson_params, domain="positive", scale=32),
+    Case("gaussian_nll_loss", lambda a, b, v, reduction, full: F.gaussian_nll_loss(a, b, v, full, reduction=reduction),
+         np_gaussian, lambda a, b, v, reduction, full: _tf().gaussian_nll_loss(a, b, v, full=full, reduction=reduction),
+         gaussian_params, domain="positive", scale=32),
+    Case("pairwise_distance", lambda a, b, p: F.pairwise_distance(a, b, p), lambda a, b, p: np_p_norm(a - b + 1e-6, p),
+         lambda a, b, p: _tf().pairwise_distance(a, b, p=p), distance_params, scale=32),
+    Case("cdist", lambda a, b, p: F.cdist(a, b, p), lambda a, b, p: np_p_norm(a[..., :, None, :] - b[..., None, :, :], p),
+         lambda a, b, p: _t().cdist(a.float(), b.float(), p=p).to(a.dtype), cdist_params, scale=32),   # (no CPU f16)
+    Case("triplet_margin_loss", lambda a, p, n, reduction, swap: F.triplet_margin_loss(a, p, n, swap=swap, reduction=reduction),
+         np_triplet, lambda a, p, n, reduction, swap: _tf().triplet_margin_loss(a, p, n, swap=swap, reduction=reduction),
+         triplet_params, scale=32),
+    Case("cosine_embedding_loss", lambda a, b, y, reduction: F.cosine_embedding_loss(a, b, y.sign(), 0.25, reduction),
+         lambda a, b, y, reduction: np_cosine_embedding(a, b, np.sign(y), reduction),
+         lambda a, b, y, reduction: _tf().cosine_embedding_loss(a, b, y.sign(), margin=0.25, reduction=reduction),
+         cosine_embedding_params, scale=32),
+    Case("pixel_shuffle", lambda a, r: F.pixel_shuffle(a, r), np_pixel_shuffle, lambda a, r: _tf().pixel_shuffle(a, r),
+         shuffle_params),
+    Case("pixel_unshuffle", lambda a, r: F.pixel_unshuffle(a, r), np_pixel_unshuffle,
+         lambda a, r: _tf().pixel_unshuffle(a, r), unshuffle_params),
 ]
