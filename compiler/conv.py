@@ -452,3 +452,62 @@ def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest", 
         axis = 2 + i
         x = _nearest_axis(x, axis, o, op) if mode == "nearest" else _linear_axis(x, axis, o, bool(align_corners), op)
     return x
+
+
+def _fold_args(op: str, kernel_size, dilation, padding, stride):
+    kernel = int_list(op, "kernel_size", kernel_size, 2)
+    dilation, padding, stride = (int_list(op, name, v, 2) for name, v in
+                                 (("dilation", dilation), ("padding", padding), ("stride", stride)))
+    if any(v < 1 for v in kernel + dilation + stride) or any(p < 0 for p in padding):
+        raise ShapeError(f"kernel_size {kernel}, dilation {dilation} and stride {stride} must be positive, "
+                         f"padding {padding} non-negative", op)
+    return kernel, dilation, padding, stride
+
+
+def unfold(x, kernel_size, dilation=1, padding=0, stride=1):
+    """torch.nn.functional.unfold (im2col): (N, C, H, W) -> (N, C*kh*kw, L), L the window
+    positions; a zero-padded window view, reshaped."""
+    op = "unfold"
+    kernel, dilation, padding, stride = _fold_args(op, kernel_size, dilation, padding, stride)
+    x, unbatched = _batched(x, 2, op)
+    n, c = x.shape[:2]
+    x = _pad_spatial(x, [(p, p) for p in padding], "constant")
+    for s, k, d in zip(x.shape[2:], kernel, dilation):
+        if d * (k - 1) + 1 > s:
+            raise ShapeError(f"kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded "
+                             f"input {x.shape[2:]}", op)
+    w = x.windows(kernel, stride, dilation)                     # (N, C, oh, ow, kh, kw)
+    oh, ow = w.shape[2:4]
+    out = w.permute(0, 1, 4, 5, 2, 3).reshape(n, c * kernel[0] * kernel[1], oh * ow)
+    return out.squeeze(0) if unbatched else out
+
+
+def fold(x, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """torch.nn.functional.fold (col2im, unfold's adjoint): (N, C*kh*kw, L) -> (N, C, H, W), the
+    sum of the overlapping blocks: each kernel offset's (N, C, oh, ow) block, spread by the
+    stride, padded into place, summed."""
+    op = "fold"
+    kernel, dilation, padding, stride = _fold_args(op, kernel_size, dilation, padding, stride)
+    size = int_list(op, "output_size", output_size, 2)
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"input must be a Tensor, got {type(x).__name__}", op)
+    unbatched = x.ndim == 2
+    x = x.unsqueeze(0) if unbatched else x
+    padded = [s + 2 * p for s, p in zip(size, padding)]
+    blocks = [(s - d * (k - 1) - 1) // st + 1 for s, k, d, st in zip(padded, kernel, dilation, stride)]
+    kk = kernel[0] * kernel[1]
+    if x.ndim != 3 or x.shape[1] % kk or x.shape[2] != blocks[0] * blocks[1] or min(blocks) < 1:
+        raise ShapeError(f"expected (N, C*{kk}, {max(blocks[0], 0) * max(blocks[1], 0)}) for output_size {tuple(size)}, "
+                         f"kernel {tuple(kernel)}, got {x.shape}", op)
+    n, c = x.shape[0], x.shape[1] // kk
+    cols = x.reshape(n, c, kernel[0], kernel[1], blocks[0], blocks[1])
+    out = None
+    for i in range(kernel[0]):
+        for j in range(kernel[1]):
+            blk = _dilate(cols[:, :, i, j], stride, 2)           # (N, C, (oh-1)*sh+1, (ow-1)*sw+1)
+            at = (i * dilation[0], j * dilation[1])
+            pads = [(a, s - a - e) for a, s, e in zip(at, padded, blk.shape[2:])]
+            blk = _pad_spatial(blk, pads, "constant")
+            out = blk if out is None else out + blk
+    out = out[:, :, padding[0]:padded[0] - padding[0], padding[1]:padded[1] - padding[1]]
+    return out.squeeze(0) if unbatched else out

@@ -9,6 +9,7 @@ import math
 from compiler.conv import (adaptive_avg_pool1d, adaptive_avg_pool2d, adaptive_avg_pool3d,  # noqa: F401
                            adaptive_max_pool1d, adaptive_max_pool2d, adaptive_max_pool3d, avg_pool1d, avg_pool2d,
                            avg_pool3d, conv1d, conv2d, conv3d, conv_transpose1d, conv_transpose2d, conv_transpose3d,
+                           fold, unfold,
                            interpolate, max_pool1d, max_pool2d, max_pool3d)
 from compiler.errors import DTypeError, ShapeError, UnsupportedError
 from compiler.tensor import Tensor

@@ -445,6 +445,57 @@ def np_pixel_unshuffle(x, r):
     return y.reshape(*lead, c * r * r, h // r, w // r)
 
 
+def fold_params(data):
+    """unfold's input shape and window (kernel, dilation, padding, stride) that fits it."""
+    k = (data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3)))
+    d = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    p = (data.draw(st.integers(0, 1)), data.draw(st.integers(0, 1)))
+    s = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 2)))
+    hw = tuple(max(dd * (kk - 1) + 1 - 2 * pp, 1) + data.draw(st.integers(0, 3)) for kk, dd, pp in zip(k, d, p))
+    lead = (data.draw(st.sampled_from([1, 2])),) if data.draw(st.booleans()) else ()
+    return [lead + (data.draw(st.sampled_from([1, 2, 3])),) + hw], {"k": k, "d": d, "p": p, "s": s}
+
+
+def _blocks(hw, k, d, p, s):
+    return [(h + 2 * pp - dd * (kk - 1) - 1) // ss + 1 for h, kk, dd, pp, ss in zip(hw, k, d, p, s)]
+
+
+def np_unfold(x, k, d, p, s):
+    lead = x.shape[:-3]
+    x = x.reshape((-1,) + x.shape[-3:])
+    n, c, h, w = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (p[0], p[0]), (p[1], p[1])))
+    oh, ow = _blocks((h, w), k, d, p, s)
+    out = np.zeros((n, c, k[0], k[1], oh, ow))
+    for i in range(k[0]):
+        for j in range(k[1]):
+            out[:, :, i, j] = xp[:, :, i * d[0]:i * d[0] + s[0] * (oh - 1) + 1:s[0], j * d[1]:j * d[1] + s[1] * (ow - 1) + 1:s[1]]
+    return out.reshape(lead + (c * k[0] * k[1], oh * ow))
+
+
+def fold_of_params(data):
+    """fold's input: the shape unfold gives for a drawn image, and that image's size."""
+    shapes, q = fold_params(data)
+    *lead, c, h, w = shapes[0]
+    oh, ow = _blocks((h, w), q["k"], q["d"], q["p"], q["s"])
+    return [tuple(lead) + (c * q["k"][0] * q["k"][1], oh * ow)], {**q, "size": (h, w)}
+
+
+def np_fold(x, size, k, d, p, s):
+    lead = x.shape[:-2]
+    x = x.reshape((-1,) + x.shape[-2:])
+    n = x.shape[0]
+    c = x.shape[1] // (k[0] * k[1])
+    h, w = size
+    oh, ow = _blocks(size, k, d, p, s)
+    cols = x.reshape(n, c, k[0], k[1], oh, ow)
+    out = np.zeros((n, c, h + 2 * p[0], w + 2 * p[1]))
+    for i in range(k[0]):
+        for j in range(k[1]):
+            out[:, :, i * d[0]:i * d[0] + s[0] * (oh - 1) + 1:s[0], j * d[1]:j * d[1] + s[1] * (ow - 1) + 1:s[1]] += cols[:, :, i, j]
+    return out[:, :, p[0]:p[0] + h, p[1]:p[1] + w].reshape(lead + (c, h, w))
+
+
 NEW_CASES = [
     # rounding and sign (exact; halves too), with size-0 and 0-d shapes
     Case("floor", lambda a: a.floor(), np.floor, lambda a: a.floor(), one0, domain="small_finite"),
@@ -726,4 +777,8 @@ NEW_CASES = [
          shuffle_params),
     Case("pixel_unshuffle", lambda a, r: F.pixel_unshuffle(a, r), np_pixel_unshuffle,
          lambda a, r: _tf().pixel_unshuffle(a, r), unshuffle_params),
+    Case("F.unfold", lambda a, k, d, p, s: F.unfold(a, k, d, p, s), np_unfold,
+         lambda a, k, d, p, s: _tf().unfold(a, k, d, p, s), fold_params),
+    Case("F.fold", lambda a, size, k, d, p, s: F.fold(a, size, k, d, p, s), np_fold,
+         lambda a, size, k, d, p, s: _tf().fold(a, size, k, d, p, s), fold_of_params, scale=8),
 ]

@@ -47,7 +47,16 @@ TRACE_ERRORS = [
     (lambda x: (x > 0).logical_or(x), [f32(2)], DTypeError, ["logical_or", "f32"]),
     (lambda x: (x > 0) % (x > 1), [f32(2)], DTypeError, ["mod", "bool"]),
     (lambda x: x.gelu("fast"), [f32(2)], ShapeError, ["gelu", "fast"]),
+    (lambda x: _F().fold(x, (4, 4), 2), [f32(1, 8, 5)], ShapeError, ["fold", "(1, 8, 5)", "(N, C*4, 9)"]),
+    (lambda x: _F().unfold(x, 5), [f32(1, 2, 3, 3)], ShapeError, ["unfold", "kernel", "larger"]),
+    (lambda x: _F().pixel_shuffle(x, 2), [f32(1, 3, 2, 2)], ShapeError, ["pixel_shuffle", "(1, 3, 2, 2)"]),
+    (lambda x, y: _F().cdist(x, y), [f32(3, 4), f32(2, 5)], ShapeError, ["cdist", "(3, 4)", "(2, 5)"]),
 ]
+
+
+def _F():
+    import compiler.functional as F
+    return F
 
 
 def check_message(err: SaturnError, words, line: int):
