@@ -162,6 +162,9 @@ LAYERS = [
     nn.AdaptiveMaxPool2d((2, 3)),
     nn.InstanceNorm2d(4, affine=True),
     nn.PixelShuffle(2),
+    nn.PixelUnshuffle(2),
+    nn.Unfold((2, 3), dilation=(1, 2), padding=1, stride=(2, 1)),
+    nn.Sequential(nn.Unfold(3, padding=1), nn.Fold((9, 7), 3, padding=1)),
     nn.Upsample(size=(8, 12), mode="nearest"),
     nn.Upsample(scale_factor=2, mode="bilinear", align_corners=True),   # 4 -> 8: weights by matrix
     nn.Upsample(size=(7, 5), mode="bilinear"),                           # 6 -> 5: not an integer scale
@@ -169,7 +172,7 @@ LAYERS = [
     nn.Sequential(nn.PReLU(), nn.ELU(), nn.LeakyReLU(0.1), nn.Hardsigmoid(), nn.Mish(), nn.LogSigmoid()),
 ]
 LAYER_INPUT = {nn.Conv2d: (2, 3, 9, 8), nn.ConvTranspose2d: (2, 4, 5, 4), nn.InstanceNorm2d: (2, 4, 6, 6),
-               nn.PixelShuffle: (2, 8, 3, 4), nn.Upsample: (2, 3, 4, 6)}
+               nn.PixelShuffle: (2, 8, 3, 4), nn.PixelUnshuffle: (2, 3, 4, 6), nn.Upsample: (2, 3, 4, 6)}
 
 
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda m: repr(m).split("\n")[0][:60])

@@ -98,24 +98,22 @@ OPS["aten._pad_circular.default"] = _pad("circular")
 
 @op("pixel_shuffle.default")
 def pixel_shuffle(self, upscale_factor):
-    """(*, C r^2, H, W) -> (*, C, H r, W r): channel c r^2 + i r + j goes to pixel (h r + i, w r + j)."""
-    r = upscale_factor
-    *lead, c, h, w = self.shape
-    x = self.reshape(*lead, c // (r * r), r, r, h, w)
-    n = len(lead)
-    x = x.permute(list(range(n)) + [n, n + 3, n + 1, n + 4, n + 2])
-    return x.reshape(*lead, c // (r * r), h * r, w * r)
+    return F.pixel_shuffle(self, upscale_factor)
 
 
 @op("pixel_unshuffle.default")
 def pixel_unshuffle(self, downscale_factor):
-    """The inverse of pixel_shuffle: (*, C, H r, W r) -> (*, C r^2, H, W)."""
-    r = downscale_factor
-    *lead, c, h, w = self.shape
-    x = self.reshape(*lead, c, h // r, r, w // r, r)
-    n = len(lead)
-    x = x.permute(list(range(n)) + [n, n + 2, n + 4, n + 1, n + 3])
-    return x.reshape(*lead, c * r * r, h // r, w // r)
+    return F.pixel_unshuffle(self, downscale_factor)
+
+
+@op("im2col.default")
+def im2col(self, kernel_size, dilation, padding, stride):
+    return C.unfold(self, kernel_size, dilation, padding, stride)
+
+
+@op("col2im.default")
+def col2im(self, output_size, kernel_size, dilation, padding, stride):
+    return C.fold(self, output_size, kernel_size, dilation, padding, stride)
 
 
 # --- normalization --------------------------------------------------------------------------
