@@ -496,6 +496,30 @@ def np_fold(x, size, k, d, p, s):
     return out[:, :, p[0]:p[0] + h, p[1]:p[1] + w].reshape(lead + (c, h, w))
 
 
+def np_lgamma(a):
+    def one(v):
+        if math.isnan(v):
+            return math.nan
+        if math.isinf(v) or (v <= 0 and v == math.floor(v)):
+            return math.inf
+        return math.lgamma(v)
+    return np.vectorize(one, otypes=[np.float64])(a)
+
+
+def np_digamma(a):
+    import mpmath
+
+    def one(v):
+        if math.isnan(v) or v == -math.inf or (v < 0 and v == math.floor(v)):
+            return math.nan
+        if v == math.inf:
+            return math.inf
+        if v == 0:
+            return -math.inf if math.copysign(1.0, v) > 0 else math.inf
+        return float(mpmath.digamma(v))
+    return np.vectorize(one, otypes=[np.float64])(a)
+
+
 NEW_CASES = [
     # rounding and sign (exact; halves too), with size-0 and 0-d shapes
     Case("floor", lambda a: a.floor(), np.floor, lambda a: a.floor(), one0, domain="small_finite"),
@@ -549,6 +573,11 @@ NEW_CASES = [
     Case("logcumsumexp_offset", lambda a, dim, k: (a + 1e4).logcumsumexp(dim), lambda a, dim, k: np_logcumsumexp(a + 1e4, dim, k),
          None, axis_params, dtypes=[DType.f32], scale=8),
     # hyperbolic functions, logs, and their kin
+    Case("lgamma", lambda a: a.lgamma(), np_lgamma, lambda a: a.lgamma(), one0, scale=32),
+    # (f32 only: a half-typed x * 30 rounds onto negative integers, lgamma's poles)
+    Case("lgamma_wide", lambda a: (a * 30).lgamma(), lambda a: np_lgamma(a * 30), lambda a: (a * 30).lgamma(), one0,
+         dtypes=[DType.f32], scale=32),
+    Case("digamma", lambda a: a.digamma(), np_digamma, lambda a: a.digamma(), one0, scale=32),
     Case("sinh", lambda a: a.sinh(), np.sinh, lambda a: a.sinh(), one0, scale=4),
     Case("sinh_wide", lambda a: (a * 15).sinh(), lambda a: np.sinh(a * 15), lambda a: (a * 15).sinh(), one0,
          dtypes=[DType.f32], scale=8),

@@ -135,6 +135,8 @@ OPS = {  # name -> (function, input shapes)
                          + torch.kthvalue(x, 2, 1, keepdim=True)[0] + torch.median(x)
                          + torch.median(x, 0).indices.float(), [(5, 5)]),
     "triangles": (lambda x: torch.tril(x, -1) + torch.triu(x, 2) * 3, [(2, 5, 7)]),
+    "gamma": (lambda x, y: torch.lgamma(x * 4) + torch.digamma(y.abs() + 0.1) + torch.lgamma(y.abs() * 50),
+              [(3, 6), (3, 6)]),
     "attention_mask": (lambda q, k, v, m: torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=m),
                        [(1, 3, 4, 8), (1, 3, 6, 8), (1, 3, 6, 8), (4, 6)]),
 }

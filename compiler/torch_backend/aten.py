@@ -155,7 +155,8 @@ for _name, _method in [("neg", "__neg__"), ("abs", "abs"), ("exp", "exp"), ("exp
                        ("erf", "erf"), ("reciprocal", "reciprocal"), ("isnan", "isnan"), ("isinf", "isinf"),
                        ("expm1", "expm1"), ("log1p", "log1p"), ("sign", "sign"), ("tan", "tan"),
                        ("atan", "atan"), ("sinh", "sinh"), ("cosh", "cosh"), ("asinh", "asinh"), ("atanh", "atanh"),
-                       ("log10", "log10"), ("asin", "asin"), ("acos", "acos"), ("acosh", "acosh")]:
+                       ("log10", "log10"), ("asin", "asin"), ("acos", "acos"), ("acosh", "acosh"),
+                       ("lgamma", "lgamma"), ("digamma", "digamma")]:
     _unary(_name + ".default", _method)
 
 
