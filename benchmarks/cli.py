@@ -118,6 +118,9 @@ def _version(name: str) -> str | None:
 
 
 def _git_commit() -> str | None:
+    # a copy of the tree whose git metadata is stale (a device machine's) names its commit here
+    if os.environ.get("SATURN_TREE"):
+        return os.environ["SATURN_TREE"] + " (SATURN_TREE)"
     try:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         out = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
