@@ -170,9 +170,7 @@ class MathOps:
         # Stirling's series to 1/z^7 (error below 1e-11 at z >= 8); below 0.5 the reflection
         # log(pi / |sin(pi x)|) - lgamma(1 - x), with sin(pi x) taken of x less its nearest
         # integer (exact), so large negative x keep their accuracy
-        reflect = self < 0.5
-        x = reflect.where(1 - self, self)
-        z, shift = self._gamma_shift(x)
+        reflect, x, z, shift, r = self._gamma_parts()
         prod = x
         for k in range(1, 8):
             prod = prod * (x + k)
@@ -180,7 +178,6 @@ class MathOps:
         zi2 = zi * zi
         series = zi * (1 / 12 - zi2 * (1 / 360 - zi2 * (1 / 1260 - zi2 / 1680)))
         lg = (z - 0.5) * z.log() - z + 0.5 * math.log(2 * math.pi) + series - shift.where(prod.log(), 0.0)
-        r = self - self.round()
         out = reflect.where((math.pi / (r * math.pi).sin().abs()).log() - lg, lg)
         return self.isinf().where(math.inf, out)
 
@@ -194,9 +191,7 @@ class MathOps:
         # x >= 0.5: shifted to z = x + 8 where x < 8, less the sum of 1 / (x + k), then the
         # asymptotic series log z - 1/(2z) - 1/(12z^2) + 1/(120z^4) - 1/(252z^6) + 1/(240z^8);
         # below 0.5 the reflection psi(1 - x) - pi / tan(pi x), tan of x less its nearest integer
-        reflect = self < 0.5
-        x = reflect.where(1 - self, self)
-        z, shift = self._gamma_shift(x)
+        reflect, x, z, shift, r = self._gamma_parts()
         acc = 1 / x
         for k in range(1, 8):
             acc = acc + 1 / (x + k)
@@ -204,17 +199,19 @@ class MathOps:
         zi2 = zi * zi
         psi = z.log() - 0.5 * zi - zi2 * (1 / 12 - zi2 * (1 / 120 - zi2 * (1 / 252 - zi2 / 240)))
         psi = psi - shift.where(acc, 0.0)
-        r = self - self.round()
         out = reflect.where(psi - math.pi / (r * math.pi).tan(), psi)
         pole = (self < 0) & (r == 0)                      # the negative integers (and -inf: r is NaN)
         out = pole.where(math.nan, out)
         return (self == 0).where((1 / self > 0).where(-math.inf, math.inf), out)
 
-    @staticmethod
-    def _gamma_shift(x):
-        """(z, shifted): x + 8 where x < 8 (the series needs z >= 8), else x."""
+    def _gamma_parts(self):
+        """What lgamma and digamma share: where the reflection applies (x < 0.5), the argument
+        the series sees before its shift (1 - x there), that shifted to z >= 8 (x + 8 where it
+        is below 8), where it was, and x less its nearest integer (for sin / tan of pi x)."""
+        reflect = self < 0.5
+        x = reflect.where(1 - self, self)
         shift = x < 8
-        return shift.where(x + 8, x), shift
+        return reflect, x, shift.where(x + 8, x), shift, self - self.round()
 
     # --- hyperbolic functions and logs ----------------------------------------------------------
     def sinh(self):
