@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from compiler import nn
+from compiler import conv, nn
 from ir.dtypes import as_dtype
 
 
@@ -169,14 +169,9 @@ def conv2d(variant: str, n: int, c: int, hw: int, k: int, r: int, stride: int = 
     pad, out = r // 2, (hw + 2 * (r // 2) - r) // stride + 1
     return Case("conv2d", variant, f"conv2d {dtype} {r}x{r} b{n} {hw}x{hw}x{c}->{k}" + (f" s{stride}" if stride > 1 else ""),
                 (Input((n, c, hw, hw), dtype, "x"), Input((k, c, r, r), dtype, "w", 1.0 / math.sqrt(c * r * r))),
-                lambda x, w: _saturn_F().conv2d(x, w, stride=stride, padding=pad),
+                lambda x, w: conv.conv2d(x, w, stride=stride, padding=pad),
                 lambda x, w: _F().conv2d(x, w, stride=stride, padding=pad),
                 (n, k, out, out), dtype, 2 * n * k * out * out * c * r * r)
-
-
-def _saturn_F():
-    import compiler.functional as F
-    return F
 
 
 # --- attention: naive softmax(q k^T / sqrt(d)) v ------------------------------------------------

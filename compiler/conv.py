@@ -84,15 +84,20 @@ def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, paddin
     return out.squeeze(0) if unbatched else out
 
 
+def _check_window(x: Tensor, kernel, dilation, op: str) -> None:
+    """A dilated kernel must fit the (padded) spatial axes of x."""
+    for s, k, d in zip(x.shape[2:], kernel, dilation):
+        if d * (k - 1) + 1 > s:
+            raise ShapeError(f"kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded "
+                             f"input {x.shape[2:]}", op)
+
+
 def _correlate(x: Tensor, weight: Tensor, stride, dilation, groups: int, op: str) -> Tensor:
     nd = weight.ndim - 2
     n, c = x.shape[:2]
     o, cg = weight.shape[:2]
     kernel = weight.shape[2:]
-    for s, k, d in zip(x.shape[2:], kernel, dilation):
-        if d * (k - 1) + 1 > s:
-            raise ShapeError(f"kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded "
-                             f"input {x.shape[2:]}", op)
+    _check_window(x, kernel, dilation, op)
     w = x.windows(kernel, stride, dilation)                     # (N, C, *out, *kernel)
     out_sp = w.shape[2:2 + nd]
     p, kk = math.prod(out_sp), math.prod(kernel)
@@ -472,10 +477,7 @@ def unfold(x, kernel_size, dilation=1, padding=0, stride=1):
     x, unbatched = _batched(x, 2, op)
     n, c = x.shape[:2]
     x = _pad_spatial(x, [(p, p) for p in padding], "constant")
-    for s, k, d in zip(x.shape[2:], kernel, dilation):
-        if d * (k - 1) + 1 > s:
-            raise ShapeError(f"kernel {tuple(kernel)} (dilation {tuple(dilation)}) is larger than the padded "
-                             f"input {x.shape[2:]}", op)
+    _check_window(x, kernel, dilation, op)
     w = x.windows(kernel, stride, dilation)                     # (N, C, oh, ow, kh, kw)
     oh, ow = w.shape[2:4]
     out = w.permute(0, 1, 4, 5, 2, 3).reshape(n, c * kernel[0] * kernel[1], oh * ow)

@@ -282,11 +282,10 @@ def floordiv(e: Lin | int, d: int) -> Lin:
             rest.append((a, c))
     k, r = divmod(e.const, d)
     rest_lin = _normalize(tuple(rest), r)
-    lo, _ = lin_range(rest_lin)
+    lo, hi = lin_range(rest_lin)
     shift = -(lo // d)                          # bring the argument's lower bound into [0, d)
-    rest_lin, k = rest_lin + shift * d, k - shift
+    rest_lin, k, hi = rest_lin + shift * d, k - shift, hi + shift * d
     quotient = _normalize(tuple(q_terms), k)
-    hi = lin_range(rest_lin)[1]
     if hi < d:                                  # a constant quotient over the whole range
         return quotient
     if len(rest_lin.terms) == 1 and rest_lin.const == 0:
@@ -308,9 +307,9 @@ def mod(e: Lin | int, d: int) -> Lin:
         return Lin()
     rest = tuple((a, c) for a, c in e.terms if c % d != 0)
     rest_lin = _normalize(rest, e.const % d)
-    lo, _ = lin_range(rest_lin)
-    rest_lin = rest_lin + -(lo // d) * d        # the argument's lower bound into [0, d), as floordiv
-    hi = lin_range(rest_lin)[1]
+    lo, hi = lin_range(rest_lin)
+    shift = -(lo // d) * d                      # the argument's lower bound into [0, d), as floordiv
+    rest_lin, hi = rest_lin + shift, hi + shift
     if hi < d:                                  # no wrap inside the range
         return rest_lin
     if len(rest_lin.terms) == 1 and rest_lin.const == 0:

@@ -16,6 +16,8 @@ import tempfile
 
 import numpy as np
 
+from backends.cuda.templates.prelude import FLOAT_TO_INT
+
 HOST_PRELUDE = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -42,13 +44,9 @@ static inline long long saturn_sat64(double x) {
     return x != x ? INT64_MIN : x >= 9223372036854775807.0 ? INT64_MAX : x <= -9223372036854775808.0 ? INT64_MIN : (long long)x; }
 static inline long long __float2ll_rz(float x) { return saturn_sat64(x); }
 static inline long long __double2ll_rz(double x) { return saturn_sat64(x); }
-DEV int to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
-DEV int to_i32(double x) { return x != x ? 0 : __double2int_rz(x); }
-DEV long long to_i64(float x) { return x != x ? 0 : __float2ll_rz(x); }
-DEV long long to_i64(double x) { return x != x ? 0 : __double2ll_rz(x); }
 DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
 DEV int max_nan(int a, int b) { return a > b ? a : b; }
-"""
+""" + FLOAT_TO_INT
 
 
 def cuda_include() -> str | None:

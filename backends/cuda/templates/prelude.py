@@ -1,5 +1,15 @@
 """Helpers every translation unit starts with: types, cp.async, ldmatrix, mma, warp reductions."""
 
+# float -> integer, round toward zero, saturating, NaN -> 0 (ir.interpreter.float_to_int): the rz
+# intrinsics saturate, but NaN gives INT_MIN from a double (and to 64 bits), 0 only f32 -> i32.
+# Also in the host simulator's prelude (backends/cuda/hostsim.py), over its emulated intrinsics.
+FLOAT_TO_INT = r"""
+DEV int to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
+DEV int to_i32(double x) { return x != x ? 0 : __double2int_rz(x); }
+DEV long long to_i64(float x) { return x != x ? 0 : __float2ll_rz(x); }
+DEV long long to_i64(double x) { return x != x ? 0 : __double2ll_rz(x); }
+"""
+
 PRELUDE = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -46,13 +56,6 @@ DEV uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
-// float -> integer, round toward zero, saturating, NaN -> 0 (ir.interpreter.float_to_int). The
-// rz intrinsics saturate, but NaN gives INT_MIN from a double (and to 64 bits), 0 only f32 -> i32
-DEV int to_i32(float x) { return x != x ? 0 : __float2int_rz(x); }
-DEV int to_i32(double x) { return x != x ? 0 : __double2int_rz(x); }
-DEV long long to_i64(float x) { return x != x ? 0 : __float2ll_rz(x); }
-DEV long long to_i64(double x) { return x != x ? 0 : __double2ll_rz(x); }
-
 // NaN-propagating max, like numpy's
 DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
 DEV int max_nan(int a, int b) { return a > b ? a : b; }
@@ -96,4 +99,4 @@ template <bool MAX> DEV float block_reduce(float v, float* sh) {
 }
 DEV float block_sum(float v, float* sh) { return block_reduce<false>(v, sh); }
 DEV float block_max(float v, float* sh) { return block_reduce<true>(v, sh); }
-"""
+""" + FLOAT_TO_INT
