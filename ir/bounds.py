@@ -53,21 +53,32 @@ class TooCostly(RuntimeError):
     """A sum of products had to be formed elementwise past the evaluation's `product_limit`."""
 
 
-def evaluate_bounded(graph: Graph, args, matmul: bool = True, product_limit: float = np.inf) -> list[Bounded]:
+def evaluate_bounded(graph: Graph, args, matmul: bool = True, product_limit: float = np.inf,
+                     jumps: list | None = None) -> list[Bounded]:
     """Evaluate `graph` on `args` (one array per input) in float64 with error bounds; sums of
     products as matrix products where they can (`matmul`; False: always elementwise). A sum
     of more than `product_limit` products that must be formed elementwise (operands with
-    infinities or NaN, or near overflow) raises TooCostly instead."""
+    infinities or NaN, or near overflow) raises TooCostly instead. `jumps`, when given, receives
+    each step whose side is unsure somewhere (a cast to an integer or bool type near a step, an
+    unsure integer or bool cast back to a float, a gather at an unsure index): correct
+    implementations may take either side there, so nothing downstream can be held to one run's
+    values. (A select on an unsure condition is not counted: most are the seams of piecewise
+    formulas, sign(x) * f(|x|) with f(0) = 0, continuous across them.)"""
     env = {}
     for node, a in zip(graph.inputs, args):
         env[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(node.shape)
-    return evaluate_nodes_bounded(graph.outputs, env, _Mode(matmul, product_limit))
+    return evaluate_nodes_bounded(graph.outputs, env, _Mode(matmul, product_limit, jumps))
 
 
 @dataclass(frozen=True)
 class _Mode:
     matmul: bool = True                 # sums of products as matrix products where they can
     product_limit: float = np.inf       # elementwise products formed past this: TooCostly
+    jumps: list | None = None           # receives the discrete steps that are unsure somewhere
+
+    def jumped(self, n: Node, unsure) -> None:
+        if self.jumps is not None and np.any(unsure):
+            self.jumps.append(n)
 
     def elementwise(self, n: Node) -> None:
         if self.matmul and n.numel > self.product_limit:
@@ -207,6 +218,7 @@ def _step(n: Node, srcs: list[Bounded], final: bool, mode: _Mode = _Mode()) -> B
         nan = x.nan if x.nan is False else gather(np.broadcast_to(x.nan, x.value.shape), idx.value, n.arg)
         if not _exact(idx.bound):
             unsure = np.broadcast_to(idx.bound, idx.value.shape) > 0
+            mode.jumped(n, unsure)
             bound = np.where(unsure, np.inf, bound)
             nan = nan if x.nan is False else nan | (unsure & bool(np.any(x.nan)))
         return Bounded(gather(x.value, idx.value, n.arg), bound, nan)
@@ -231,7 +243,12 @@ def _step(n: Node, srcs: list[Bounded], final: bool, mode: _Mode = _Mode()) -> B
     if op == Op.ATTEND:     # the bound of its primitive definition (computed in f32, one rounding)
         return _attend(n, srcs, final, mode)
     if op == Op.CAST:
-        return _cast(n, srcs[0], final)
+        out = _cast(n, srcs[0], final)
+        if not n.srcs[0].dtype.is_float and not _exact(srcs[0].bound):
+            mode.jumped(n, np.asarray(srcs[0].bound) > 0)    # an unsure count or flag enters arithmetic
+        elif not n.dtype.is_float and not _exact(out.bound):
+            mode.jumped(n, np.asarray(out.bound) > 0)        # a value near a step of the cast
+        return out
     if op == Op.CMPLT:
         a, b = srcs
         maybe_nan = _or(a.nan, b.nan)                # NaN < x is false, whatever x is
