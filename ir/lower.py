@@ -34,7 +34,7 @@ from ir.online import fuse_online
 from ir.kernel import (Buffer, Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
                        Ref, Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
 from ir.interpreter import typed_fill
-from ir.node import Node
+from ir.node import Node, is_pure_reshape
 from ir.ops import ELEMENTWISE, REDUCING, Op
 
 # work per element of an op, for deciding whether recomputing it is worth a buffer
@@ -469,12 +469,29 @@ def partition(graph: Graph) -> list[Node]:
     raise RuntimeError("partitioning did not converge")
 
 
+def _outputs_in_place(graph: Graph, realized: list[Node]) -> dict[Node, Node]:
+    """{computed value: output} for each output that only reshapes a value computed into a
+    buffer of its own: that value's kernel writes the output's buffer, and no copy follows (a
+    convolution's (N, O, P) product read as (N, O, H, W))."""
+    done = set(realized)
+    placed: dict[Node, Node] = {}
+    for n in graph.outputs:
+        if not is_pure_reshape(n) or n.numel == 0:
+            continue
+        m = n.srcs[0]
+        if m in done and m not in graph.outputs and m not in placed and n not in placed.values():
+            placed[m] = n
+    return placed
+
+
 def lower(graph: Graph) -> KernelProgram:
     """The kernels that compute `graph`, in execution order, with their buffers (an
     online-contraction term as its primitive definition: no kernel IR kind for it yet)."""
     from ir.terms import expand_terms
     graph = expand_terms(graph)
     realized = partition(graph)
+    placed = _outputs_in_place(graph, realized)
+    realized = [n for n in realized if n not in placed.values()]
     buffers: dict[Node, str] = {n: f"in{i}" for i, n in enumerate(graph.inputs)}
     buffer_list = [Buffer(f"in{i}", n.dtype, n.numel, "input") for i, n in enumerate(graph.inputs)]
     outputs: list[str] = []
@@ -492,8 +509,8 @@ def lower(graph: Graph) -> KernelProgram:
             copies.append((n, name))
     temps = 0
     for n in realized:
-        if n in out_names:
-            buffers[n] = out_names[n]
+        if n in out_names or n in placed:
+            buffers[n] = out_names[placed.get(n, n)]
         else:
             buffers[n] = f"t{temps}"
             temps += 1

@@ -11,7 +11,7 @@ import weakref
 
 from ir.dtypes import DType
 from ir.ops import ARITY, BINARY, REDUCE, UNARY, Op
-from ir.view import Shape, ShapeTracker, same_float
+from ir.view import Shape, ShapeTracker, View, same_float
 
 
 class IRError(ValueError):
@@ -169,6 +169,12 @@ def view(x: Node, st: ShapeTracker) -> Node:
     if st.is_identity and st.shape == x.shape:
         return x
     return Node(Op.VIEW, x.dtype, st.shape, (x,), st)
+
+
+def is_pure_reshape(v: Node) -> bool:
+    """v reads its source's contiguous layout in order (a reshape, nothing else)."""
+    return v.op == Op.VIEW and len(v.arg.views) == 1 and v.arg.views[0] == View.contiguous(v.shape) \
+        and v.numel == v.srcs[0].numel
 
 
 def move(x: Node, fn, fill: float | None = None) -> Node:

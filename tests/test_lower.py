@@ -82,3 +82,25 @@ def test_random_views_and_reductions(shape, data):
 def test_whole_tensor_reduction_gets_its_own_kernel():
     p = _run(lambda x: (x - x.max()).exp(), (50,))
     assert len(p.kernels) == 2 and not p.kernels[0].axes
+
+
+def test_an_output_that_reshapes_a_computed_value_is_written_in_place():
+    """A convolution computes (N, O, H*W) and returns it as (N, O, H, W): the product's kernel
+    writes the output buffer, with no copy kernel after it; a second output reshaping the same
+    value is a copy (outputs are separate arrays), and both match the interpreter."""
+    from compiler import conv
+    shapes = [(2, 3, 6, 6), (4, 3, 3, 3)]
+    g = saturn.trace(lambda x, w: conv.conv2d(x, w, padding=1), *[saturn.spec(s) for s in shapes])
+    p = lower(g)
+    assert len(p.kernels) == 1 and [b.kind for b in p.buffers].count("temp") == 0
+    assert p.kernels[0].stores[0].buffer == p.outputs[0]
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    np.testing.assert_allclose(evaluate_program(p, args)[0], evaluate(g, args)[0], rtol=1e-5, atol=1e-5)
+    two = saturn.trace(lambda x: ((x * 2).contiguous().reshape(4, 2), (x * 2).contiguous().reshape(2, 4)),
+                       saturn.spec((8,)))
+    p2 = lower(two)
+    assert len(p2.kernels) == 2 and p2.kernels[0].stores[0].buffer == p2.outputs[0]
+    x = rng.standard_normal(8).astype(np.float32)
+    for got, want in zip(evaluate_program(p2, [x]), evaluate(two, [x])):
+        np.testing.assert_array_equal(got, want)

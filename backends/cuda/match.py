@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ir.node import Node
+from ir.node import Node, is_pure_reshape  # noqa: F401 (read by the planner through this module)
 from ir.ops import Op
 from ir.view import View, contiguous_strides
 
@@ -74,12 +74,6 @@ def contraction_axes(r: Node) -> GemmMatch | None:
     if not m_axes or (n_axes and max(m_axes) > max(n_axes)):
         a, b, m_axes, n_axes = b, a, n_axes, m_axes
     return GemmMatch(r, x, a, b, k, tuple(m_axes), tuple(n_axes), tuple(batch))
-
-
-def is_pure_reshape(v: Node) -> bool:
-    """v reads its source's contiguous layout in order (a reshape, nothing else)."""
-    return v.op == Op.VIEW and len(v.arg.views) == 1 and v.arg.views[0] == View.contiguous(v.shape) \
-        and v.numel == v.srcs[0].numel
 
 
 def is_row_broadcast(v: Node) -> bool:

@@ -96,9 +96,10 @@ def _compile_object(ir_text: str, unroll: bool) -> bytes:
     return s["tm"].emit_object(mod)
 
 
-def optimized_ir(ir_text: str) -> str:
-    """The module after the O3 pipeline (for inspection and tests)."""
-    return str(_optimized(ir_text)[1])
+def optimized_ir(ir_text: str, unroll: bool | None = None) -> str:
+    """The module after the O3 pipeline (for inspection and tests; `unroll=False` as `load` compiles
+    by default)."""
+    return str(_optimized(ir_text, unroll)[1])
 
 
 def assembly(ir_text: str) -> str:

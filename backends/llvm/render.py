@@ -364,13 +364,26 @@ class KernelRenderer(OnlineRenderer):
             x = self.index(bd.expr)
             c = b.and_(b.icmp_signed(">=", x, _i64(bd.lo)), b.icmp_signed("<", x, _i64(bd.hi)))
             ok = c if ok is None else b.and_(ok, c)
-        if ok is not None:
-            idx = b.select(ok, idx, _i64(0))
+        if ok is None:
+            ptr = b.gep(self.ptrs[e.buffer], [idx], inbounds=True, source_etype=STORAGE[e.dtype])
+            return self.from_storage(b.load(ptr, typ=STORAGE[e.dtype]), e.dtype)
+        # a load only where the index is valid (a branch, not a select of a clamped index): the
+        # loop vectorizer turns it into a masked load of consecutive elements (a padded window)
+        fill = const(e.fill, e.dtype)
+        before = b.block
+        inside = b.append_basic_block("load.in")
+        joined = b.append_basic_block("load.join")
+        b.cbranch(ok, inside, joined)
+        b.position_at_end(inside)
         ptr = b.gep(self.ptrs[e.buffer], [idx], inbounds=True, source_etype=STORAGE[e.dtype])
         v = self.from_storage(b.load(ptr, typ=STORAGE[e.dtype]), e.dtype)
-        if ok is not None:
-            v = b.select(ok, v, const(e.fill, e.dtype))
-        return v
+        end_inside = b.block
+        b.branch(joined)
+        b.position_at_end(joined)
+        out = b.phi(v.type)
+        out.add_incoming(v, end_inside)
+        out.add_incoming(fill, before)
+        return out
 
     def _init(self, e: Reduce) -> ir.Constant:
         return const(0 if e.op == Op.SUM else e.dtype.lowest, e.dtype)
