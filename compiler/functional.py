@@ -47,6 +47,74 @@ def softsign(x): return x / (x.abs() + 1)
 def tanhshrink(x): return x - x.tanh()
 
 
+def celu(x, alpha: float = 1.0):
+    """x above 0, alpha * expm1(x / alpha) below (torch's F.celu)."""
+    if alpha == 0:
+        raise ShapeError("celu needs a nonzero alpha", "celu")
+    x = x._float()
+    return (x > 0).where(x, (x / alpha).expm1() * alpha)
+
+
+def hardshrink(x, lambd: float = 0.5):
+    """0 where abs(x) <= lambd, else x (NaN stays NaN), like F.hardshrink."""
+    return (x.abs() <= lambd).where(x * 0, x)
+
+
+def softshrink(x, lambd: float = 0.5):
+    """x - lambd above lambd, x + lambd below -lambd, 0 between (NaN stays NaN)."""
+    return (x > lambd).where(x - lambd, (x < -lambd).where(x + lambd, x * 0))
+
+
+def threshold(x, threshold: float, value: float):
+    """value where x <= threshold, else x (NaN stays NaN), like F.threshold."""
+    return (x <= threshold).where(value, x)
+
+
+def prelu(x, weight):
+    """x where x >= 0, weight * x below, one weight per channel (axis 1) or one for all."""
+    weight = _tensor(weight, "weight", "prelu")
+    if weight.ndim != 1 or (weight.shape[0] != 1 and (x.ndim < 2 or weight.shape[0] != x.shape[1])):
+        raise ShapeError(f"prelu weight must have 1 or {x.shape[1] if x.ndim > 1 else 1} elements (the channels, "
+                         f"axis 1), got shape {weight.shape}", "prelu")
+    w = weight.reshape((weight.shape[0],) + (1,) * (x.ndim - 2)) if x.ndim >= 2 else weight
+    return (x >= 0).where(x, w * x)
+
+
+def rrelu(x, lower: float = 1.0 / 8, upper: float = 1.0 / 3, training: bool = False):
+    """At inference a leaky ReLU of slope (lower + upper) / 2; random slopes (training) are not
+    available."""
+    if training:
+        raise UnsupportedError("rrelu in training mode needs random numbers, which Saturn lacks", "rrelu")
+    return x.leaky_relu((lower + upper) / 2)
+
+
+def bilinear(x1, x2, weight, bias=None):
+    """y[..., k] = x1 W[k] x2 (+ bias[k]), like F.bilinear: weight (out, in1, in2)."""
+    from compiler.einsum import einsum
+    for name, t in (("input1", x1), ("input2", x2), ("weight", weight)):
+        _tensor(t, name, "bilinear")
+    if weight.ndim != 3 or x1.shape[-1:] != weight.shape[1:2] or x2.shape[-1:] != weight.shape[2:3] \
+            or x1.shape[:-1] != x2.shape[:-1]:
+        raise ShapeError(f"bilinear needs inputs (..., {weight.shape[1:2]}) and (..., {weight.shape[2:3]}) with one "
+                         f"batch shape and a weight (out, in1, in2); got {x1.shape}, {x2.shape}, {weight.shape}",
+                         "bilinear")
+    y = einsum("...i,kij,...j->...k", x1, weight, x2)
+    return y if bias is None else y + bias
+
+
+def upsample(x, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
+    return interpolate(x, size, scale_factor, mode, align_corners)
+
+
+def upsample_nearest(x, size=None, scale_factor=None):
+    return interpolate(x, size, scale_factor, "nearest")
+
+
+def upsample_bilinear(x, size=None, scale_factor=None):
+    """F.upsample_bilinear: bilinear with align_corners=True."""
+    return interpolate(x, size, scale_factor, "bilinear", True)
+
+
 def glu(x, dim: int = -1):
     """a * sigmoid(b) of x's two halves along `dim` (torch's F.glu)."""
     from compiler.errors import ShapeError
@@ -459,3 +527,86 @@ def pixel_unshuffle(x, downscale_factor: int):
     y = x.reshape(*lead, c, h // r, r, w // r, r)
     y = y.permute(*range(k), k, k + 2, k + 4, k + 1, k + 3)
     return y.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def pdist(x, p: float = 2.0):
+    """The distances between the rows of x (N, M) for i < j, in row order: N (N - 1) / 2 values."""
+    from compiler.tensor import cat
+    x = _tensor(x, "input", "pdist")
+    if x.ndim != 2:
+        raise ShapeError(f"pdist takes a 2-D input (N, M), got {x.shape}", "pdist")
+    n = x.shape[0]
+    if n < 2:
+        return x.sum(1)[:0]
+    rows = [_p_norm(x[i + 1:] - x[i], p, -1) for i in range(n - 1)]
+    return cat(rows, 0)
+
+
+def multilabel_soft_margin_loss(x, y, weight=None, reduction: str = "mean"):
+    """-mean over classes of y log sigmoid(x) + (1 - y) log sigmoid(-x) (times `weight`), per sample."""
+    op = "multilabel_soft_margin_loss"
+    x, y = _pair(x, y, op)
+    loss = -(y * logsigmoid(x) + (1 - y) * logsigmoid(-x))
+    if weight is not None:
+        loss = loss * _tensor(weight, "weight", op)
+    return _reduce(loss.mean(-1), reduction, op)
+
+
+def multi_margin_loss(x, target, p: int = 1, margin: float = 1.0, weight=None, reduction: str = "mean"):
+    """Per sample, the sum over classes i != target of max(0, margin - x[target] + x[i])^p (times
+    weight[target]), divided by the number of classes (torch's F.multi_margin_loss)."""
+    op = "multi_margin_loss"
+    x, target = _tensor(x, "input", op), _tensor(target, "target", op)
+    if p not in (1, 2):
+        raise ShapeError(f"p must be 1 or 2, got {p!r}", op)
+    if x.ndim not in (1, 2) or target.ndim != x.ndim - 1 or (x.ndim == 2 and target.shape[0] != x.shape[0]):
+        raise ShapeError(f"input (N, C) or (C,) and target (N,) or () expected, got {x.shape} and {target.shape}", op)
+    if target.dtype.is_float or target.dtype == DType.bool:
+        raise DTypeError(f"target must hold integer class indices, got {target.dtype.value}", op)
+    c = x.shape[-1]
+    mask = _class_mask(target, c, target.ndim)             # true at the target class
+    picked = mask.where(x, 0.0).sum(-1, keepdim=True)
+    z = (x - picked + margin).relu()
+    z = z * z if p == 2 else z
+    if weight is not None:
+        w = _tensor(weight, "weight", op)
+        z = z * mask.where(w, 0.0).sum(-1, keepdim=True)
+    loss = mask.where(0.0, z).sum(-1) / c
+    return _reduce(loss, reduction, op)
+
+
+def local_response_norm(x, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 1.0):
+    """x / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta, the window zero-padded
+    (size // 2 before, (size - 1) // 2 after) and always divided by `size`, like torch."""
+    op = "local_response_norm"
+    x = _tensor(x, "input", op)
+    if x.ndim < 3 or not isinstance(size, int) or size < 1:
+        raise ShapeError(f"local_response_norm needs an input of 3 or more axes and a positive size, got "
+                         f"{x.shape} and {size!r}", op)
+    c = x.shape[1]
+    sq = x.square().pad([(0, 0), (size // 2, (size - 1) // 2)] + [(0, 0)] * (x.ndim - 2))
+    total = None
+    for i in range(size):
+        part = sq.narrow(1, i, c)
+        total = part if total is None else total + part
+    return x / (total * (alpha / size) + k) ** beta
+
+
+def lp_pool1d(x, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
+    """(sum over each window of x^p)^(1/p), as torch computes it: sign(s) relu(|s|) * k, to 1/p,
+    with s the window's mean of x^p."""
+    return _lp_pool(x, norm_type, kernel_size, stride, ceil_mode, 1)
+
+
+def lp_pool2d(x, norm_type: float, kernel_size, stride=None, ceil_mode: bool = False):
+    return _lp_pool(x, norm_type, kernel_size, stride, ceil_mode, 2)
+
+
+def _lp_pool(x, p, kernel_size, stride, ceil_mode, nd):
+    import math as _m
+    from compiler.conv import avg_pool1d, avg_pool2d
+    op = f"lp_pool{nd}d"
+    x = _tensor(x, "input", op)
+    k = int_list(op, "kernel_size", kernel_size, nd)
+    s = avg_pool1d(x.pow(p), k, stride, 0, ceil_mode) if nd == 1 else avg_pool2d(x.pow(p), k, stride, 0, ceil_mode)
+    return (s.sign() * s.abs().relu() * _m.prod(k)) ** (1.0 / p)

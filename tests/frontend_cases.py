@@ -15,7 +15,7 @@ import compiler
 import compiler.functional as F
 import np_reference as R
 from ir.dtypes import DType
-from test_frontend_ops import SIZES, Case, _t, _tf, one, reduce_params, shape_of, two_broadcast
+from test_frontend_ops import SIZES, Case, _t, _tf, np_softmax, one, reduce_params, shape_of, two_broadcast
 
 SIZES0 = SIZES + [0]
 I32 = [DType.i32]
@@ -520,6 +520,205 @@ def np_digamma(a):
     return np.vectorize(one, otypes=[np.float64])(a)
 
 
+# --- PyTorch method names (compiler/tensor_aliases.py) ----------------------------------------
+
+def mm_shapes(data):   # (m, k) @ (k, n)
+    m, k, n = (data.draw(st.sampled_from(SIZES)) for _ in range(3))
+    return [(m, k), (k, n)], {}
+
+
+def bmm_shapes(data):
+    b, m, k, n = (data.draw(st.sampled_from(SIZES)) for _ in range(4))
+    return [(b, m, n), (b, m, k), (b, k, n)], {}
+
+
+def addmm_shapes(data):   # self broadcast to (m, n), mat1, mat2
+    m, k, n = (data.draw(st.sampled_from(SIZES)) for _ in range(3))
+    return [broadcast_partner_of(data, (m, n)), (m, k), (k, n)], {}
+
+
+def broadcast_partner_of(data, shape):
+    drop = data.draw(st.integers(0, len(shape)))
+    return tuple(1 if data.draw(st.booleans()) else s for s in shape[drop:])
+
+
+def inner_shapes(data):
+    k = data.draw(st.sampled_from(SIZES0))
+    a = tuple(data.draw(st.lists(st.sampled_from(SIZES), max_size=2))) + (k,)
+    b = tuple(data.draw(st.lists(st.sampled_from(SIZES), max_size=2))) + (k,)
+    return [a, b], {}
+
+
+def kron_shapes(data):
+    return [tuple(data.draw(st.lists(st.sampled_from([1, 2, 3]), max_size=3))) for _ in range(2)], {}
+
+
+def rot90_params(data):   # rank 2..3, k in -5..5, two different dims
+    shape = shape_of(data, 2)
+    a, b = data.draw(st.permutations(range(-len(shape), 0)))[:2]
+    return [shape], {"k": data.draw(st.integers(-5, 5)), "dims": (a, b)}
+
+
+def np_rot90(a, k, dims):
+    return np.rot90(a, k, dims)
+
+
+def diff_params(data):   # rank 1..3 (size 0 included), n in 0..3, a dim, maybe prepend/append
+    shape = tuple(data.draw(st.lists(st.sampled_from(SIZES0), min_size=1, max_size=3)))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    extra = list(shape)
+    extra[dim] = data.draw(st.sampled_from([1, 2]))
+    shapes = [shape] + ([tuple(extra)] if data.draw(st.booleans()) else [])
+    return shapes, {"n": data.draw(st.integers(0, 3)), "dim": dim}
+
+
+def np_diff(a, *pre, n, dim):
+    return np.diff(a, n, dim, prepend=pre[0]) if pre else np.diff(a, n, dim)
+
+
+def square_shapes(data):
+    return [(data.draw(st.sampled_from(SIZES0)), data.draw(st.sampled_from(SIZES0)))], {}
+
+
+def cross_shapes(data):   # one axis of size 3, broadcast partner
+    s = list(shape_of(data, 0, 2))
+    dim = data.draw(st.integers(0, len(s)))
+    s.insert(dim, 3)
+    s = tuple(s)
+    other = tuple(1 if (i != dim and data.draw(st.booleans())) else x for i, x in enumerate(s))
+    return [s, other], {"dim": dim - len(s) if data.draw(st.booleans()) else dim}
+
+
+def pnorm_params(data):   # a p, axes (or all) and keepdim
+    shape = shape_of(data, 1)
+    p = data.draw(st.sampled_from(["fro", 1, 2, 3, 0.5, 0, math.inf, -math.inf]))
+    axes = None if data.draw(st.booleans()) else data.draw(st.integers(-len(shape), len(shape) - 1))
+    return [shape], {"p": p, "dim": axes, "keepdim": data.draw(st.booleans())}
+
+
+def np_norm(a, p, dim, keepdim):
+    x = np.abs(a)
+    axes = tuple(range(a.ndim)) if dim is None else dim
+    if p in ("fro", 2):
+        return np.sqrt((x * x).sum(axes, keepdims=keepdim))
+    if p == math.inf:
+        return x.max(axes, keepdims=keepdim)
+    if p == -math.inf:
+        return x.min(axes, keepdims=keepdim)
+    if p == 0:
+        return (x != 0).sum(axes, keepdims=keepdim).astype(np.float64)
+    return (x ** p).sum(axes, keepdims=keepdim) ** (1.0 / p)
+
+
+def np_div_trunc(a, b):
+    with np.errstate(all="ignore"):
+        return np.trunc(a / b)
+
+
+def np_signbit_of(a):
+    return np.signbit(a) & ~np.isnan(a)
+
+
+def np_heaviside(a, b):
+    return np.where(a == 0, b, np.where(a > 0, 1.0, np.where(a < 0, 0.0, a)))
+
+
+def np_fmax(a, b):
+    return np.fmax(a, b)
+
+
+def np_logaddexp2(a, b):
+    with np.errstate(all="ignore"):
+        return np.logaddexp2(a, b)
+
+
+def np_isclose(a, b):
+    return np.isclose(a, b, rtol=1e-2, atol=1e-3)
+
+
+def np_kron(a, b):
+    n = max(a.ndim, b.ndim)
+    return np.kron(a.reshape((1,) * (n - a.ndim) + a.shape), b.reshape((1,) * (n - b.ndim) + b.shape))
+
+
+# --- more of torch.nn.functional --------------------------------------------------------------
+
+def prelu_params(data):
+    s = shape_of(data, 2)
+    return [s, (data.draw(st.sampled_from([1, s[1]])),)], {}
+
+
+def np_prelu(x, w):
+    return np.where(x >= 0, x, w.reshape((-1,) + (1,) * (x.ndim - 2)) * x)
+
+
+def bilinear_params(data):
+    batch = shape_of(data, 0, 2)
+    i, j, k = (data.draw(st.sampled_from(SIZES)) for _ in range(3))
+    return [batch + (i,), batch + (j,), (k, i, j), (k,)], {}
+
+
+def np_bilinear(a, b, w, bias):
+    return np.einsum("...i,kij,...j->...k", a, w, b) + bias
+
+
+def pdist_params(data):
+    return [(data.draw(st.integers(1, 5)), data.draw(st.sampled_from(SIZES)))], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))}
+
+
+def np_pdist(x, p):
+    n = x.shape[0]
+    return np.array([np.sum(np.abs(x[i] - x[j]) ** p) ** (1.0 / p) for i in range(n) for j in range(i + 1, n)])
+
+
+def class_margin_params(data):
+    n, c = data.draw(st.integers(1, 4)), data.draw(st.integers(2, 5))
+    return [(n, c), (n, c), (c,)], {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"])),
+                                    "p": data.draw(st.sampled_from([1, 2])), "margin": data.draw(st.sampled_from([0.5, 1.0]))}
+
+
+def np_multilabel_soft_margin(x, y, w, reduction, p, margin):
+    yy = (y > 0).astype(np.float64)
+    loss = -(yy * -np.logaddexp(0.0, -x) + (1 - yy) * -np.logaddexp(0.0, x)) * w
+    return np_reduce(loss.mean(-1), reduction)
+
+
+def np_multi_margin(x, y, w, reduction, p, margin):
+    t = np.argmax(y, -1)
+    picked = np.take_along_axis(x, t[:, None], -1)
+    z = np.maximum(margin - picked + x, 0) ** p * w[t][:, None]
+    z[np.arange(x.shape[0]), t] = 0
+    return np_reduce(z.sum(-1) / x.shape[1], reduction)
+
+
+def lrn_params(data):
+    s = (data.draw(st.integers(1, 3)), data.draw(st.sampled_from(SIZES))) + tuple(
+        data.draw(st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=2)))
+    return [s], {"size": data.draw(st.integers(1, 4))}
+
+
+def np_lrn(x, size):
+    c = x.shape[1]
+    sq = np.pad(x * x, [(0, 0), (size // 2, (size - 1) // 2)] + [(0, 0)] * (x.ndim - 2))
+    total = sum(sq[:, i:i + c] for i in range(size))
+    return x / (total * (1e-4 / size) + 1.0) ** 0.75
+
+
+def lp_params(nd):
+    def gen(data):
+        n, c = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3))
+        k = tuple(data.draw(st.integers(1, 3)) for _ in range(nd))
+        sp = tuple(data.draw(st.integers(kk, kk + 4)) for kk in k)
+        return [(n, c) + sp], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0])), "k": k,
+                               "stride": data.draw(st.sampled_from([None, 1, 2]))}
+    return gen
+
+
+def np_lp_pool(x, p, k, stride):
+    s = R.pool(x ** p, "avg", kernel_size=k, stride=stride)
+    return (np.sign(s) * np.maximum(np.abs(s), 0) * math.prod(k)) ** (1.0 / p)
+
+
 NEW_CASES = [
     # rounding and sign (exact; halves too), with size-0 and 0-d shapes
     Case("floor", lambda a: a.floor(), np.floor, lambda a: a.floor(), one0, domain="small_finite"),
@@ -810,4 +1009,125 @@ NEW_CASES = [
          lambda a, k, d, p, s: _tf().unfold(a, k, d, p, s), fold_params),
     Case("F.fold", lambda a, size, k, d, p, s: F.fold(a, size, k, d, p, s), np_fold,
          lambda a, size, k, d, p, s: _tf().fold(a, size, k, d, p, s), fold_of_params, scale=8),
+    # PyTorch method names (compiler/tensor_aliases.py)
+    Case("add_sub_alpha", lambda a, b: a.add(b, alpha=2) + a.sub(b, alpha=0.5) * a.mul(b),
+         lambda a, b: (a + 2 * b) + (a - 0.5 * b) * (a * b),
+         lambda a, b: a.add(b, alpha=2) + a.sub(b, alpha=0.5) * a.mul(b), two0, scale=8),
+    Case("div_rounding", lambda a, b: a.div(b) + a.div(b, rounding_mode="floor") * 3 + a.div(b, rounding_mode="trunc"),
+         lambda a, b: a / b + np.floor(a / b) * 3 + np_div_trunc(a, b),
+         lambda a, b: a.div(b) + a.div(b, rounding_mode="floor") * 3 + a.div(b, rounding_mode="trunc"), two0,
+         dtypes=[DType.f32], domain="nonzero", scale=4),
+    # (divisors b^2 + 1 and its negation: an integer division by zero is an error in torch)
+    Case("div_trunc_int", lambda a, b: a.div(b * b + 1, rounding_mode="trunc") * 3 + a.div(-(b * b + 1), rounding_mode="trunc"),
+         lambda a, b: np.trunc(a / (b * b + 1)) * 3 + np.trunc(a / -(b * b + 1)),
+         lambda a, b: a.div(b * b + 1, rounding_mode="trunc") * 3 + a.div(-(b * b + 1), rounding_mode="trunc"), two0,
+         dtypes=I32),
+    Case("compare_methods", lambda a, b: a.eq(b).logical_or(a.lt(b)).logical_xor(a.ge(b).logical_and(a.ne(b))),
+         lambda a, b: ((a == b) | (a < b)) ^ ((a >= b) & (a != b)),
+         lambda a, b: a.eq(b).logical_or(a.lt(b)).logical_xor(a.ge(b).logical_and(a.ne(b))), two0, domain="small"),
+    Case("pow_neg_methods", lambda a: a.pow(2).neg() + a.negative(), lambda a: -(a ** 2) - a,
+         lambda a: a.pow(2).neg() + a.negative(), one0, scale=2),
+    Case("mm", lambda a, b: a.mm(b), np.matmul, lambda a, b: a.mm(b), mm_shapes, scale=16),
+    Case("bmm_baddbmm", lambda c, a, b: c.baddbmm(a, b, beta=0.5, alpha=2) - a.bmm(b),
+         lambda c, a, b: 0.5 * c + 2 * np.matmul(a, b) - np.matmul(a, b),
+         lambda c, a, b: c.baddbmm(a, b, beta=0.5, alpha=2) - a.bmm(b), bmm_shapes, scale=32),
+    Case("addmm", lambda c, a, b: c.addmm(a, b, beta=2, alpha=0.5), lambda c, a, b: 2 * c + 0.5 * (a @ b),
+         lambda c, a, b: c.addmm(a, b, beta=2, alpha=0.5), addmm_shapes, scale=16),
+    Case("addmm_beta0", lambda c, a, b: (c / c * 0).addmm(a, b, beta=0), lambda c, a, b: a @ b,
+         lambda c, a, b: (c / c * 0).addmm(a, b, beta=0), addmm_shapes, scale=16),
+    Case("inner", lambda a, b: a.inner(b), lambda a, b: np.inner(a, b), lambda a, b: a.inner(b), inner_shapes,
+         scale=16),
+    Case("mv", lambda a, b: a.mv(b[:, 0]), lambda a, b: a @ b[:, 0], lambda a, b: a.mv(b[:, 0]), mm_shapes, scale=16),
+    Case("addcmul_addcdiv", lambda a, b: a.addcmul(b, a, value=0.5).addcdiv(a, b, value=2),
+         lambda a, b: a + 0.5 * b * a + 2 * a / b, lambda a, b: a.addcmul(b, a, value=0.5).addcdiv(a, b, value=2),
+         two0, domain="nonzero", scale=8),
+    Case("kron", lambda a, b: a.kron(b), np_kron, lambda a, b: a.kron(b), kron_shapes),
+    Case("t_expand_view_as", lambda a: a.t().expand_as(a.t()).view_as(a.t()).broadcast_to((2,) + a.t().shape),
+         lambda a: np.broadcast_to(a.T, (2,) + a.T.shape),
+         lambda a: a.t().expand_as(a.t()).view_as(a.t()).broadcast_to((2,) + a.t().shape), square_shapes),
+    Case("rot90", lambda a, k, dims: a.rot90(k, dims), np_rot90, lambda a, k, dims: a.rot90(k, dims), rot90_params),
+    Case("fliplr_flipud", lambda a: a.fliplr() - a.flipud(), lambda a: np.fliplr(a) - np.flipud(a),
+         lambda a: a.fliplr() - a.flipud(), square_shapes),
+    Case("diff", lambda a, *pre, n, dim: a.diff(n, dim, *pre), np_diff,
+         lambda a, *pre, n, dim: a.diff(n, dim, *pre), diff_params, dtypes=[DType.f32, DType.f16, DType.i32]),
+    Case("trace", lambda a: a.trace(), np.trace, lambda a: a.trace(), square_shapes, scale=8),
+    Case("cross", lambda a, b, dim: a.cross(b, dim=dim), lambda a, b, dim: np.cross(*np.broadcast_arrays(a, b), axis=dim),
+         lambda a, b, dim: _t().cross(*_t().broadcast_tensors(a, b), dim=dim), cross_shapes, scale=4),
+    Case("norm", lambda a, p, dim, keepdim: a.norm(p, dim, keepdim), np_norm,
+         lambda a, p, dim, keepdim: a.norm(p, dim, keepdim), pnorm_params, scale=16),
+    Case("dist", lambda a, b: a.dist(b, 3), lambda a, b: np_norm(a - b, 3, None, False), lambda a, b: a.dist(b, 3),
+         two0, scale=16),
+    Case("var_std_mean", lambda a, axis, k: a.var_mean(dim=axis)[0] + a.std_mean(dim=axis, correction=0)[0]
+         + a.var_mean(axis)[1], lambda a, axis, k: a.var(axis, ddof=1) + a.std(axis) + a.mean(axis),
+         lambda a, axis, k: _t().var_mean(a, dim=axis)[0] + _t().std_mean(a, dim=axis, correction=0)[0]
+         + _t().var_mean(a, axis)[1], lambda d: (lambda s: ([s], {"axis": d.draw(st.integers(-len(s), len(s) - 1)),
+                                                                "k": 0}))(shape_of(d, 1, 3)),
+         scale=32),
+    Case("clip_sgn", lambda a: a.clip(-0.5, 0.7) + a.sgn(), lambda a: np.clip(a, -0.5, 0.7) + np.sign(a),
+         lambda a: a.clip(-0.5, 0.7) + a.sgn(), one0),
+    Case("signbit", lambda a: (a * 0).signbit().logical_or(a.signbit()), lambda a: np_signbit_of(a * 0) | np_signbit_of(a),
+         lambda a: (a * 0).signbit().logical_or(a.signbit()), one0),
+    Case("copysign", lambda a, b: a.copysign(b), lambda a, b: np.copysign(a, np.where(np.isnan(b), 1.0, b)),
+         lambda a, b: a.copysign(b), two0),
+    Case("heaviside", lambda a, b: a.heaviside(b), np_heaviside, lambda a, b: a.heaviside(b), two0, domain="small"),
+    Case("isposinf_isneginf", lambda a: (a / (a * 0)).isposinf().logical_or((a / 0).isneginf()),
+         lambda a: np.isposinf(a / (a * 0)) | np.isneginf(a / 0),
+         lambda a: (a / (a * 0)).isposinf().logical_or((a / 0).isneginf()), one0, domain="small"),
+    Case("fmax_fmin", lambda a, b: a.fmax(b) + a.fmin(b) * 2, lambda a, b: np.fmax(a, b) + np.fmin(a, b) * 2,
+         lambda a, b: a.fmax(b) + a.fmin(b) * 2, two0, domain="small"),
+    Case("deg2rad_rad2deg", lambda a: a.deg2rad() + a.rad2deg(), lambda a: np.deg2rad(a) + np.rad2deg(a),
+         lambda a: a.deg2rad() + a.rad2deg(), one0, scale=4),
+    Case("logit", lambda a: a.sigmoid().logit() + a.sigmoid().logit(eps=0.1),
+         lambda a: np.log(1 / (1 + np.exp(-a)) / (1 - 1 / (1 + np.exp(-a))))
+         + np.log(np.clip(1 / (1 + np.exp(-a)), 0.1, 0.9) / (1 - np.clip(1 / (1 + np.exp(-a)), 0.1, 0.9))),
+         lambda a: a.sigmoid().logit() + a.sigmoid().logit(eps=0.1), one0, dtypes=[DType.f32], scale=64),
+    Case("logaddexp2", lambda a, b: a.logaddexp2(b), np_logaddexp2, lambda a, b: a.logaddexp2(b), two0, scale=8),
+    Case("sinc", lambda a: a.sinc(), np.sinc, lambda a: a.sinc(), one0, scale=8),
+    Case("isclose", lambda a, b: a.isclose(b, rtol=1e-2, atol=1e-3), np_isclose,
+         lambda a, b: a.isclose(b, rtol=1e-2, atol=1e-3), two0, dtypes=[DType.f32]),
+    Case("dim_and_axis_keywords", lambda a, axis, k: a.sum(dim=axis) + a.softmax(dim=axis).amax(axis=axis)
+         + a.cumsum(axis=axis).mean(dim=axis),
+         lambda a, axis, k: a.sum(axis) + np_softmax(a, axis).max(axis) + np.cumsum(a, axis).mean(axis),
+         lambda a, axis, k: a.sum(dim=axis) + a.softmax(dim=axis).amax(axis) + a.cumsum(axis=axis).mean(dim=axis),
+         lambda d: (lambda s: ([s], {"axis": d.draw(st.integers(-len(s), len(s) - 1)), "k": 0}))(shape_of(d, 1, 3)),
+         scale=32),
+    # more of torch.nn.functional
+    Case("celu", lambda a: F.celu(a, 0.7), lambda a: np.where(a > 0, a, 0.7 * np.expm1(a / 0.7)),
+         lambda a: _tf().celu(a, 0.7), one0, scale=4),
+    Case("hardshrink_softshrink", lambda a: F.hardshrink(a, 0.5) + F.softshrink(a, 0.3),
+         lambda a: np.where(np.abs(a) <= 0.5, 0.0, a) + np.where(a > 0.3, a - 0.3, np.where(a < -0.3, a + 0.3, 0.0)),
+         lambda a: _tf().hardshrink(a, 0.5) + _tf().softshrink(a, 0.3), one0, scale=2),
+    Case("threshold", lambda a: F.threshold(a, 0.1, -2.0), lambda a: np.where(a <= 0.1, -2.0, a),
+         lambda a: _tf().threshold(a, 0.1, -2.0), one0),
+    Case("rrelu_eval", lambda a: F.rrelu(a), lambda a: np.where(a >= 0, a, a * (1 / 8 + 1 / 3) / 2),
+         lambda a: _tf().rrelu(a, training=False), one0, scale=2),
+    Case("prelu", lambda a, w: F.prelu(a, w), np_prelu, lambda a, w: _tf().prelu(a, w), prelu_params),
+    Case("bilinear", lambda a, b, w, bias: F.bilinear(a, b, w, bias), np_bilinear,
+         lambda a, b, w, bias: _tf().bilinear(a, b, w, bias), bilinear_params, scale=32),
+    Case("upsample", lambda a: F.upsample_nearest(a, scale_factor=2) + F.upsample_bilinear(a, scale_factor=2),
+         lambda a: R.interpolate(a, tuple(2 * v for v in a.shape[2:]), "nearest")
+         + R.interpolate(a, tuple(2 * v for v in a.shape[2:]), "linear", True),
+         lambda a: _tf().interpolate(a, scale_factor=2, mode="nearest")
+         + _tf().interpolate(a, scale_factor=2, mode="bilinear", align_corners=True),
+         lambda d: ([(1, 2, d.draw(st.integers(1, 4)), d.draw(st.integers(1, 4)))], {}), scale=8),
+    # (torch has no half pdist or local_response_norm on the CPU: it runs them in f32, then rounds)
+    Case("pdist", lambda a, p: F.pdist(a, p), np_pdist, lambda a, p: _tf().pdist(a.float(), p).to(a.dtype), pdist_params, scale=16),
+    Case("multilabel_soft_margin_loss",
+         lambda x, y, w, reduction, p, margin: F.multilabel_soft_margin_loss(x, (y > 0).astype(x.dtype), w, reduction),
+         np_multilabel_soft_margin,
+         lambda x, y, w, reduction, p, margin: _tf().multilabel_soft_margin_loss(x, (y > 0).to(x.dtype), w,
+                                                                                  reduction=reduction),
+         class_margin_params, scale=32),
+    Case("multi_margin_loss",
+         lambda x, y, w, reduction, p, margin: F.multi_margin_loss(x, y.argmax(-1), p, margin, w, reduction),
+         np_multi_margin,
+         lambda x, y, w, reduction, p, margin: _tf().multi_margin_loss(x, y.argmax(-1), p, margin, w,
+                                                                        reduction=reduction),
+         class_margin_params, dtypes=[DType.f32], scale=32),
+    Case("local_response_norm", lambda a, size: F.local_response_norm(a, size), np_lrn,
+         lambda a, size: _tf().local_response_norm(a.float(), size).to(a.dtype), lrn_params, scale=16),
+    Case("lp_pool1d", lambda a, p, k, stride: F.lp_pool1d(a, p, k, stride), np_lp_pool,
+         lambda a, p, k, stride: _tf().lp_pool1d(a, p, k[0], stride), lp_params(1), domain="positive", scale=16),
+    Case("lp_pool2d", lambda a, p, k, stride: F.lp_pool2d(a, p, k, stride), np_lp_pool,
+         lambda a, p, k, stride: _tf().lp_pool2d(a, p, k, stride), lp_params(2), domain="positive", scale=16),
 ]
