@@ -10,7 +10,7 @@ import operator
 from typing import Sequence
 
 from compiler.errors import DTypeError, ShapeError, UnsupportedError
-from compiler.tensor_aliases import AliasOps, accept_dim_and_axis
+from compiler.tensor_aliases import AliasOps, torch_style_arguments
 from compiler.tensor_args import Scalar, as_scalar, broadcast_shapes, half_in_f32, norm_axes, norm_axis
 from compiler.tensor_index import IndexOps
 from compiler.tensor_math import MathOps
@@ -32,7 +32,7 @@ def _no_bool_sub(a: "Tensor") -> None:
         raise DTypeError("subtraction (-) is not defined on bool; use logical_xor()", "sub")
 
 
-@accept_dim_and_axis
+@torch_style_arguments
 class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
     """A lazy tensor. Build programs with it inside a function passed to `compiler.trace`.
     The methods in this file are the core; `MathOps`, `ReduceOps`, `MovementOps` and `IndexOps`

@@ -4,15 +4,16 @@ operators (`add(other, alpha)`, `eq`, `pow`, ...), the matrix-product variants (
 (`diff`, `trace`, `rot90`, `cross`, `norm`, `isclose`, ...). Nothing here is a new primitive;
 docs/ir.md lists each one and where it differs from PyTorch.
 
-`accept_dim_and_axis` makes every method that takes `axis` also take PyTorch's `dim` (and each
-that takes `dim` also `axis`), as torch.sum and friends do."""
+`torch_style_arguments` makes every method that takes `axis` also take PyTorch's `dim` (and each
+that takes `dim` also `axis`), as torch.sum and friends do, and reports a call that does not fit
+a method's parameters as an OptionError at the user's line."""
 from __future__ import annotations
 
 import functools
 import inspect
 import math
 
-from compiler.errors import DTypeError, ShapeError
+from compiler.errors import DTypeError, OptionError, ShapeError
 from compiler.tensor_args import as_scalar, is_int, norm_axis
 from ir.dtypes import DType
 
@@ -357,20 +358,34 @@ class AliasOps:
         return self.std(dim, keepdim, correction), self.mean(dim, keepdim)
 
 
-def _renamed(fn, have: str, also: str):
+def _checked(fn, have: str | None, also: str | None):
+    """fn taking `also` as another name of its parameter `have`; a call that does not fit fn's
+    parameters (an unknown keyword, too many arguments) is an OptionError naming the method and
+    the user's line, not Python's bare TypeError."""
+    signature = inspect.signature(fn)
+
     @functools.wraps(fn)
     def call(self, *args, **kwargs):
-        if also in kwargs:
+        if also is not None and also in kwargs:
             if have in kwargs:
-                raise ShapeError(f"give {have} or {also}, not both", fn.__name__)
+                raise OptionError(f"give {have} or {also}, not both", fn.__name__)
             kwargs[have] = kwargs.pop(also)
-        return fn(self, *args, **kwargs)
+        try:
+            return fn(self, *args, **kwargs)
+        except TypeError:
+            try:
+                signature.bind(self, *args, **kwargs)
+            except TypeError as e:
+                raise OptionError(f"{e} (its parameters: {str(signature).replace('(self, ', '(', 1)})",
+                                  fn.__name__) from None
+            raise
     return call
 
 
-def accept_dim_and_axis(cls):
+def torch_style_arguments(cls):
     """Let each public method of `cls` that names its axis argument `axis` also take `dim`
-    (PyTorch's name), and each that names it `dim` also take `axis` (as torch.sum does)."""
+    (PyTorch's name), and each that names it `dim` also take `axis` (as torch.sum does); report
+    calls that do not fit a method's parameters as OptionError."""
     for name in dir(cls):
         if name.startswith("_"):
             continue
@@ -378,8 +393,7 @@ def accept_dim_and_axis(cls):
         if not inspect.isfunction(fn):
             continue
         params = inspect.signature(fn).parameters
-        for have, also in (("axis", "dim"), ("dim", "axis")):
-            if have in params and also not in params:
-                setattr(cls, name, _renamed(fn, have, also))
-                break
+        have, also = next(((h, a) for h, a in (("axis", "dim"), ("dim", "axis")) if h in params and a not in params),
+                          (None, None))
+        setattr(cls, name, _checked(fn, have, also))
     return cls
