@@ -381,3 +381,34 @@ def test_a_padded_read_loads_only_inside_the_image():
     assert "llvm.masked.load" in optimized or "llvm.masked.gather" in optimized
     x = _args(shapes, ["f32"] * 2)
     np.testing.assert_allclose(BACKEND.build(g)(*x)[0], evaluate(g, x)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n,c,h,w,k,r,stride,pad,dil,groups", [
+    (2, 3, 7, 9, 4, 3, 1, 1, 1, 1), (1, 8, 13, 5, 6, 3, 2, 1, 1, 2), (3, 4, 10, 10, 8, 5, 1, 2, 2, 1),
+    (2, 6, 9, 9, 6, 3, 1, 1, 1, 6), (1, 3, 1000, 1, 2, 3, 1, 1, 1, 1), (1, 2, 33, 65, 3, 1, 1, 0, 1, 1)])
+def test_a_window_operand_computes_its_column_index_parts_once_per_panel(n, c, h, w, k, r, stride, pad, dil, groups):
+    """The packed product's window operand (a convolution's im2col view) has index atoms that
+    depend on the output position alone (h = p // W, w = p % W): the pack computes them once per
+    panel column instead of once per element; odd sizes, strides, dilations and groups still
+    match the interpreter."""
+    from backends.llvm import matmul
+    from compiler import conv
+    shapes = [(n, c, h, w), (k, c // groups, r, r)]
+    g = saturn.trace(lambda x, wt: conv.conv2d(x, wt, stride=stride, padding=pad, dilation=dil, groups=groups),
+                     *[saturn.spec(s) for s in shapes])
+    program = BACKEND.lower(g)
+    kernel = next((kk for kk in program.kernels if matmul.product_layout(kk, program) is not None), None)
+    if groups < c:     # (a depthwise convolution is no packed product: its depth is one window)
+        layout = matmul.product_layout(kernel, program)
+        renderer = matmul.MatmulRenderer(None, program, kernel, BACKEND.default_schedule().default, layout)
+        atoms = renderer._column_atoms()
+        assert all(layout.j in atom_vars_of(a) and layout.r not in atom_vars_of(a) for a in atoms)
+        if r > 1 and min(h, w) > 1:
+            assert atoms, "a 2-D window's column index has a div/mod by the output width"
+    x = _args(shapes, ["f32"] * 2)
+    np.testing.assert_allclose(BACKEND.build(g)(*x)[0], evaluate(g, x)[0], rtol=1e-5, atol=1e-5)
+
+
+def atom_vars_of(a):
+    from ir.kernel import atom_vars
+    return atom_vars(a)

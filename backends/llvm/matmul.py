@@ -25,7 +25,7 @@ from llvmlite import ir
 from backends.llvm.common import F32, I64, PTR, STORAGE, _i64, for_range, splat_vector
 from backends.llvm.render import KernelRenderer
 from ir.dtypes import DType
-from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Let, Reduce, Ref, Value, Var, atom_vars,
+from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Let, Load, Reduce, Ref, Value, Var, atom_vars,
                        value_vars, walk)
 from ir.ops import Op
 
@@ -149,6 +149,8 @@ class MatmulRenderer(KernelRenderer):
         b = self.b = ir.IRBuilder(bodyblock)
         eb = ir.IRBuilder(self.entry)
         tile = eb.alloca(F32, size=mr * nr)
+        self.column_atoms = self._column_atoms()
+        self.column_arrays = [eb.alloca(I64, size=nr) for _ in self.column_atoms]
         self.scopes.append({})
         store = k.stores[0]
         out = self.ptrs[store.buffer]
@@ -250,21 +252,61 @@ class MatmulRenderer(KernelRenderer):
         b.ret_void()
         eb.branch(bodyblock)
 
+    def _column_atoms(self) -> list:
+        """The div/mod atoms of B's load indices and bounds that depend on the column j but not
+        on the depth r (a convolution window's h = j // W, w = j % W): the same for every depth
+        row of a panel, so the pack computes them once per panel column; its copy loop is then
+        only adds, compares and consecutive (masked) loads, which vectorize."""
+        pat = self.pat
+        found: dict = {}
+        stack = []
+        for x in walk(pat.b):
+            if isinstance(x, Load):
+                stack += [x.index] + [bd.expr for bd in x.valid]
+        while stack:
+            lin = stack.pop()
+            for a, _ in lin.terms:
+                if isinstance(a, Var):
+                    continue
+                stack.append(a.arg)
+                vs = atom_vars(a)
+                if pat.j in vs and pat.r not in vs and pat.i not in vs:
+                    found.setdefault(a, None)
+        # inner atoms first, so an outer one's argument reads them from the arrays
+        return sorted(found, key=lambda a: len(str(a)))
+
     def _pack_b(self, scratch, jc, jp, pc, kc, nr, N, guarded: bool, kcur) -> None:
         b, pat = self.b, self.pat
+
+        def column(jj):
+            j = b.add(jc, b.add(b.mul(jp, _i64(nr)), jj))
+            if not guarded:
+                return j, None
+            ok = b.icmp_signed("<", j, _i64(N))
+            return b.select(ok, j, _i64(0)), ok
+
+        def arrays_at(jj):
+            return [b.gep(arr, [jj], inbounds=True, source_etype=I64) for arr in self.column_arrays]
+
+        if self.column_atoms:   # this panel's column atoms, once
+            with for_range(b, _i64(0), _i64(nr), "jq") as jj:
+                self.scopes.append({})
+                self.vars[pat.j], _ = column(jj)
+                for a, ptr in zip(self.column_atoms, arrays_at(jj)):
+                    b.store(self.atom(a), ptr)
+                self.scopes.pop()
         with for_range(b, _i64(0), kcur, "rr") as rr:
             self.scopes.append({})
             with for_range(b, _i64(0), _i64(nr), "jj") as jj:
                 self.scopes.append({})
-                j = b.add(jc, b.add(b.mul(jp, _i64(nr)), jj))
+                j, ok = column(jj)
                 self.vars[pat.r] = b.add(pc, rr)
-                if guarded:
-                    ok = b.icmp_signed("<", j, _i64(N))
-                    self.vars[pat.j] = b.select(ok, j, _i64(0))
-                    val = b.select(ok, self.value(pat.b), ir.Constant(F32, 0.0))
-                else:
-                    self.vars[pat.j] = j
-                    val = self.value(pat.b)
+                self.vars[pat.j] = j
+                self.atom_values = {a: b.load(ptr, typ=I64) for a, ptr in zip(self.column_atoms, arrays_at(jj))}
+                val = self.value(pat.b)
+                self.atom_values = {}
+                if ok is not None:
+                    val = b.select(ok, val, ir.Constant(F32, 0.0))
                 dst = b.add(b.mul(b.add(b.mul(jp, _i64(kc)), rr), _i64(nr)), jj)
                 b.store(val, b.gep(scratch, [dst], inbounds=True, source_etype=F32))
                 self.scopes.pop()

@@ -42,6 +42,7 @@ class KernelRenderer(OnlineRenderer):
         self.refs: dict[str, ir.Value] = {}
         self.lane_refs: dict[str, tuple] = {}    # lane sums of Onlines: (array, lane var, dtype)
         self.vars: dict[Var, ir.Value] = {}
+        self.atom_values: dict = {}               # div/mod atoms whose value is already at hand
 
     # --- the function ---------------------------------------------------------------------
     def render(self) -> None:
@@ -293,16 +294,19 @@ class KernelRenderer(OnlineRenderer):
         out = _i64(e.const)
         first = True
         for a, c in e.terms:
-            if isinstance(a, Var):
-                x = self.vars[a]
-            elif isinstance(a, Div):
-                x = b.sdiv(self.index(a.arg), _i64(a.divisor))
-            else:
-                x = b.srem(self.index(a.arg), _i64(a.divisor))
+            x = self.vars[a] if isinstance(a, Var) else self.atom(a)
             t = x if c == 1 else b.mul(x, _i64(c), flags=("nsw",))
             out = t if first and e.const == 0 else b.add(out, t, flags=("nsw",))
             first = False
         return out
+
+    def atom(self, a) -> ir.Value:
+        """The value of a Div or Mod index atom (`atom_values` first)."""
+        if a in self.atom_values:
+            return self.atom_values[a]
+        if isinstance(a, Div):
+            return self.b.sdiv(self.index(a.arg), _i64(a.divisor))
+        return self.b.srem(self.index(a.arg), _i64(a.divisor))
 
     # --- values ---------------------------------------------------------------------------
     def value(self, e: Value) -> ir.Value:
