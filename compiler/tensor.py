@@ -763,23 +763,58 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
         return x.reshape(tuple(s for kind, s in out_shape if kind != "drop"))
 
     def _tensor_index(self, index: tuple) -> "Tensor":
-        """x[..., idx, ...] with one integer tensor and otherwise full slices or one `...`: the
-        slices at idx's positions (a gather), idx's shape in place of the axis, like numpy."""
-        pos = [p for p, i in enumerate(index) if isinstance(i, Tensor)]
-        rest = [i for i in index if not isinstance(i, Tensor)]
-        if len(pos) != 1 or any(not (i is Ellipsis or i == slice(None)) for i in rest) or \
-                sum(1 for i in rest if i is Ellipsis) > 1:
-            raise UnsupportedError("a tensor index works alone or with full slices ':' and one '...'; "
-                                   "index the rest first", "getitem")
-        idx = index[pos[0]]
-        if idx.dtype.is_float:
-            raise DTypeError(f"a tensor index must hold integers, got {idx.dtype.value}", "getitem")
+        """x[...] with integer tensors among the indices (torch's advanced indexing): ints and
+        slices apply first; the tensors broadcast to one shape B and pick elements of their axes
+        together, one gather over those axes flattened; B takes the place of those axes when
+        they are adjacent, else it comes first. Negative positions count from the end; positions
+        still outside an axis read 0 (torch raises)."""
+        if any(i is None for i in index):
+            raise UnsupportedError("None (a new axis) beside a tensor index; unsqueeze first", "getitem")
+        if sum(1 for i in index if i is Ellipsis) > 1:
+            raise ShapeError("only one ... allowed in an index", "getitem")
+        n_real = sum(1 for i in index if i is not Ellipsis)
+        if n_real > self.ndim:
+            raise ShapeError(f"too many indices ({n_real}) for shape {self.shape}", "getitem")
         k = next((p for p, i in enumerate(index) if i is Ellipsis), None)
-        axis = pos[0] if k is None or k > pos[0] else self.ndim - (len(index) - pos[0])
-        if not 0 <= axis < self.ndim:
-            raise ShapeError(f"too many indices for shape {self.shape}", "getitem")
-        out = self.index_select(axis, idx.reshape(idx.numel))
-        return out.reshape(self.shape[:axis] + idx.shape + self.shape[axis + 1:])
+        fill = (slice(None),) * (self.ndim - n_real)
+        index = index[:k] + fill + index[k + 1:] if k is not None else index + fill
+        for i in index:
+            if isinstance(i, Tensor) and i.dtype.is_float:
+                raise DTypeError(f"a tensor index must hold integers, got {i.dtype.value}", "getitem")
+            if isinstance(i, list):
+                raise UnsupportedError("a list index beside a tensor index; make the list a tensor", "getitem")
+        # ints and slices first (basic indexing, as torch does: an int is no advanced index), then
+        # the tensors over the axes that remain
+        x = self[tuple(slice(None) if isinstance(i, Tensor) else i for i in index)]
+        kept = [i for i in index if isinstance(i, (Tensor, slice))]
+        picks = [a for a, i in enumerate(kept) if isinstance(i, Tensor)]
+        idx = [kept[a].astype(DType.i32) for a in picks]
+        if len(picks) == 1:
+            a, i = picks[0], idx[0]
+            out = x.index_select(a, i.reshape(i.numel))
+            return out.reshape(x.shape[:a] + i.shape + x.shape[a + 1:])
+        shape = broadcast_shapes("getitem", *(i.shape for i in idx))
+        rest = [a for a in range(x.ndim) if a not in picks]
+        sizes = [x.shape[a] for a in picks]
+        total = math.prod(sizes)
+        if total >= 2 ** 29:
+            raise UnsupportedError(f"tensor indices over axes of {total} elements together (i32 positions)", "getitem")
+        flat = None
+        for k, (i, n) in enumerate(zip(idx, sizes)):
+            i = (i < 0).where(i + n, i)
+            # a position outside its axis reads 0 (as one tensor index does), never another element
+            i = ((i < 0).logical_or(i >= n)).where(-2 * total - 1, i)
+            term = i * math.prod(sizes[k + 1:])
+            flat = term if flat is None else flat + term
+        flat = flat.expand(shape) if flat.shape != shape else flat
+        y = x.permute(rest + picks).reshape(tuple(x.shape[a] for a in rest) + (math.prod(sizes),))
+        out = y.index_select(len(rest), flat.reshape(flat.numel) if flat.ndim else flat.reshape(1))
+        out = out.reshape(tuple(x.shape[a] for a in rest) + shape)
+        # B in place of the picked axes when they are adjacent (numpy), else first
+        at = picks[0] if picks == list(range(picks[0], picks[0] + len(picks))) else 0
+        order = list(range(len(rest)))
+        b_axes = list(range(len(rest), len(rest) + len(shape)))
+        return out.permute(order[:at] + b_axes + order[at:]) if out.ndim else out
 
     def _pick(self, index: tuple, pos: int, picks: list) -> "Tensor":
         """self[index] where index[pos] is a list of positions (or of bools, a static mask)."""

@@ -67,8 +67,12 @@ def test_float_axis_is_a_saturn_error():
 def test_boolean_mask_index_suggests_where():
     with pytest.raises(compiler.UnsupportedError, match="data-dependent shape.*where"):
         compiler.trace(lambda t: t[t > 0], compiler.spec((4,)))
-    with pytest.raises(compiler.UnsupportedError, match="tensor index works alone"):
-        compiler.trace(lambda t, i: t[i, 1], compiler.spec((4, 3)), compiler.spec((2,), "i32"))
+    # an int beside a tensor index is fine (tests/test_index_ops.py); a new axis there is not
+    g = compiler.trace(lambda t, i: t[i, 1], compiler.spec((4, 3)), compiler.spec((2,), "i32"))
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(evaluate(g, [x, np.array([3, 0], np.int32)])[0], x[[3, 0], 1])
+    with pytest.raises(compiler.UnsupportedError, match="new axis"):
+        compiler.trace(lambda t, i: t[i, None], compiler.spec((4, 3)), compiler.spec((2,), "i32"))
 
 
 def test_torch_bf16_input_is_accepted(tmp_path):

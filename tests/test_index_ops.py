@@ -541,3 +541,43 @@ def test_scatter_of_a_value_and_its_errors():
     from compiler.errors import UnsupportedError
     with pytest.raises(UnsupportedError, match="reduce"):
         compiler.trace(lambda a, j: a.scatter(0, j, value=1.0, reduce="add"), t, i)
+
+
+# advanced indexing with several integer tensors (torch's semantics: ints and slices first, the
+# tensors broadcast together; their shape replaces their axes when adjacent, else comes first)
+ADVANCED = {
+    "x[i, j]": lambda x, i, j: x[i, j % 4],
+    "x[:, i, j]": lambda x, i, j: x[:, i % 4, j],
+    "x[i, :, j]": lambda x, i, j: x[i, :, j],
+    "x[0, :, j]": lambda x, i, j: x[0, :, j],
+    "x[-1, i, j]": lambda x, i, j: x[-1, i % 4, j],
+    "x[..., j]": lambda x, i, j: x[..., j],
+    "x[1:, i, ::2]": lambda x, i, j: x[1:, i, ::2],
+    "x[i, j, j]": lambda x, i, j: x[i, j % 4, j],
+    "x[i.T, j] (broadcast)": lambda x, i, j: x[i.reshape(-1, 1), j % 4],
+}
+
+
+@pytest.mark.parametrize("name", list(ADVANCED))
+def test_several_tensor_indices_pick_like_torch(name):
+    torch = pytest.importorskip("torch")
+    from backends import get_backend
+    fn = ADVANCED[name]
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    i = np.array([0, 2, -1], np.int32)        # a negative position counts from the end
+    j = np.array([4, 0, 1], np.int32)
+    g = compiler.trace(fn, compiler.spec(x.shape), compiler.spec(i.shape, "i32"), compiler.spec(j.shape, "i32"))
+    want = fn(torch.from_numpy(x), torch.from_numpy(i).long(), torch.from_numpy(j).long()).numpy()
+    for got in (evaluate(g, [x, i, j])[0], get_backend("cpu").build(g)(x, i, j)[0]):
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
+
+
+def test_several_tensor_indices_out_of_range_read_zero_not_another_element():
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    g = compiler.trace(lambda x, i, j: x[i, j], compiler.spec(x.shape), compiler.spec((2,), "i32"),
+                       compiler.spec((2,), "i32"))
+    # (0, 5) would be element 5 = (1, 1) of the flattened pair if the column were not checked
+    got = evaluate(g, [x, np.array([0, 1], np.int32), np.array([5, 1], np.int32)])[0]
+    np.testing.assert_array_equal(got, [0.0, 5.0])
