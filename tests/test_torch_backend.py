@@ -435,3 +435,20 @@ def test_scatter_ops_run_in_saturn():
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6, atol=1e-6)
     report = explain(c)
     assert not report.fallbacks and "scatter.src" in str(report), str(report)
+
+
+def test_gpt2_bench_module_runs_whole_in_saturn():
+    """The bench's GPT-2 module (benchmarks/modules/gpt2_tiny.py: 2 layers, padding token in the
+    vocabulary, use_cache=False): its attention masks index with two tensors at once
+    (aten.index.Tensor), which used to fall back to PyTorch and split the model."""
+    pytest.importorskip("transformers")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpt2_tiny", ROOT / "benchmarks" / "modules" / "gpt2_tiny.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    compiled, got, want = _run(mod.Model(*mod.get_init_inputs()), *mod.get_inputs())
+    check(got, want, scale=10)
+    report = explain(compiled)
+    assert not report.fell_back(), str(report)
+    assert "aten.index.Tensor" in set().union(*(r.ops for r in report.regions))
