@@ -232,6 +232,8 @@ class _KernelBuilder:
         if src in self.buffers:
             return Load(self.buffers[src], src.dtype, flat, tuple(dict.fromkeys(valid)),
                         _fill_value(st.fill, n.dtype))
+        if src.op == Op.CONST:         # a padded constant: a select on the bounds, no buffer
+            return _inside(tuple(dict.fromkeys(valid)), Const(src.arg, n.dtype), Const(_fill_value(st.fill, n.dtype), n.dtype))
         self.needs.add(src)            # a padded read of a computed value: materialize it
         return Const(_fill_value(st.fill, n.dtype), n.dtype)
 
@@ -467,6 +469,16 @@ def partition(graph: Graph) -> list[Node]:
         # realize the outermost violators first; the ones they contain are re-judged next round
         realized |= (_outermost(violators, buffers) if violators else set()) | splits
     raise RuntimeError("partitioning did not converge")
+
+
+def _inside(bounds, value: Value, fill: Value) -> Value:
+    """`value` where every bound holds (lo <= expr < hi), else `fill`: selects on the index."""
+    for b in bounds:
+        i = Iota(b.expr, DType.i32)
+        below = Compute(Op.CMPLT, DType.bool, (i, Const(b.lo, DType.i32)))
+        inside = Compute(Op.CMPLT, DType.bool, (i, Const(b.hi, DType.i32)))
+        value = Compute(Op.WHERE, value.dtype, (below, fill, Compute(Op.WHERE, value.dtype, (inside, value, fill))))
+    return value
 
 
 def _outputs_in_place(graph: Graph, realized: list[Node]) -> dict[Node, Node]:

@@ -104,3 +104,16 @@ def test_an_output_that_reshapes_a_computed_value_is_written_in_place():
     x = rng.standard_normal(8).astype(np.float32)
     for got, want in zip(evaluate_program(p2, [x]), evaluate(two, [x])):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_padded_constant_is_a_select_not_a_buffer():
+    """A constant read through a padded view (a mask built from ones, then padded) is selected on
+    the index inside the kernel that reads it; materializing it cost a kernel and a buffer."""
+    def f(x):
+        ones = saturn.Tensor.full((5,), 3.0).pad([(2, 1)], -1.0)
+        return x * ones
+    g = saturn.trace(f, saturn.spec((4, 8)))
+    p = lower(g)
+    assert len(p.kernels) == 1 and not [b for b in p.buffers if b.kind == "temp"]
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    np.testing.assert_array_equal(evaluate_program(p, [x])[0], evaluate(g, [x])[0])
