@@ -603,10 +603,9 @@ def lp_pool2d(x, norm_type: float, kernel_size, stride=None, ceil_mode: bool = F
 
 
 def _lp_pool(x, p, kernel_size, stride, ceil_mode, nd):
-    import math as _m
     from compiler.conv import avg_pool1d, avg_pool2d
     op = f"lp_pool{nd}d"
     x = _tensor(x, "input", op)
     k = int_list(op, "kernel_size", kernel_size, nd)
     s = avg_pool1d(x.pow(p), k, stride, 0, ceil_mode) if nd == 1 else avg_pool2d(x.pow(p), k, stride, 0, ceil_mode)
-    return (s.sign() * s.abs().relu() * _m.prod(k)) ** (1.0 / p)
+    return (s.sign() * s.abs().relu() * math.prod(k)) ** (1.0 / p)

@@ -705,8 +705,6 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
             if isinstance(i, Tensor) and i.dtype == DType.bool:
                 raise UnsupportedError("boolean-mask indexing x[mask] has a data-dependent shape; keep the "
                                        "shape with mask.where(x, 0) (where) instead", "getitem")
-            if isinstance(i, Tensor):
-                return self._tensor_index(index)
         if sum(1 for i in index if i is Ellipsis) > 1:
             raise ShapeError("only one ... allowed in an index", "getitem")
         n_real = sum(1 for i in index if i is not None and i is not Ellipsis)
@@ -717,6 +715,8 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
             index = index[:k] + (slice(None),) * (self.ndim - n_real) + index[k + 1:]
         else:
             index = index + (slice(None),) * (self.ndim - n_real)
+        if any(isinstance(i, Tensor) for i in index):
+            return self._tensor_index(index)
         picks = [(p, i) for p, i in enumerate(index) if isinstance(i, list)]
         if picks:   # a static list of positions: basic indexing first, then the picks
             if len(picks) > 1:
@@ -763,21 +763,14 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
         return x.reshape(tuple(s for kind, s in out_shape if kind != "drop"))
 
     def _tensor_index(self, index: tuple) -> "Tensor":
-        """x[...] with integer tensors among the indices (torch's advanced indexing): ints and
+        """x[index] (one entry per axis, `...` expanded) with integer tensors among the indices
+        (torch's advanced indexing): ints and
         slices apply first; the tensors broadcast to one shape B and pick elements of their axes
         together, one gather over those axes flattened; B takes the place of those axes when
         they are adjacent, else it comes first. Negative positions count from the end; positions
         still outside an axis read 0 (torch raises)."""
         if any(i is None for i in index):
             raise UnsupportedError("None (a new axis) beside a tensor index; unsqueeze first", "getitem")
-        if sum(1 for i in index if i is Ellipsis) > 1:
-            raise ShapeError("only one ... allowed in an index", "getitem")
-        n_real = sum(1 for i in index if i is not Ellipsis)
-        if n_real > self.ndim:
-            raise ShapeError(f"too many indices ({n_real}) for shape {self.shape}", "getitem")
-        k = next((p for p, i in enumerate(index) if i is Ellipsis), None)
-        fill = (slice(None),) * (self.ndim - n_real)
-        index = index[:k] + fill + index[k + 1:] if k is not None else index + fill
         for i in index:
             if isinstance(i, Tensor) and i.dtype.is_float:
                 raise DTypeError(f"a tensor index must hold integers, got {i.dtype.value}", "getitem")

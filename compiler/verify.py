@@ -94,9 +94,9 @@ def reference(graph: Graph, args, product_limit: float = np.inf, calibrate: bool
     out, native, own = [], None, None
     jumps: list = []
     outs = bounds.evaluate_bounded(graph, args, product_limit=product_limit, jumps=jumps)
-    # a step (comparison, integer cast) that correct implementations may take either way on
-    # these inputs: the program's own run took one side, a correct kernel may take the other,
-    # so no element is held to the own run's value
+    # a step (an integer cast near a step, `evaluate_bounded`'s jumps) that correct
+    # implementations may take either way on these inputs: the program's own run took one side,
+    # a correct kernel may take the other, so no element is held to the own run's value
     calibrate = calibrate and not jumps
     for i, b in enumerate(outs):
         if b.value.dtype.kind in "iu" and not np.any(b.bound):

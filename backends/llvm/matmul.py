@@ -272,8 +272,7 @@ class MatmulRenderer(KernelRenderer):
                 vs = atom_vars(a)
                 if pat.j in vs and pat.r not in vs and pat.i not in vs:
                     found.setdefault(a, None)
-        # inner atoms first, so an outer one's argument reads them from the arrays
-        return sorted(found, key=lambda a: len(str(a)))
+        return list(found)
 
     def _pack_b(self, scratch, jc, jp, pc, kc, nr, N, guarded: bool, kcur) -> None:
         b, pat = self.b, self.pat
