@@ -7,6 +7,7 @@ backend has nothing to render: it runs the interpreter.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Protocol, Sequence
 
@@ -71,3 +72,15 @@ def get_backend(name: str) -> Backend:
 
 def targets() -> Sequence[str]:
     return tuple(_FACTORIES)
+
+
+def wall_clock_benchmark(call, args, warmup: int = 3, repeat: int = 20) -> list[float]:
+    """Wall-clock seconds of `call(*args)`, one entry per timed run (after `warmup` untimed runs)."""
+    for _ in range(warmup):
+        call(*args)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        call(*args)
+        times.append(time.perf_counter() - t0)
+    return times

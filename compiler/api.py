@@ -11,7 +11,7 @@ import time
 import numpy as np
 
 from backends import BackendUnavailable, checked, get_backend
-from compiler import arguments, device_args
+from compiler import arguments, device_args, regions
 from compiler import cache as cache_mod
 from compiler.cluster import check_cluster
 from compiler.errors import DTypeError, OptionError, ShapeError, TargetError
@@ -174,6 +174,19 @@ def _odd_variant(fn, specs) -> ShapeVariant | None:
     return ShapeVariant(g) if g is not None else None
 
 
+def _compile_regions(fn, specs, graph, split, be, target, device, opts, name, use_cache, directory, t0, t_trace):
+    """compile() of a big program, region by region (compiler/regions.py)."""
+    def variant():      # traced only if some region is searched
+        return _odd_variant(fn, specs) if opts.odd_shapes else None
+    exe, report, chosen = regions.compile_regions(graph, split, be, target=target, backend_spec=target, device=device,
+                                                  options=opts, name=name, variant=variant, use_cache=use_cache,
+                                                  directory=directory, version=_saturn_version())
+    hits = [o.cache == "hit" for o in report.outcomes]
+    cache = "hit" if all(hits) else ("stored" if use_cache else "off")
+    timings = {"trace": t_trace - t0, "regions": time.perf_counter() - t_trace}
+    return CompiledFunction(fn, specs, graph, target, exe, report, chosen=chosen, cache=cache, timings=timings)
+
+
 def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet: bool = False,  # noqa: A001
             cache=None, seed: int = 0, candidates=None, backend=None, cluster=None, **options) -> CompiledFunction:
     """Trace `fn` on inputs described by `specs` and build the fastest verified program for `target`.
@@ -238,9 +251,13 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
                                         cache="hit", timings=timings)
 
     name = getattr(fn, "__name__", "function")
-    variant = _odd_variant(fn, specs)
     # the cost model learns where winners are cached, and not at all with the cache off
     opts.cost_model_dir = directory if use_cache else ""
+    split = regions.split_for(graph, target, opts.regions) if candidates is None and backend is None else None
+    if split is not None:
+        return _compile_regions(fn, specs, graph, split, be, target, device, opts, name, use_cache, directory,
+                                t0, t_trace)
+    variant = _odd_variant(fn, specs)
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
                     device=device, candidates=candidates, options=opts,
                     progress=Progress(f"{name} for {target}", quiet=quiet),

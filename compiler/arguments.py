@@ -12,7 +12,7 @@ from compiler.errors import OptionError
 # SearchOptions fields a caller may set, with the smallest value each accepts (None: a bool)
 _MINIMUM = {"max_candidates": 1, "max_schedules": 1, "max_trials": 1, "timeout": 0.0, "workers": 0,
             "isolate": None, "odd_shapes": None, "reference_limit": 0.0, "prune_factor": 1.0,
-            "min_repeat": 1, "max_repeat": 1}
+            "min_repeat": 1, "max_repeat": 1, "regions": None}
 _POSITIVE = {"timeout", "reference_limit"}   # > 0, not >= 0
 _MAY_BE_INFINITE = {"prune_factor", "reference_limit"}   # inf: never prune, always the interpreter
 

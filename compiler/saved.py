@@ -32,6 +32,10 @@ def save(compiled, path) -> str:
     from backends import get_backend
     exe = compiled.executable
     result = compiled.result
+    if hasattr(exe, "split"):       # compiler.regions.RegionsExecutable
+        raise SavedFileError("a function compiled region by region cannot be saved to one file yet (its regions "
+                             "are in the compile cache: compiling it again is warm); compile with regions=False "
+                             "to save it", "save")
     schedule = getattr(exe, "schedule", None)
     if schedule is None and result is not None and result.winner is not None:
         schedule = result.winner.schedule

@@ -66,6 +66,7 @@ class SearchOptions:
     max_repeat: int = 200
     cluster: object = None         # None: this process's worker pool; else a compiler.cluster spec (Local, Ray)
     cost_model_dir: str | None = None   # where the cost model is kept: None the cache root, "" not kept
+    regions: bool | None = None    # search region by region (compiler/regions.py); None: big programs on the cpu
 
 
 @dataclass

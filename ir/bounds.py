@@ -254,7 +254,7 @@ def _step(n: Node, srcs: list[Bounded], final: bool, mode: _Mode = _Mode()) -> B
         maybe_nan = _or(a.nan, b.nan)                # NaN < x is false, whatever x is
         if _exact(a.bound) and _exact(b.bound) and maybe_nan is False:
             return Bounded(np.asarray(a.value < b.value), EXACT)
-        diff = np.abs(a.value.astype(F64) - b.value.astype(F64))
+        diff = np.abs(a.value.astype(F64, copy=False) - b.value.astype(F64, copy=False))
         width = a.bound + b.bound
         unsure = (width > 0) & ~(diff > width)      # NaN differences (NaN < x) are certain
         return Bounded(np.asarray(a.value < b.value), _or(unsure, maybe_nan).astype(F64))
@@ -266,7 +266,7 @@ def _step(n: Node, srcs: list[Bounded], final: bool, mode: _Mode = _Mode()) -> B
             nan = np.where(c.bound > 0, _or(a.nan, b.nan), np.where(cond, a.nan, b.nan))
         if _exact(c.bound) and _exact(a.bound) and _exact(b.bound):
             return Bounded(np.where(cond, a.value, b.value), EXACT, nan)
-        either = np.maximum(a.bound, b.bound) + np.abs(a.value.astype(F64) - b.value.astype(F64))
+        either = np.maximum(a.bound, b.bound) + np.abs(a.value.astype(F64, copy=False) - b.value.astype(F64, copy=False))
         e = np.where(c.bound > 0, either, np.where(cond, a.bound, b.bound))
         e = np.where(np.isnan(e), np.inf, e)
         return Bounded(np.where(cond, a.value, b.value), e, nan)
@@ -440,7 +440,7 @@ def _or(a, b):
 
 def _float_value(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     op = n.op
-    xs = [s.value.astype(F64) for s in srcs]
+    xs = [s.value.astype(F64, copy=False) for s in srcs]
     es = [s.bound for s in srcs]
     unsure = False
     for e in es:
@@ -510,7 +510,7 @@ def _integer(n: Node, srcs: list[Bounded]) -> Bounded:
     """Integer and bool results of add, mul, mod: the interpreter's values, bounds from uncertain operands."""
     v = elementwise(n.op, n.dtype, n.srcs[0].dtype, [s.value for s in srcs])
     ea, eb = srcs[0].bound, srcs[1].bound
-    a, b = (np.abs(s.value.astype(F64)) for s in srcs)
+    a, b = (np.abs(s.value.astype(F64, copy=False)) for s in srcs)
     if n.op == Op.ADD:
         e = ea + eb
     elif n.op == Op.MUL:
@@ -523,7 +523,7 @@ def _integer(n: Node, srcs: list[Bounded]) -> Bounded:
 def _cast(n: Node, s: Bounded, final: bool) -> Bounded:
     dt, src = n.dtype, n.srcs[0].dtype
     if dt == DType.bool:
-        x = s.value.astype(F64)
+        x = s.value.astype(F64, copy=False)
         unsure = (s.bound > 0) & (s.bound >= np.abs(x))
         return Bounded(s.value != 0, _or(unsure, s.nan).astype(F64))   # NaN is true
     if dt.is_int:
@@ -543,7 +543,7 @@ def _cast(n: Node, s: Bounded, final: bool) -> Bounded:
             e = np.where(e > 0, np.inf, e)
         return Bounded(v, np.where(inside & np.isfinite(e), e, np.inf))
     # to a float type: the value rounds to it (overflow included), as the program's does
-    x = s.value.astype(F64)
+    x = s.value.astype(F64, copy=False)
     out = _finish(n, x, np.zeros(n.shape) + s.bound, np.isinf(s.bound), final)
     v = np.where(np.isfinite(out.value), out.value.astype(dt.np).astype(F64), out.value)
     return Bounded(v, out.bound, s.nan if src.is_float else False)

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from backends.base import wall_clock_benchmark
 from backends.llvm.blas import BlasLaunch
 from ir.kernel import KernelProgram, Schedule
 
@@ -216,11 +217,4 @@ class LLVMExecutable:
 
     def benchmark(self, args, warmup: int = 3, repeat: int = 20) -> list[float]:
         """Wall-clock seconds per call, one entry per timed run (after `warmup` untimed runs)."""
-        for _ in range(warmup):
-            self(*args)
-        times = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            self(*args)
-            times.append(time.perf_counter() - t0)
-        return times
+        return wall_clock_benchmark(self, args, warmup, repeat)

@@ -1,0 +1,94 @@
+"""Programs cut into regions (ir/regions.py) and compiled region by region (compiler/regions.py)."""
+import numpy as np
+import pytest
+
+import compiler
+from compiler import nn
+from compiler.errors import OptionError
+from compiler.trace import trace
+from ir import regions
+from ir.interpreter import evaluate
+
+TINY = dict(b=1, s=8, d=16, ffn=32)
+
+
+def gpt2(layers: int):
+    specs = nn.gpt2_decoder_specs(layers, TINY["b"], TINY["s"], TINY["d"], TINY["ffn"], "f32")
+    return (lambda *xs: nn.gpt2_decoder(*xs, heads=2)), specs
+
+
+def inputs(specs, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.standard_normal(s.shape) * 0.3).astype(np.float32) for s in specs]
+
+
+def test_layers_become_identical_regions():
+    fn, specs = gpt2(5)
+    g = trace(fn, *specs)
+    s = regions.split(g)
+    assert s is not None and len(s.regions) == 5            # one region per layer
+    keys = [r.key for r in s.regions]
+    assert len(set(keys[1:])) == 1 and keys[0] != keys[1]   # the first layer also makes what all read
+    # each layer reads its own slice of the stacked weights
+    starts = [src.start for r in s.regions[1:] for src in r.sources if src.region == -1 and src.index == 4]
+    assert starts == sorted(starts) and len(set(starts)) == 4
+
+
+def test_compose_gives_back_the_program():
+    fn, specs = gpt2(3)
+    g = trace(fn, *specs)
+    s = regions.split(g, min_ops=24)
+    assert regions.compose(s, [r.graph for r in s.regions], g.inputs) == g   # hash-consed: the same nodes
+
+
+def test_regions_evaluate_like_the_program():
+    fn, specs = gpt2(3)
+    g = trace(fn, *specs)
+    s = regions.split(g)
+    args = inputs(specs)
+    made = []
+    for r in s.regions:
+        ins = [made[src.region][src.index] if src.region >= 0 else
+               (args[src.index].reshape(-1)[src.start:src.stop] if src.stop else args[src.index])
+               for src in r.sources]
+        made.append(evaluate(r.graph, ins))
+    got = made[s.outputs[0].region][s.outputs[0].index]
+    np.testing.assert_array_equal(got, evaluate(g, args)[0])
+
+
+def test_small_programs_are_not_cut():
+    fn, specs = gpt2(1)
+    assert regions.split(trace(fn, *specs)) is None
+
+
+def test_compile_region_by_region_and_warm(tmp_path):
+    fn, specs = gpt2(4)
+    args = inputs(specs)
+    want = compiler.compile(fn, *specs, target="reference")(*args)
+    f = compiler.compile(fn, *specs, budget=2, regions=True, cache=tmp_path, quiet=True)
+    np.testing.assert_allclose(f(*args), want, rtol=1e-4, atol=1e-5)
+    text = str(f.report)
+    assert "4 regions" in text and "2 distinct" in text and "region 1, 2, 3:" in text
+    assert f.cache == "stored"
+    # a deeper model of the same layers: every region is a cache hit, nothing is searched
+    fn6, specs6 = gpt2(6)
+    g = compiler.compile(fn6, *specs6, budget=2, regions=True, cache=tmp_path, quiet=True)
+    assert g.cache == "hit" and str(g.report).count("cache hit") == 2
+    assert "region 1, 2, 3, 4, 5:" in g.explain()
+    args6 = inputs(specs6, seed=1)
+    np.testing.assert_allclose(g(*args6), compiler.compile(fn6, *specs6, target="reference")(*args6),
+                               rtol=1e-4, atol=1e-5)
+
+
+def test_regions_option_is_checked():
+    fn, specs = gpt2(1)
+    with pytest.raises(OptionError, match="regions"):
+        compiler.compile(fn, *specs, regions="yes", cache=False, quiet=True)
+
+
+def test_saving_a_region_compile_says_why_not(tmp_path):
+    from compiler.saved import SavedFileError
+    fn, specs = gpt2(2)
+    f = compiler.compile(fn, *specs, budget=0, regions=True, cache=False, quiet=True)
+    with pytest.raises(SavedFileError, match="region by region"):
+        f.save(tmp_path / "f.saturn")
