@@ -253,7 +253,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     name = getattr(fn, "__name__", "function")
     # the cost model learns where winners are cached, and not at all with the cache off
     opts.cost_model_dir = directory if use_cache else ""
-    split = regions.split_for(graph, target, opts.regions) if candidates is None and backend is None else None
+    split = regions.split_for(graph, target, opts.regions, opts.reference_limit) if candidates is None and backend is None else None
     if split is not None:
         return _compile_regions(fn, specs, graph, split, be, target, device, opts, name, use_cache, directory,
                                 t0, t_trace)

@@ -83,7 +83,9 @@ def _compute_uses(order: list[Node]) -> dict[Node, list[Node]]:
 def cut_points(graph: Graph, min_ops: int = MIN_REGION_OPS) -> list[int]:
     """Positions p in the compute-op order after which the program is cut: where no more
     computed values are live than anywhere near (a layer boundary), each piece at least
-    `min_ops` long."""
+    `min_ops` long. Values that every layer reads (a mask made once, live across several
+    cuts) are then left out of the count and the cuts chosen again: where such a value dies
+    (in the last layer) the count drops, which would move that layer's cut."""
     order = [n for n in graph.nodes if n.op in COMPUTE]
     n = len(order)
     if n < 2 * min_ops:
@@ -91,16 +93,31 @@ def cut_points(graph: Graph, min_ops: int = MIN_REGION_OPS) -> list[int]:
     pos = {x: i for i, x in enumerate(order)}
     uses = _compute_uses(graph.nodes)
     last = [max((pos[u] for u in uses[x]), default=i) for i, x in enumerate(order)]
-    ends = [0] * (n + 1)
-    for i, lu in enumerate(last):
-        ends[lu] += 1
-    live, defined, ended = [], 0, 0
+    cuts = _cuts(_live(last, range(n), n), min_ops)
+    lasting = {i for i in range(n) if sum(1 for c in cuts if i <= c < last[i]) >= 2}
+    if lasting:
+        cuts = _cuts(_live(last, [i for i in range(n) if i not in lasting], n), min_ops)
+    return cuts
+
+
+def _live(last: list[int], counted, n: int) -> list[int]:
+    """For each position p: how many of the `counted` values are made at or before p and read after it."""
+    change = [0] * (n + 1)
+    for i in counted:
+        change[i] += 1
+        change[last[i]] -= 1
+    live, k = [], 0
     for p in range(n):
-        defined += 1
-        ended += ends[p]
-        live.append(defined - ended)        # values made at or before p and read after it
-    # a candidate is as narrow as anything within min_ops of it, and the last of a run of
-    # such positions (after a residual add, not before it); pieces of at least min_ops
+        k += change[p]
+        live.append(k)
+    return live
+
+
+def _cuts(live: list[int], min_ops: int) -> list[int]:
+    """Cut where the count is as low as anywhere within min_ops, at the last of a run of such
+    places (after a residual add, not before it), pieces of at least min_ops."""
+    n = len(live)
+
     def narrowest(p: int) -> bool:
         return live[p] == min(live[max(0, p - min_ops):p + min_ops + 1])
     cuts, start = [], 0

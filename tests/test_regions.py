@@ -92,3 +92,14 @@ def test_saving_a_region_compile_says_why_not(tmp_path):
     f = compiler.compile(fn, *specs, budget=0, regions=True, cache=False, quiet=True)
     with pytest.raises(SavedFileError, match="region by region"):
         f.save(tmp_path / "f.saturn")
+
+
+def test_default_cuts_only_what_the_reference_cannot_check_whole():
+    from compiler.regions import split_for
+    fn, specs = gpt2(4)
+    g = trace(fn, *specs)
+    assert g.num_compute_ops() >= 200
+    assert split_for(g, "cpu", None) is None                     # small enough to check and search whole
+    assert split_for(g, "cpu", None, reference_limit=1e4) is not None
+    assert split_for(g, "cpu", False, reference_limit=1e4) is None
+    assert split_for(g, "cuda", True) is None                    # not on the CUDA target yet

@@ -452,3 +452,18 @@ def test_gpt2_bench_module_runs_whole_in_saturn():
     report = explain(compiled)
     assert not report.fell_back(), str(report)
     assert "aten.index.Tensor" in set().union(*(r.ops for r in report.regions))
+
+
+def test_gpt2_of_four_layers_compiles_layer_by_layer():
+    """Four layers, cut at the layer boundaries (regions=True: this model is small enough to be
+    searched whole by default); the repeated layer is searched once (compiler/regions.py) and
+    the logits match eager."""
+    torch.manual_seed(0)
+    ids = torch.randint(0, 100, (2, 16))
+    compiled, got, want = _run(_gpt2(layers=4), ids, regions=True)
+    check(got.logits, want.logits, scale=10)
+    report = explain(compiled)
+    chosen = report.regions[0].chosen
+    assert "distinct" in chosen and "regions" in chosen, str(report)
+    compiled = report.regions[0].compiled
+    assert len(compiled.report.outcomes) < compiled.report.count     # a layer searched once, used again

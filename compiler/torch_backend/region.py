@@ -118,4 +118,6 @@ def compile_region(name: str, sub, options: dict):
     info.cache, info.compiled = compiled.cache, compiled
     w = getattr(compiled.result, "winner", None)
     info.chosen = getattr(w, "description", "") if w is not None else ("cached winner" if compiled.cache == "hit" else "")
+    if hasattr(compiled.report, "summary"):     # compiled region by region (compiler/regions.py)
+        info.chosen = compiled.report.summary()
     return SaturnRegion(info, compiled, returns_tuple), info
