@@ -174,11 +174,12 @@ def _odd_variant(fn, specs) -> ShapeVariant | None:
     return ShapeVariant(g) if g is not None else None
 
 
-def _compile_regions(fn, specs, graph, split, be, target, device, opts, name, use_cache, directory, t0, t_trace):
+def _compile_regions(fn, specs, graph, split, be, backend_spec, target, device, opts, name, use_cache, directory,
+                     t0, t_trace):
     """compile() of a big program, region by region (compiler/regions.py)."""
     def variant():      # traced only if some region is searched
         return _odd_variant(fn, specs) if opts.odd_shapes else None
-    exe, report, chosen = regions.compile_regions(graph, split, be, target=target, backend_spec=target, device=device,
+    exe, report, chosen = regions.compile_regions(graph, split, be, target=target, backend_spec=backend_spec, device=device,
                                                   options=opts, name=name, variant=variant, use_cache=use_cache,
                                                   directory=directory, version=_saturn_version())
     hits = [o.cache == "hit" for o in report.outcomes]
@@ -253,10 +254,10 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
     name = getattr(fn, "__name__", "function")
     # the cost model learns where winners are cached, and not at all with the cache off
     opts.cost_model_dir = directory if use_cache else ""
-    split = regions.split_for(graph, target, opts.regions, opts.reference_limit) if candidates is None and backend is None else None
+    split = regions.split_for(graph, target, opts.regions, opts.reference_limit) if candidates is None else None
     if split is not None:
-        return _compile_regions(fn, specs, graph, split, be, target, device, opts, name, use_cache, directory,
-                                t0, t_trace)
+        return _compile_regions(fn, specs, graph, split, be, backend if backend is not None else target, target,
+                                device, opts, name, use_cache, directory, t0, t_trace)
     variant = _odd_variant(fn, specs)
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
                     device=device, candidates=candidates, options=opts,
