@@ -192,7 +192,9 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
     remaining_ops = sum(o.ops for _, _, _, o in pending)
     odd = None
     if pending:
+        t1 = time.perf_counter()
         whole_odd = variant()
+        report.notes.append(f"tracing the program at odd shapes took {time.perf_counter() - t1:.1f} s")
         odd = odd_regions(split, whole_odd)
         if odd is None:
             report.notes.append("odd shapes not checked: " + ("the odd-shaped program cuts differently"
