@@ -54,8 +54,9 @@ def split_for(graph: Graph, target: str, option, reference_limit: float = verify
 class RegionsExecutable:
     """Runs the regions' executables in order; identical regions share one executable."""
 
-    def __init__(self, split: R.Split, executables: list):
-        self.split, self.executables = split, executables
+    def __init__(self, split: R.Split, executables: list, entries: list | None = None):
+        # entries: each region's chosen program and schedule (cache.Entry), what save() writes
+        self.split, self.executables, self.entries = split, executables, entries
 
     def __call__(self, *args) -> list[np.ndarray]:
         made: list[list] = []
@@ -183,7 +184,7 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
                 except Exception:  # noqa: BLE001 - a stale entry: search again
                     exe = None
                 if exe is not None:
-                    chosen[key] = (exe, entry.graph)
+                    chosen[key] = (exe, entry)
                     outcome.cache, outcome.seconds = "hit", time.perf_counter() - t1
                     outcome.description = f"{entry.description} [{describe_schedule(entry.schedule)}]"
                     outcome.median, outcome.report = entry.median, entry.report
@@ -215,19 +216,20 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
         outcome.seconds, outcome.budget = time.perf_counter() - t1, share
         outcome.description = f"{w.description} [{describe_schedule(w.schedule)}]"
         outcome.median, outcome.report = w.median, str(result)
-        chosen[key] = (result.executable, w.graph)
+        program = getattr(result.executable, "program", None) if hasattr(backend, "build_program") else None
+        entry = cache_mod.Entry(w.graph, w.schedule, w.description, w.median, str(result), program=program)
+        chosen[key] = (result.executable, entry)
         if use_cache:
-            program = getattr(result.executable, "program", None) if hasattr(backend, "build_program") else None
             try:
-                cache_mod.store(ckey, cache_mod.Entry(w.graph, w.schedule, w.description, w.median, str(result),
-                                                      program=program), directory)
+                cache_mod.store(ckey, entry, directory)
                 outcome.cache = "stored"
             except Exception as e:  # noqa: BLE001 - an unwritable cache costs the next compile, not this one
                 outcome.cache = "miss"
                 report.notes.append(f"could not write region {i}'s cache entry: {type(e).__name__}: {e}")
     exes = [chosen[r.key][0] for r in split.regions]
-    whole = R.compose(split, [chosen[r.key][1] for r in split.regions], graph.inputs)
-    return RegionsExecutable(split, exes), report, whole
+    entries = [chosen[r.key][1] for r in split.regions]
+    whole = R.compose(split, [e.graph for e in entries], graph.inputs)
+    return RegionsExecutable(split, exes, entries), report, whole
 
 
 def _fits(region: Graph, cached: Graph) -> bool:

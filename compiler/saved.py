@@ -32,10 +32,14 @@ def save(compiled, path) -> str:
     from backends import get_backend
     exe = compiled.executable
     result = compiled.result
-    if hasattr(exe, "split"):       # compiler.regions.RegionsExecutable
-        raise SavedFileError("a function compiled region by region cannot be saved to one file yet (its regions "
-                             "are in the compile cache: compiling it again is warm); compile with regions=False "
-                             "to save it", "save")
+    if hasattr(exe, "split"):       # compiled region by region: compiler/saved_regions.py
+        from compiler import saved_regions
+        device = cache_mod.device_name(get_backend(compiled.target), compiled.target)
+        key = cache_mod.make_key(compiled.graph, compiled.specs, compiled.target, device, _saturn_version())
+        path = os.fspath(path)
+        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
+            shutil.move(saved_regions.save(compiled, os.path.join(tmp, "f"), key), path)
+        return path
     schedule = getattr(exe, "schedule", None)
     if schedule is None and result is not None and result.winner is not None:
         schedule = result.winner.schedule
@@ -89,6 +93,8 @@ def load(path):
     if not os.path.isfile(path):
         raise SavedFileError(f"{path}: no such file", "load")
     key = _key(path)
+    if key.get("regions"):
+        return _load_regions(path, key)
     try:
         entry = cache_mod.read_entry(path, key)
     except (cache_mod.InvalidEntry, OSError) as e:
@@ -102,3 +108,18 @@ def load(path):
     exe = _build_cached(get_backend(key["target"]), entry)
     report = f"loaded from {path} (saved on {key.get('device', '?')})\nchosen: {entry.description}\n{entry.report}"
     return CompiledFunction(None, specs, entry.graph, key["target"], exe, report, chosen=entry.graph, cache="loaded")
+
+
+def _load_regions(path: str, key: dict):
+    from compiler import saved_regions
+    from compiler.api import CompiledFunction, _saturn_version
+    whole, exe, entries = saved_regions.load(path, key)
+    problem = _interface_problem(whole, key)
+    if problem:
+        raise SavedFileError(f"{path} is inconsistent: {problem}", "load")
+    if key["version"] != _saturn_version():
+        raise SavedFileError(f"{path} was saved by Saturn {key['version']}; this is {_saturn_version()}", "load")
+    specs = [Spec(tuple(shape), dtype) for shape, dtype in key["inputs"]]
+    report = (f"loaded from {path} (saved on {key.get('device', '?')}): {len(exe.split.regions)} regions, "
+              f"{len(entries)} distinct\n" + "\n".join(f"region entry {i}: {e.description}" for i, e in enumerate(entries)))
+    return CompiledFunction(None, specs, whole, key["target"], exe, report, chosen=whole, cache="loaded")

@@ -86,12 +86,32 @@ def test_regions_option_is_checked():
         compiler.compile(fn, *specs, regions="yes", cache=False, quiet=True)
 
 
-def test_saving_a_region_compile_says_why_not(tmp_path):
+def test_a_region_compile_saves_and_loads(tmp_path):
     from compiler.saved import SavedFileError
-    fn, specs = gpt2(2)
+    fn, specs = gpt2(3)
     f = compiler.compile(fn, *specs, budget=0, regions=True, cache=False, quiet=True)
-    with pytest.raises(SavedFileError, match="region by region"):
-        f.save(tmp_path / "f.saturn")
+    path = f.save(tmp_path / "f.saturn")
+    g = compiler.load(path)
+    args = inputs(specs)
+    np.testing.assert_array_equal(g(*args), f(*args))
+    assert "3 regions" in str(g.report)
+    data = open(path, "rb").read()
+    damaged = tmp_path / "damaged.saturn"
+    damaged.write_bytes(data[:-10] + bytes(b ^ 1 for b in data[-10:]))
+    with pytest.raises(SavedFileError, match="damaged"):
+        compiler.load(damaged)
+    # intact checksum, but a region reading a later region: refused before anything is built
+    import json
+    from backends import checked
+    from compiler import cache as cache_mod
+    header, payload = checked.unpack(data, cache_mod.MAGIC)
+    body = json.loads(payload)
+    body["regions"][0]["sources"][0] = [2, 0, 0, 0]
+    forged = tmp_path / "forged.saturn"
+    forged.write_bytes(checked.pack(cache_mod.MAGIC, {k: v for k, v in header.items() if k not in ("size", "sha256")},
+                                    json.dumps(body).encode()))
+    with pytest.raises(SavedFileError, match="not an earlier one"):
+        compiler.load(forged)
 
 
 def test_default_cuts_only_what_the_reference_cannot_check_whole():
