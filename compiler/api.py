@@ -161,13 +161,6 @@ def _saturn_version() -> str:
     return compiler.__version__
 
 
-def _build_cached(backend, entry: cache_mod.Entry):
-    """The cached winner's executable: from its lowered program when the backend can take one."""
-    if entry.program is not None and hasattr(backend, "build_program"):
-        return backend.build_program(entry.program, entry.schedule)
-    return backend.build(entry.graph, entry.schedule)
-
-
 def _odd_variant(fn, specs) -> ShapeVariant | None:
     """`fn` traced at odd (and, for big programs, smaller) shapes, if it is shape-generic."""
     g = odd_variant_graph(lambda *s: trace(fn, *s), specs)
@@ -241,7 +234,7 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
             entry, why_not = None, f"ignored entry whose program does not fit: {bad}"
         if entry is not None:
             try:
-                exe = _build_cached(be, entry)
+                exe = cache_mod.build(be, entry)
             except Exception as e:  # stale schedule or backend change: search again
                 why_not = f"ignored entry that failed to build: {type(e).__name__}: {e}"
             else:

@@ -121,6 +121,14 @@ def store(key: dict, entry: Entry, directory: str | None = None) -> str:
 
 
 
+def build(backend, entry: Entry):
+    """The executable of a cached (or saved) winner: from its lowered program when the backend
+    can take one (no lowering again), else from its graph."""
+    if entry.program is not None and hasattr(backend, "build_program"):
+        return backend.build_program(entry.program, entry.schedule)
+    return backend.build(entry.graph, entry.schedule)
+
+
 def read_entry(path: str, key: dict) -> Entry:
     """The entry at `path` if it is intact and made for exactly `key`; else InvalidEntry."""
     with open(path, "rb") as f:

@@ -21,7 +21,7 @@ from backends.base import wall_clock_benchmark
 from compiler import cache as cache_mod
 from compiler import verify
 from compiler.progress import Progress
-from compiler.search import SearchOptions, ShapeVariant, describe_schedule, search
+from compiler.search import SearchOptions, ShapeVariant, describe_schedule, same_interface, search
 from compiler.trace import Spec
 from ir import regions as R
 from ir.graph import Graph
@@ -126,14 +126,14 @@ class RegionsReport:
         lines = [f"regions: the program was cut into {self.count} regions at its narrowest points "
                  f"(layer boundaries), {len(self.outcomes)} distinct; each distinct region searched "
                  f"or loaded once"]
-        for k, o in enumerate(self.outcomes):
+        for o in self.outcomes:
             where = ", ".join(map(str, o.indices))
             how = (f"cache hit ({o.seconds:.2f} s)" if o.cache == "hit" else
                    f"searched in {o.seconds:.1f} s of a {o.budget:.1f} s share, cache {o.cache}")
             lines.append(f"  region {where}: {o.ops} compute ops; {how}; chosen {o.description}, "
                          f"median {o.median * 1e3:.4g} ms")
         lines += [f"note: {n}" for n in self.notes]
-        for k, o in enumerate(self.outcomes):
+        for o in self.outcomes:
             if o.report:
                 lines += ["", f"region {o.indices[0]} ({'cached' if o.cache == 'hit' else 'search'}):", o.report]
         return "\n".join(lines)
@@ -167,8 +167,8 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
     deadline = t0 + options.budget
     report = RegionsReport(len(split.regions))
     groups = split.groups()
-    chosen: dict[str, tuple] = {}       # key -> (executable, chosen region program)
-    pending: list[tuple[str, list[int], dict, cache_mod.Entry | None]] = []
+    chosen: dict[str, tuple] = {}       # key -> (executable, cache.Entry of the chosen program)
+    pending: list[tuple[str, list[int], dict, RegionOutcome]] = []       # searched below
     for key, indices in groups.items():
         g = split.regions[indices[0]].graph
         specs = [Spec(x.shape, x.dtype, x.arg[1]) for x in g.inputs]
@@ -180,7 +180,7 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
             entry, _, _ = cache_mod.load(ckey, directory)
             if entry is not None and _fits(g, entry.graph):
                 try:
-                    exe = _build_cached(backend, entry)
+                    exe = cache_mod.build(backend, entry)
                 except Exception:  # noqa: BLE001 - a stale entry: search again
                     exe = None
                 if exe is not None:
@@ -233,13 +233,4 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
 
 
 def _fits(region: Graph, cached: Graph) -> bool:
-    from compiler.search import same_interface
     return same_interface(region, cached) is None
-
-
-def _build_cached(backend, entry):
-    if entry.program is not None and hasattr(backend, "build_program"):
-        return backend.build_program(entry.program, entry.schedule)
-    return backend.build(entry.graph, entry.schedule)
-
-

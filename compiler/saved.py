@@ -87,7 +87,7 @@ def _interface_problem(graph, key: dict) -> str | None:
 
 def load(path):
     """The function saved at `path`, built for this machine; `SavedFileError` if the file is damaged."""
-    from compiler.api import CompiledFunction, _build_cached, _saturn_version
+    from compiler.api import CompiledFunction, _saturn_version
     from backends import get_backend
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -105,7 +105,7 @@ def load(path):
     if key["version"] != _saturn_version():
         raise SavedFileError(f"{path} was saved by Saturn {key['version']}; this is {_saturn_version()}", "load")
     specs = [Spec(tuple(shape), dtype) for shape, dtype in key["inputs"]]
-    exe = _build_cached(get_backend(key["target"]), entry)
+    exe = cache_mod.build(get_backend(key["target"]), entry)
     report = f"loaded from {path} (saved on {key.get('device', '?')})\nchosen: {entry.description}\n{entry.report}"
     return CompiledFunction(None, specs, entry.graph, key["target"], exe, report, chosen=entry.graph, cache="loaded")
 

@@ -46,7 +46,6 @@ def save(compiled, path: str, key: dict) -> str:
 def load(path: str, key: dict):
     """(composed program, RegionsExecutable, entries) of the file at `path`, checked (module docstring)."""
     from backends import get_backend
-    from compiler.api import _build_cached
     from compiler.regions import RegionsExecutable
     from compiler.saved import SavedFileError
 
@@ -79,7 +78,7 @@ def load(path: str, key: dict):
     split = R.Split(tuple(regions), outputs)
     whole = R.compose(split, [r.graph for r in regions], inputs)
     backend = get_backend(key["target"])
-    built = [_build_cached(backend, e) for e in entries]
+    built = [cache_mod.build(backend, e) for e in entries]
     exe = RegionsExecutable(split, [built[int(r.key)] for r in regions], [entries[int(r.key)] for r in regions])
     return whole, exe, entries
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler import api, saved
+from compiler import cache as cache_mod
+from compiler import saved
 from compiler.saved import SavedFileError
 
 SPECS = (compiler.spec((16, 40)), compiler.spec((40,)))
@@ -70,7 +71,7 @@ def test_a_damaged_file_is_rejected_and_never_built(compiled, tmp_path, monkeypa
     saved.save(compiled, path)
     _damage(path, how)
     built = []
-    monkeypatch.setattr(api, "_build_cached", lambda *a: built.append(a))
+    monkeypatch.setattr(cache_mod, "build", lambda *a: built.append(a))
     with pytest.raises(SavedFileError, match=why):
         saved.load(path)
     assert not built
