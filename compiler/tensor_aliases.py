@@ -13,7 +13,7 @@ import functools
 import inspect
 import math
 
-from compiler.errors import DTypeError, OptionError, ShapeError
+from compiler.errors import DTypeError, OptionError, ShapeError, UnsupportedError
 from compiler.tensor_args import as_scalar, is_int, norm_axis
 from ir.dtypes import DType
 
@@ -34,6 +34,16 @@ def _ranks(op: str, want: tuple[int, ...], *xs) -> None:
 def _scaled(x, factor):
     """factor * x, skipping the multiply when factor is 1 (so an integer x stays integer)."""
     return x if (isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor == 1) else x * factor
+
+
+def _data_dependent(name: str, instead: str):
+    """A method PyTorch has whose result's shape depends on the data: a clear error instead."""
+    def method(self, *args, **kwargs):
+        raise UnsupportedError(f"{name} returns a tensor whose shape depends on the data, and Saturn compiles "
+                               f"static shapes; {instead}", name)
+    method.__name__ = name
+    method.__doc__ = f"Not available ({name}'s shape depends on the data): {instead}."
+    return method
 
 
 class AliasOps:
@@ -350,6 +360,45 @@ class AliasOps:
         if not isinstance(p, (int, float)) or isinstance(p, bool):
             raise DTypeError(f"p must be a number, 'fro', inf or -inf, got {p!r}", "norm")
         return (a ** float(p)).sum(dim, keepdim) ** (1.0 / p)
+
+    def searchsorted(self, values, right: bool = False, side: str | None = None):
+        """Where `values` would go in self, sorted along its last axis (torch.searchsorted): per
+        value, how many of self's elements are below it (`right` or side='right': at or below).
+        self is 1-D, or has values' sizes but the last. i32 (torch: int64). O(n) per value."""
+        from compiler.tensor import Tensor
+        if side is not None:
+            if side not in ("left", "right"):
+                raise OptionError(f"side must be 'left' or 'right', got {side!r}", "searchsorted")
+            right = side == "right"
+        if self.ndim == 0:
+            raise ShapeError("searchsorted needs a sorted sequence of rank >= 1, got a 0-d tensor", "searchsorted")
+        if not isinstance(values, Tensor):
+            if as_scalar(values) is None:
+                raise DTypeError(f"searchsorted values must be a Tensor or a number, got {type(values).__name__}",
+                                 "searchsorted")
+            values = Tensor.full((), as_scalar(values), self.dtype)
+        v = values
+        if self.ndim > 1 and (v.ndim != self.ndim or v.shape[:-1] != self.shape[:-1]):
+            raise ShapeError(f"searchsorted of values {v.shape} into {self.shape}: all but the last sizes must "
+                             f"match (or the sorted sequence be 1-D)", "searchsorted")
+        s = self if self.ndim == 1 else self.unsqueeze(-2)      # (..., 1, n) against values (..., m, 1)
+        v = v.unsqueeze(-1)
+        below = s.__le__(v) if right else s.__lt__(v)
+        return below.astype(DType.i32).sum(-1)
+
+    def bucketize(self, boundaries, right: bool = False):
+        """The bucket of each element among 1-D sorted `boundaries` (torch.bucketize):
+        boundaries.searchsorted(self, right)."""
+        b = _tensor(boundaries, "bucketize")
+        _ranks("bucketize", (1,), b)
+        return b.searchsorted(self, right=right)
+
+    nonzero = _data_dependent("nonzero", "keep the shape with the mask x != 0 (and (x != 0).sum() to count)")
+    argwhere = _data_dependent("argwhere", "keep the shape with the mask x != 0 (and (x != 0).sum() to count)")
+    masked_select = _data_dependent("masked_select", "keep the shape with x.where(mask, 0)")
+    unique = _data_dependent("unique", "sort (x.sort()) keeps the shape")
+    unique_consecutive = _data_dependent("unique_consecutive", "sort (x.sort()) keeps the shape")
+    bincount = _data_dependent("bincount", "count against a fixed range: x.one_hot(n).sum(0)")
 
     def var_mean(self, dim=None, correction: int = 1, keepdim: bool = False):
         return self.var(dim, keepdim, correction), self.mean(dim, keepdim)

@@ -719,6 +719,15 @@ def np_lp_pool(x, p, k, stride):
     return (np.sign(s) * np.maximum(np.abs(s), 0) * math.prod(k)) ** (1.0 / p)
 
 
+def searchsorted_params(data):   # a 1-d sequence (sorted by the case) and values of any shape
+    return [(data.draw(st.sampled_from(SIZES)),), shape_of(data, 0, 3)], {}
+
+
+def np_searchsorted(a, b):
+    s = np.sort(a)
+    return np.searchsorted(s, b, side="left") + 100 * np.searchsorted(s, b, side="right")
+
+
 NEW_CASES = [
     # rounding and sign (exact; halves too), with size-0 and 0-d shapes
     Case("floor", lambda a: a.floor(), np.floor, lambda a: a.floor(), one0, domain="small_finite"),
@@ -1070,6 +1079,11 @@ NEW_CASES = [
     Case("copysign", lambda a, b: a.copysign(b), lambda a, b: np.copysign(a, np.where(np.isnan(b), 1.0, b)),
          lambda a, b: a.copysign(b), two0),
     Case("heaviside", lambda a, b: a.heaviside(b), np_heaviside, lambda a, b: a.heaviside(b), two0, domain="small"),
+    Case("searchsorted_bucketize",
+         lambda a, b: a.sort(-1)[0].searchsorted(b) + b.bucketize(a.sort(-1)[0], right=True) * 100, np_searchsorted,
+         lambda a, b: _t().searchsorted(_t().sort(a).values, b)
+         + _t().bucketize(b, _t().sort(a).values, right=True) * 100,
+         searchsorted_params, domain="small_finite"),
     Case("isposinf_isneginf", lambda a: (a / (a * 0)).isposinf().logical_or((a / 0).isneginf()),
          lambda a: np.isposinf(a / (a * 0)) | np.isneginf(a / 0),
          lambda a: (a / (a * 0)).isposinf().logical_or((a / 0).isneginf()), one0, domain="small"),

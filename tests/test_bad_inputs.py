@@ -88,3 +88,13 @@ def test_bad_input(names, capsys, tmp_path, monkeypatch, where_, code, note, cls
     assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
     assert fragment in str(info.value)
     assert f"at {DOC}:1" in str(info.value)
+
+
+@pytest.mark.parametrize("method", ["nonzero", "argwhere", "unique", "unique_consecutive", "bincount"])
+def test_ops_with_data_dependent_shapes_say_so(method):
+    from compiler.errors import UnsupportedError
+
+    def f(x):
+        return getattr(x, method)()
+    with pytest.raises(UnsupportedError, match="shape depends on the data"):
+        compiler.compile(f, compiler.spec((4,)), target="reference")
