@@ -467,3 +467,16 @@ def test_gpt2_of_four_layers_compiles_layer_by_layer():
     assert "distinct" in chosen and "regions" in chosen, str(report)
     compiled = report.regions[0].compiled
     assert len(compiled.report.outcomes) < compiled.report.count     # a layer searched once, used again
+
+
+def test_searchsorted_and_bucketize_run_in_saturn():
+    class M(torch.nn.Module):
+        def forward(self, s, v):
+            return torch.searchsorted(s, v) + torch.bucketize(v, s[0], right=True) * 100
+
+    s, _ = torch.sort(torch.randn(3, 9))
+    v = torch.randn(3, 4)
+    v[0, 0] = s[0, 3]                                   # a tie: left and right differ
+    compiled, got, want = _run(M(), s, v)
+    assert torch.equal(got, want) and got.dtype == torch.int64
+    assert not explain(compiled).fell_back()

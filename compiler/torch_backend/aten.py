@@ -579,6 +579,18 @@ def argmin(self, dim=None, keepdim=False):
     return self.argmin(dim, keepdim)
 
 
+@op("searchsorted.Tensor")
+def searchsorted(sorted_sequence, self, out_int32=False, right=False, side=None, sorter=None):
+    if sorter is not None:
+        raise Unsupported("searchsorted with a sorter")
+    return sorted_sequence.searchsorted(self, right, side)
+
+
+@op("bucketize.Tensor")
+def bucketize(self, boundaries, out_int32=False, right=False):
+    return self.bucketize(boundaries, right)
+
+
 @op("cumsum.default")
 def cumsum(self, dim, dtype=None):
     return self.cumsum(dim, dtype)
