@@ -480,3 +480,22 @@ def test_searchsorted_and_bucketize_run_in_saturn():
     compiled, got, want = _run(M(), s, v)
     assert torch.equal(got, want) and got.dtype == torch.int64
     assert not explain(compiled).fell_back()
+
+
+def test_sort_topk_argsort_run_in_saturn_up_to_a_length():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            v, i = torch.sort(x, dim=-1, descending=True)
+            t, j = torch.topk(x, 3)
+            return v + t.sum(-1, keepdim=True), i + torch.argsort(x, stable=True) * 100 + j.sum(-1, keepdim=True)
+
+    x = torch.randn(4, 16)
+    compiled, got, want = _run(M(), x)
+    check(got[0], want[0], scale=4)
+    assert torch.equal(got[1], want[1])
+    assert not explain(compiled).fell_back()
+    torch._dynamo.reset()                                # a new static graph, not a dynamic recompile
+    long = torch.randn(2, 2000)                          # past SORT_MAX: PyTorch sorts it
+    compiled, got, want = _run(M(), long)
+    assert torch.equal(got[1], want[1])
+    assert {"aten.sort.default", "aten.topk.default"} <= explain(compiled).fell_back()

@@ -591,6 +591,42 @@ def bucketize(self, boundaries, out_int32=False, right=False):
     return self.bucketize(boundaries, right)
 
 
+# sort, argsort and topk are O(n^2) compositions in Saturn (tensor_index.py): past this length
+# of the sorted axis PyTorch sorts (a 50257-token vocabulary would be 2.5e9 comparisons a row)
+SORT_MAX = 1024
+
+
+def _sortable(x, dim, op_name: str) -> None:
+    n = x.shape[dim] if x.ndim else 1
+    if n > SORT_MAX:
+        raise Unsupported(f"{op_name} of {n} elements along dim {dim} (Saturn's sort is O(n^2); "
+                          f"it takes at most {SORT_MAX})")
+
+
+@op("sort.default")
+def sort(self, dim=-1, descending=False):
+    _sortable(self, dim, "sort")
+    return self.sort(dim, descending)
+
+
+@op("sort.stable")
+def sort_stable(self, *, stable=None, dim=-1, descending=False):
+    _sortable(self, dim, "sort")
+    return self.sort(dim, descending)
+
+
+@op("argsort.default", "argsort.stable")
+def argsort(self, dim=-1, descending=False, stable=False):
+    _sortable(self, dim, "argsort")
+    return self.argsort(dim, descending)
+
+
+@op("topk.default")
+def topk(self, k, dim=-1, largest=True, sorted=True):  # noqa: A002 - ATen's argument name
+    _sortable(self, dim, "topk")
+    return self.topk(k, dim, largest, sorted)
+
+
 @op("cumsum.default")
 def cumsum(self, dim, dtype=None):
     return self.cumsum(dim, dtype)
