@@ -118,9 +118,10 @@ class RegionsReport:
 
     def summary(self) -> str:
         """One line: the regions and what was chosen for each distinct one."""
+        def which(ix):
+            return "+".join(map(str, ix)) if len(ix) < 4 else f"{ix[0]}+{ix[1]}+...+{ix[-1]} ({len(ix)} regions)"
         return f"{self.count} regions ({len(self.outcomes)} distinct): " + "; ".join(
-            f"{'+'.join(map(str, o.indices)) if len(o.indices) < 4 else f'{o.indices[0]}..{o.indices[-1]}'} "
-            f"{o.description}" for o in self.outcomes)
+            f"{which(o.indices)} {o.description}" for o in self.outcomes)
 
     def __str__(self) -> str:
         lines = [f"regions: the program was cut into {self.count} regions at its narrowest points "
