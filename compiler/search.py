@@ -326,7 +326,11 @@ class _Runner:
                     if self.retry(t, e, i):
                         queue.appendleft(t)
                         continue
-                    t.status, t.reason = "rejected", f"worker failed before the candidate ran: {e.reason}"
+                    if t.id != self.baseline_id and time.perf_counter() >= self.end:
+                        # the wait for its worker was cut at the budget's hard end: not the candidate's fault
+                        t.status, t.reason = "skipped", f"budget spent while its worker started ({e.reason})"
+                    else:
+                        t.status, t.reason = "rejected", f"worker failed before the candidate ran: {e.reason}"
                     on_done(t)
             if not running:
                 break

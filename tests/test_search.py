@@ -7,6 +7,7 @@ they live at module level so the isolated worker processes can unpickle them.
 from __future__ import annotations
 
 import ctypes
+import inspect
 import io
 import os
 import time
@@ -375,3 +376,25 @@ def test_posted_requests_queue_without_waiting_and_their_answers_are_all_read():
         assert time.perf_counter() - t1 < 10.0 and w.unanswered == 0 and not w.out_of_step()
     finally:
         w.close()
+
+
+def test_a_worker_wait_cut_at_the_hard_end_is_skipped_not_rejected(monkeypatch):
+    """A trial whose worker did not answer before the budget's hard end never ran: 'skipped'
+    (a 'rejected' would say the candidate failed)."""
+    from compiler import search as search_mod
+    from compiler.workers import WorkerFailure
+    real = search_mod._Runner._worker
+
+    def slow_start(self, i, until=None):
+        # only a verification's start of a trial other than the baseline (which is waited for
+        # while nothing has passed) is held up
+        if until is None or inspect.stack()[1].function != "verify_all":
+            return real(self, i, until)
+        while time.perf_counter() < self.end:
+            time.sleep(0.01)
+        raise WorkerFailure("timeout: no answer within 0.0 s")
+    monkeypatch.setattr(search_mod._Runner, "_worker", slow_start)
+    f = _compile(("ok", "second"), budget=0.5, workers=2)     # two workers: both trials start at once
+    trials = _by_schedule(f)
+    assert trials["ok"].status == "chosen"
+    assert trials["second"].status == "skipped" and "worker started" in trials["second"].reason
