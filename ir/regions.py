@@ -8,10 +8,11 @@ result reads that result as an input). A region's inputs are named by position (
 so the layers of a model, which differ only in which weights they read, are the same program:
 `Region.key` is equal and one search serves them all.
 
+    cut_points(graph)         -> positions in the compute-op order after which to cut
     split(graph)              -> Split (regions in order, where each region input comes from,
                                  where each program output is), or None when there is no cut
-    compose(split, graphs)    -> the whole program with each region replaced by a program of
-                                 the same interface (the search's choice for it)
+    compose(split, graphs, inputs) -> the whole program with each region replaced by a program
+                                 of the same interface (the search's choice for it)
 """
 from __future__ import annotations
 
