@@ -179,7 +179,7 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
         if use_cache:
             t1 = time.perf_counter()
             entry, _, _ = cache_mod.load(ckey, directory)
-            if entry is not None and _fits(g, entry.graph):
+            if entry is not None and same_interface(g, entry.graph) is None:
                 try:
                     exe = cache_mod.build(backend, entry)
                 except Exception:  # noqa: BLE001 - a stale entry: search again
@@ -231,7 +231,3 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
     entries = [chosen[r.key][1] for r in split.regions]
     whole = R.compose(split, [e.graph for e in entries], graph.inputs)
     return RegionsExecutable(split, exes, entries), report, whole
-
-
-def _fits(region: Graph, cached: Graph) -> bool:
-    return same_interface(region, cached) is None

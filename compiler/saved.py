@@ -28,18 +28,12 @@ class SavedFileError(SaturnError, ValueError):
 
 def save(compiled, path) -> str:
     """Write `compiled` (a `compiler.compile` result) to `path`; returns the path."""
-    from compiler.api import _saturn_version
-    from backends import get_backend
     exe = compiled.executable
     result = compiled.result
+    path = os.fspath(path)
     if hasattr(exe, "split"):       # compiled region by region: compiler/saved_regions.py
         from compiler import saved_regions
-        device = cache_mod.device_name(get_backend(compiled.target), compiled.target)
-        key = cache_mod.make_key(compiled.graph, compiled.specs, compiled.target, device, _saturn_version())
-        path = os.fspath(path)
-        with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
-            shutil.move(saved_regions.save(compiled, os.path.join(tmp, "f"), key), path)
-        return path
+        return saved_regions.save(compiled, path, _key_of(compiled))
     schedule = getattr(exe, "schedule", None)
     if schedule is None and result is not None and result.winner is not None:
         schedule = result.winner.schedule
@@ -51,12 +45,17 @@ def save(compiled, path) -> str:
                             winner.description if winner is not None else "the cached winner",
                             winner.median if winner is not None else 0.0,
                             str(compiled.report) if compiled.report is not None else "", program=program)
-    device = cache_mod.device_name(get_backend(compiled.target), compiled.target)
-    key = cache_mod.make_key(compiled.graph, compiled.specs, compiled.target, device, _saturn_version())
-    path = os.fspath(path)
     with tempfile.TemporaryDirectory(dir=os.path.dirname(os.path.abspath(path))) as tmp:
-        shutil.move(cache_mod.store(key, entry, tmp), path)   # written atomically, then moved into place
+        shutil.move(cache_mod.store(_key_of(compiled), entry, tmp), path)   # written atomically, then moved into place
     return path
+
+
+def _key_of(compiled) -> dict:
+    """The cache key of `compiled`'s program on this machine: what a saved file's header holds."""
+    from compiler.api import _saturn_version
+    from backends import get_backend
+    device = cache_mod.device_name(get_backend(compiled.target), compiled.target)
+    return cache_mod.make_key(compiled.graph, compiled.specs, compiled.target, device, _saturn_version())
 
 
 def _key(path: str) -> dict:
@@ -87,7 +86,7 @@ def _interface_problem(graph, key: dict) -> str | None:
 
 def load(path):
     """The function saved at `path`, built for this machine; `SavedFileError` if the file is damaged."""
-    from compiler.api import CompiledFunction, _saturn_version
+    from compiler.api import CompiledFunction
     from backends import get_backend
     path = os.fspath(path)
     if not os.path.isfile(path):
@@ -99,27 +98,31 @@ def load(path):
         entry = cache_mod.read_entry(path, key)
     except (cache_mod.InvalidEntry, OSError) as e:
         raise SavedFileError(f"{path} is damaged: {e}", "load") from None
-    problem = _interface_problem(entry.graph, key)
-    if problem:
-        raise SavedFileError(f"{path} is inconsistent: {problem}", "load")
-    if key["version"] != _saturn_version():
-        raise SavedFileError(f"{path} was saved by Saturn {key['version']}; this is {_saturn_version()}", "load")
+    _check_fits(path, entry.graph, key)
     specs = [Spec(tuple(shape), dtype) for shape, dtype in key["inputs"]]
     exe = cache_mod.build(get_backend(key["target"]), entry)
     report = f"loaded from {path} (saved on {key.get('device', '?')})\nchosen: {entry.description}\n{entry.report}"
     return CompiledFunction(None, specs, entry.graph, key["target"], exe, report, chosen=entry.graph, cache="loaded")
 
 
-def _load_regions(path: str, key: dict):
-    from compiler import saved_regions
-    from compiler.api import CompiledFunction, _saturn_version
-    whole, exe, entries = saved_regions.load(path, key)
-    problem = _interface_problem(whole, key)
+def _check_fits(path: str, graph, key: dict) -> None:
+    """The program read from `path` takes and returns what its header says, and this Saturn
+    saved it; else SavedFileError (before anything is built)."""
+    from compiler.api import _saturn_version
+    problem = _interface_problem(graph, key)
     if problem:
         raise SavedFileError(f"{path} is inconsistent: {problem}", "load")
     if key["version"] != _saturn_version():
         raise SavedFileError(f"{path} was saved by Saturn {key['version']}; this is {_saturn_version()}", "load")
+
+
+def _load_regions(path: str, key: dict):
+    from compiler import saved_regions
+    from compiler.api import CompiledFunction
+    split, entries, whole = saved_regions.read(path, key)
+    _check_fits(path, whole, key)
+    exe = saved_regions.build(split, entries, key["target"])
     specs = [Spec(tuple(shape), dtype) for shape, dtype in key["inputs"]]
-    report = (f"loaded from {path} (saved on {key.get('device', '?')}): {len(exe.split.regions)} regions, "
+    report = (f"loaded from {path} (saved on {key.get('device', '?')}): {len(split.regions)} regions, "
               f"{len(entries)} distinct\n" + "\n".join(f"region entry {i}: {e.description}" for i, e in enumerate(entries)))
     return CompiledFunction(None, specs, whole, key["target"], exe, report, chosen=whole, cache="loaded")

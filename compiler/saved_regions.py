@@ -24,7 +24,7 @@ from ir.dtypes import DType
 
 
 def save(compiled, path: str, key: dict) -> str:
-    """Write `compiled` (compiled region by region) to `path` under `key`; returns the path."""
+    """Write `compiled` (compiled region by region) to `path` under `key`, atomically; returns the path."""
     from compiler.saved import SavedFileError
     exe = compiled.executable
     if exe.entries is None:
@@ -43,25 +43,25 @@ def save(compiled, path: str, key: dict) -> str:
     return path
 
 
-def load(path: str, key: dict):
-    """(composed program, RegionsExecutable, entries) of the file at `path`, checked (module docstring)."""
-    from backends import get_backend
-    from compiler.regions import RegionsExecutable
+def read(path: str, key: dict):
+    """(Split, distinct entries, composed program) of the file at `path`, checked (module
+    docstring); nothing is built. A region's `key` is the index of its entry."""
     from compiler.saved import SavedFileError
 
     def bad(why: str):
         return SavedFileError(f"{path} is inconsistent: {why}", "load")
     try:
-        header, payload = checked.unpack(open(path, "rb").read(), cache_mod.MAGIC)
+        with open(path, "rb") as f:
+            header, payload = checked.unpack(f.read(), cache_mod.MAGIC)
         if header.get("format") != cache_mod.FORMAT or header.get("key") != key:
             raise cache_mod.InvalidEntry("unexpected format or key")
         body = json.loads(payload)
         entries = [cache_mod.loads_entry(base64.b64decode(x, validate=True)) for x in body["entries"]]
     except (cache_mod.InvalidEntry, OSError, ValueError, KeyError, TypeError, binascii.Error) as e:
         raise SavedFileError(f"{path} is damaged: {type(e).__name__}: {e}", "load") from None
-    inputs = tuple(N.input_(i, f"x{i}", tuple(shape), DType(dtype)) for i, (shape, dtype) in enumerate(key["inputs"]))
     regions: list[R.Region] = []
     try:
+        inputs = tuple(N.input_(i, f"x{i}", tuple(shape), DType(dtype)) for i, (shape, dtype) in enumerate(key["inputs"]))
         for i, r in enumerate(body["regions"]):
             e = _index(r["entry"], len(entries), "entry")
             g = entries[e].graph
@@ -76,11 +76,17 @@ def load(path: str, key: dict):
             raise
         raise bad(f"{type(e).__name__}: {e}") from None
     split = R.Split(tuple(regions), outputs)
-    whole = R.compose(split, [r.graph for r in regions], inputs)
-    backend = get_backend(key["target"])
+    return split, entries, R.compose(split, [r.graph for r in regions], inputs)
+
+
+def build(split: R.Split, entries: list, target: str):
+    """The RegionsExecutable of what `read` returned: each distinct entry built once."""
+    from backends import get_backend
+    from compiler.regions import RegionsExecutable
+    backend = get_backend(target)
     built = [cache_mod.build(backend, e) for e in entries]
-    exe = RegionsExecutable(split, [built[int(r.key)] for r in regions], [entries[int(r.key)] for r in regions])
-    return whole, exe, entries
+    return RegionsExecutable(split, [built[int(r.key)] for r in split.regions],
+                             [entries[int(r.key)] for r in split.regions])
 
 
 def _index(v, n: int, what: str) -> int:

@@ -44,10 +44,6 @@ class Region:
     sources: tuple[Source, ...]     # one per input of `graph`
     key: str                        # structural hash: equal for identical regions
 
-    @property
-    def num_ops(self) -> int:
-        return self.graph.num_compute_ops()
-
 
 @dataclass(frozen=True)
 class Split:
@@ -87,12 +83,16 @@ def cut_points(graph: Graph, min_ops: int = MIN_REGION_OPS) -> list[int]:
     `min_ops` long. Values that every layer reads (a mask made once, live across several
     cuts) are then left out of the count and the cuts chosen again: where such a value dies
     (in the last layer) the count drops, which would move that layer's cut."""
-    order = [n for n in graph.nodes if n.op in COMPUTE]
+    nodes = graph.nodes
+    return _cut_points(nodes, [n for n in nodes if n.op in COMPUTE], min_ops)
+
+
+def _cut_points(nodes: list[Node], order: list[Node], min_ops: int) -> list[int]:
     n = len(order)
     if n < 2 * min_ops:
         return []
     pos = {x: i for i, x in enumerate(order)}
-    uses = _compute_uses(graph.nodes)
+    uses = _compute_uses(nodes)
     last = [max((pos[u] for u in uses[x]), default=i) for i, x in enumerate(order)]
     cuts = _cuts(_live(last, range(n), n), min_ops)
     lasting = {i for i in range(n) if sum(1 for c in cuts if i <= c < last[i]) >= 2}
@@ -132,10 +132,13 @@ def _cuts(live: list[int], min_ops: int) -> list[int]:
 def split(graph: Graph, min_ops: int = MIN_REGION_OPS) -> Split | None:
     """`graph` cut into regions (see the module docstring); None if it has no cut or an output
     that no region computes (an input or a constant returned as it is)."""
-    cuts = cut_points(graph, min_ops)
+    if any(_base(o).op not in COMPUTE for o in graph.outputs):
+        return None
+    nodes = graph.nodes
+    order = [n for n in nodes if n.op in COMPUTE]
+    cuts = _cut_points(nodes, order, min_ops)
     if not cuts:
         return None
-    order = [n for n in graph.nodes if n.op in COMPUTE]
     region_of: dict[Node, int] = {}
     r = 0
     for i, x in enumerate(order):
@@ -143,8 +146,6 @@ def split(graph: Graph, min_ops: int = MIN_REGION_OPS) -> Split | None:
         if r < len(cuts) and i == cuts[r]:
             r += 1
     count = len(cuts) + 1
-    if any(_base(o).op not in COMPUTE for o in graph.outputs):
-        return None
     # what each region must hand on: its values read by later regions, then the program's outputs
     exported: list[dict[Node, int]] = [{} for _ in range(count)]
     for x in order:

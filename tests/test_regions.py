@@ -89,7 +89,7 @@ def test_regions_option_is_checked():
         compiler.compile(fn, *specs, regions="yes", cache=False, quiet=True)
 
 
-def test_a_region_compile_saves_and_loads(tmp_path):
+def test_a_region_compile_saves_and_loads(tmp_path, monkeypatch):
     from compiler.saved import SavedFileError
     fn, specs = gpt2(3)
     f = compiler.compile(fn, *specs, budget=0, regions=True, cache=False, quiet=True)
@@ -113,8 +113,17 @@ def test_a_region_compile_saves_and_loads(tmp_path):
     forged = tmp_path / "forged.saturn"
     forged.write_bytes(checked.pack(cache_mod.MAGIC, {k: v for k, v in header.items() if k not in ("size", "sha256")},
                                     json.dumps(body).encode()))
+    built = []
+    monkeypatch.setattr(cache_mod, "build", lambda *a: built.append(a))
     with pytest.raises(SavedFileError, match="not an earlier one"):
         compiler.load(forged)
+    # intact, but saved by another Saturn version: refused before anything is built
+    old = dict(header["key"], version="0.0.0")
+    other = tmp_path / "other.saturn"
+    other.write_bytes(checked.pack(cache_mod.MAGIC, {"format": header["format"], "key": old}, payload))
+    with pytest.raises(SavedFileError, match="saved by Saturn 0.0.0"):
+        compiler.load(other)
+    assert not built
 
 
 def test_default_cuts_only_what_the_reference_cannot_check_whole():
