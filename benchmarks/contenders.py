@@ -104,6 +104,8 @@ def chosen_info(fn) -> dict:
     if winner is not None:
         out["chosen"] = winner.description
         out["schedule"] = getattr(winner.schedule, "name", "") or str(winner.schedule)
+    if getattr(result, "cost_model", None):
+        out["cost_model"] = dict(result.cost_model)
     chosen = getattr(fn, "chosen", None)
     if chosen is not None:
         counts = chosen.op_counts()

@@ -106,6 +106,9 @@ def notes(data: dict) -> list[str]:
         out.append("Above 100% of floor means the data stayed in the CPU/GPU caches, which are faster than "
                    "the memory the large copy measures.")
     out += data.get("notes", [])
+    rho = cost_model_note(data["results"])
+    if rho:
+        out.append(rho)
     reasons = {}
     for r in data["results"]:
         for p, d in r["peers"].items():
@@ -117,6 +120,22 @@ def notes(data: dict) -> list[str]:
     if data.get("skipped"):
         out.append(f"Not run (time limit): {', '.join(data['skipped'])}.")
     return out
+
+
+def cost_model_note(results: list[dict]) -> str:
+    """The searches' rank correlations of predicted and measured time (Saturn's cost model)."""
+    rows = [(r["label"], r["saturn"].get("cost_model") or {}) for r in results]
+    trials = [(label, cm["rho_trials"]) for label, cm in rows if cm.get("rho_trials") is not None]
+    if not trials:
+        return ""
+    programs = [cm["rho_programs"] for _, cm in rows if cm.get("rho_programs") is not None]
+    sources = sorted({cm.get("source", "?") for _, cm in rows if cm})
+    med = sorted(v for _, v in trials)[len(trials) // 2]
+    text = (f"Cost model (Spearman rho of predicted vs measured time over each search's timed trials): median "
+            f"{med:.2f} over {len(trials)} searches, lowest {min(v for _, v in trials):.2f}")
+    if programs:
+        text += f"; per program at its best schedule: median {sorted(programs)[len(programs) // 2]:.2f}"
+    return text + f". Model: {'; '.join(sources)}."
 
 
 def markdown(data: dict, source: str | None = None) -> str:

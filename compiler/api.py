@@ -245,8 +245,10 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
                                         cache="hit", timings=timings)
 
     name = getattr(fn, "__name__", "function")
-    # the cost model learns where winners are cached, and not at all with the cache off
-    opts.cost_model_dir = directory if use_cache else ""
+    # the cost model learns where winners are cached, and not at all with the cache off, unless
+    # told where (cost_model_dir=: a cold benchmark keeps one model across its searches)
+    if "cost_model_dir" not in options:
+        opts.cost_model_dir = directory if use_cache else ""
     split = regions.split_for(graph, target, opts.regions, opts.reference_limit) if candidates is None else None
     if split is not None:
         return _compile_regions(fn, specs, graph, split, be, backend if backend is not None else target, target,

@@ -12,7 +12,7 @@ from compiler.errors import OptionError
 # SearchOptions fields a caller may set, with the smallest value each accepts (None: a bool)
 _MINIMUM = {"max_candidates": 1, "max_schedules": 1, "max_trials": 1, "timeout": 0.0, "workers": 0,
             "isolate": None, "odd_shapes": None, "reference_limit": 0.0, "prune_factor": 1.0,
-            "min_repeat": 1, "max_repeat": 1, "regions": None}
+            "min_repeat": 1, "max_repeat": 1, "regions": None, "cost_model_dir": "path"}
 _POSITIVE = {"timeout", "reference_limit"}   # > 0, not >= 0
 _MAY_BE_INFINITE = {"prune_factor", "reference_limit"}   # inf: never prune, always the interpreter
 
@@ -105,7 +105,12 @@ def apply_options(opts, options: dict) -> None:
             raise OptionError(f"unknown option {k!r}; compile() takes target, budget, quiet, cache, seed, "
                               f"candidates, backend, cluster and the search options {settable}", "compile")
         low = _MINIMUM[k]
-        if low is None:
+        if low == "path":
+            if not isinstance(v, (str, os.PathLike)):
+                raise OptionError(f"{k} must be a directory (str or Path; '' keeps nothing), got {type(v).__name__}",
+                                  "compile")
+            v = os.fspath(v)
+        elif low is None:
             check_flag(k, v)
         elif type(low) is int:
             if not _is_int(v) or v < low:

@@ -6,11 +6,15 @@ candidates the search will build and time: the backend counts what it would run
 (`backend.features(graph)`: bytes moved, product and other arithmetic, launches;
 ir/kernel_cost.py), on the kernel IR or on its own plan.
 
-The prediction is a weighted sum: seconds = sum_j coefficient_j * feature_j. Each target starts
-from roofline defaults; every search appends (features, best measured time of the program) to a
-per-device file in the cache and refits a scale per coefficient (ridge regression towards the
-defaults, relative error), so the ranking adapts to the machine. The search orders its trials by
-the prediction and reports the rank correlation between predicted and measured times.
+A program's prediction is a weighted sum: seconds = sum_j coefficient_j * feature_j. Each
+target starts from roofline defaults; every search appends (features, best measured time of the
+program) to a per-device file in the cache and refits a scale per coefficient (ridge regression
+towards the defaults, relative error), so the ranking adapts to the machine. A trial's
+prediction is its program's times a factor for its schedule: the geometric mean, over the
+programs this device has timed under that schedule and under their first (default) one, of
+the ratio of the two times (one thread, a strict order, a vector width: what a count of the
+program cannot see). The search orders its trials by the prediction and reports the rank
+correlation between predicted and measured times.
 """
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ import json
 import math
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,12 +31,14 @@ from ir.graph import Graph
 from ir.kernel_cost import FEATURES
 
 # seconds per unit of each feature, before any measurement on this machine
+# (FEATURES: bytes, mm_half, mm_f32, scalar, kernels, strided, loops)
 DEFAULTS = {
-    "cuda": (1 / 3.5e12, 1 / 4e14, 1 / 4e13, 1 / 2e13, 5e-6),
-    "cpu": (1 / 1.5e10, 1 / 5e10, 1 / 1e11, 1 / 2e10, 3e-6),
+    "cuda": (1 / 3.5e12, 1 / 4e14, 1 / 4e13, 1 / 2e13, 5e-6, 1 / 1e12, 1e-12),
+    "cpu": (1 / 1.5e10, 1 / 5e10, 1 / 1e11, 1 / 2e10, 3e-6, 1 / 5e9, 5e-9),
 }
 MAX_OBSERVATIONS = 400  # per device, newest kept
 RIDGE = 0.05            # pull of the defaults against few measurements
+MAX_SCHEDULES = 200     # schedule names whose factor is kept per device
 
 
 def features(graph: Graph, backend) -> tuple[float, ...] | None:
@@ -42,9 +48,10 @@ def features(graph: Graph, backend) -> tuple[float, ...] | None:
     if not callable(fn):
         return None
     try:
-        return fn(graph)
+        feats = tuple(float(x) for x in fn(graph))
     except Exception:
         return None
+    return (feats + (0.0,) * len(FEATURES))[:len(FEATURES)]   # a backend may count fewer
 
 
 def spearman(xs, ys) -> float | None:
@@ -73,33 +80,50 @@ def _ranks(v) -> np.ndarray:
 
 @dataclass
 class CostModel:
-    """Coefficients for one device, and the measurements they were fitted to."""
+    """Coefficients for one device, the measurements they were fitted to, and the schedule
+    factors: schedule name -> [sum of log(time / the program's first schedule's time), count]."""
     target: str
     device: str
     observations: list          # [features..., seconds]
     scales: tuple[float, ...]   # coefficient / default, per feature
+    schedules: dict = field(default_factory=dict)
 
     @property
     def coefficients(self) -> tuple[float, ...]:
         return tuple(d * s for d, s in zip(DEFAULTS.get(self.target, DEFAULTS["cpu"]), self.scales))
 
-    def predict(self, feats) -> float:
+    def predict(self, feats, schedule: str | None = None) -> float:
+        """Seconds of the program with these features, under `schedule` (a name; None: its first)."""
         if feats is None:
             return math.inf
-        return float(sum(c * f for c, f in zip(self.coefficients, feats)))
+        return float(sum(c * f for c, f in zip(self.coefficients, feats))) * self.factor(schedule)
+
+    def factor(self, schedule: str | None) -> float:
+        """The schedule's time over the first schedule's, as measured on this device; 1 where
+        nothing was (one pseudo-measurement of ratio 1 keeps a single odd one from ruling)."""
+        total, count = self.schedules.get(schedule, (0.0, 0)) if schedule is not None else (0.0, 0)
+        return math.exp(total / (count + 1))
 
     @property
     def source(self) -> str:
         n = len(self.observations)
         return f"fitted to {n} measured programs on this device" if n else "roofline defaults (nothing measured yet)"
 
-    def observe(self, pairs) -> None:
-        """Add (features, measured seconds) pairs and refit."""
+    def observe(self, pairs, ratios=()) -> None:
+        """Add (features, measured seconds) pairs and refit; add (schedule name, time over the
+        same program's first schedule's time) ratios to the schedule factors."""
         for feats, seconds in pairs:
             if feats is not None and seconds > 0 and math.isfinite(seconds):
-                self.observations.append([float(f) for f in feats] + [float(seconds)])
+                row = ([float(f) for f in feats] + [0.0] * len(FEATURES))[:len(FEATURES)]
+                self.observations.append(row + [float(seconds)])
         del self.observations[:-MAX_OBSERVATIONS]
         self.scales = fit_scales(self.target, self.observations)
+        for name, ratio in ratios:
+            if ratio > 0 and math.isfinite(ratio):
+                total, count = self.schedules.pop(name, (0.0, 0))
+                self.schedules[name] = [total + math.log(ratio), count + 1]   # (re-inserted: newest last)
+        for name in list(self.schedules)[:-MAX_SCHEDULES]:
+            del self.schedules[name]
 
 
 def fit_scales(target: str, observations) -> tuple[float, ...]:
@@ -125,7 +149,7 @@ def _path(device: str, directory: str | None) -> str:
 
 def load(target: str, device: str, directory: str | None = None) -> CostModel:
     """This device's model; a missing, damaged or foreign file gives the defaults ("": none kept)."""
-    obs = []
+    obs, schedules = [], {}
     try:
         if directory == "":
             raise OSError("not kept")
@@ -133,9 +157,11 @@ def load(target: str, device: str, directory: str | None = None) -> CostModel:
             data = json.load(f)
         if data.get("device") == device and data.get("target") == target and data.get("features") == list(FEATURES):
             obs = [[float(x) for x in row] for row in data["observations"] if len(row) == len(FEATURES) + 1]
-    except (OSError, ValueError, TypeError, KeyError):
-        obs = []
-    return CostModel(target, device, obs, fit_scales(target, obs))
+            schedules = {str(k): [float(v[0]), int(v[1])] for k, v in data.get("schedules", {}).items()
+                         if math.isfinite(float(v[0])) and int(v[1]) > 0}
+    except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):
+        obs, schedules = [], {}
+    return CostModel(target, device, obs, fit_scales(target, obs), schedules)
 
 
 def save(model: CostModel, directory: str | None = None) -> None:
@@ -143,7 +169,7 @@ def save(model: CostModel, directory: str | None = None) -> None:
     path = _path(model.device, directory)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = {"target": model.target, "device": model.device, "features": list(FEATURES),
-            "observations": model.observations}
+            "observations": model.observations, "schedules": model.schedules}
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=".tmp-")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f)

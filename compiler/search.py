@@ -88,7 +88,7 @@ class TrialRecord:
     variant_graph: Graph | None = None           # this program at odd shapes, when known
     note: str = ""
     source_hash: str = ""
-    predicted: float = math.inf                  # the cost model's seconds for this program (inf: unknown)
+    predicted: float = math.inf                  # the cost model's seconds for this trial (inf: unknown)
     features: tuple | None = None                # what the backend would run, counted (compiler/cost_model.py)
 
     @property
@@ -662,21 +662,29 @@ PREDICT_SHARE, PREDICT_MIN_S = 0.05, 0.2   # seconds for the cost model's predic
 
 
 def _predict(trials, backend, model, deadline) -> None:
-    """Each distinct program's predicted time (its trials share it); past `deadline` the rest
-    stay unknown (inf) and keep their static-rank order."""
+    """Each trial's predicted time: its program's (counted once per program) times its
+    schedule's factor, 1 for the program's first schedule; past `deadline` the rest stay
+    unknown (inf) and keep their static-rank order."""
     by_program: dict[int, tuple] = {}
     for t in trials:
-        if t.candidate not in by_program:
+        first = t.candidate not in by_program
+        if first:
             feats = cost_model.features(t.graph, backend) if time.perf_counter() <= deadline else None
             by_program[t.candidate] = (feats, model.predict(feats))
-        t.features, t.predicted = by_program[t.candidate]
+        t.features, program_s = by_program[t.candidate]
+        t.predicted = program_s if first else program_s * model.factor(t.schedule_text)
 
 
 def _learn(model, trials, result, notes, directory) -> None:
     """Rank correlation of predicted and measured times (per trial, and per program at its best
-    schedule); then the measurements join the device's model for the next search."""
+    schedule); then the measurements join the device's model for the next search: each
+    program's time under its first schedule (else its best), and each other schedule's time
+    over the first's."""
     timed = [t for t in trials if t.rounds and math.isfinite(t.predicted)]
     best: dict[int, TrialRecord] = {}
+    firsts: dict[int, TrialRecord] = {}
+    for t in trials:
+        firsts.setdefault(t.candidate, t)
     for t in timed:
         if t.candidate not in best or t.median < best[t.candidate].median:
             best[t.candidate] = t
@@ -687,8 +695,11 @@ def _learn(model, trials, result, notes, directory) -> None:
         "programs": len(best),
         "rho_programs": cost_model.spearman([t.predicted for t in best.values()], [t.median for t in best.values()]),
     }
+    measured = [(firsts[c] if firsts[c].rounds else t) for c, t in best.items()]
+    ratios = [(t.schedule_text, t.median / firsts[t.candidate].median) for t in timed
+              if firsts[t.candidate] is not t and firsts[t.candidate].rounds]
     try:
-        model.observe([(t.features, t.median) for t in best.values()])
+        model.observe([(t.features, t.median) for t in measured], ratios)
         if directory != "":
             cost_model.save(model, directory)
     except OSError as e:

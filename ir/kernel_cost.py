@@ -5,6 +5,12 @@
     mm_f32     multiply-accumulates of f32 matrix products
     scalar     other arithmetic (transcendental ops weigh 4)
     kernels    launches (a fixed cost each)
+    strided    element loads in an innermost loop that do not step one element per iteration
+               (a stride, a div/mod index, a gather): the loop runs at scalar speed and reads a
+               cache line per element (a two-level reduction whose inner loop strides by the
+               tile ran 3-5x slower than the one-level original on the CPU)
+    loops      times an innermost loop is entered (its setup and the vector remainder: a
+               reduction split into short tiles pays them per tile)
 
 `program_features` counts them on the kernel IR; a backend with its own plan (CUDA) counts the
 same vocabulary on its plan. `compiler/cost_model.py` turns them into predicted seconds.
@@ -13,10 +19,10 @@ from __future__ import annotations
 
 import math
 
-from ir.kernel import Compute, KernelProgram, Load, Online, Reduce, children, walk
+from ir.kernel import Compute, Gather, KernelProgram, Lin, Load, Online, Reduce, Var, children, walk
 from ir.ops import Op
 
-FEATURES = ("bytes", "mm_half", "mm_f32", "scalar", "kernels")
+FEATURES = ("bytes", "mm_half", "mm_f32", "scalar", "kernels", "strided", "loops")
 HEAVY = {Op.EXP2: 4, Op.LOG2: 4, Op.SIN: 4, Op.SQRT: 4, Op.RECIP: 4}
 PRODUCT_MIN = 16        # a sum of products at least this long counts as a matrix product
 
@@ -29,28 +35,46 @@ def _is_product(r: Reduce) -> bool:
     return r.contraction and extent >= PRODUCT_MIN and isinstance(body, Compute) and body.op == Op.MUL
 
 
-def _count_value(e, times: float, acc: dict, seen: set | None = None) -> None:
-    """Add the arithmetic of evaluating `e` `times` times (sub-expressions in `seen` are
-    already counted: a kernel computes a shared value once)."""
+def _count_value(e, times: float, acc: dict, seen: set | None = None, inner: Var | None = None) -> None:
+    """Add the arithmetic of evaluating `e` `times` times inside the loop over `inner` (None:
+    not in a loop), and its loads that loop cannot step through one element at a time
+    (sub-expressions in `seen` are already counted: a kernel computes a shared value once)."""
     seen = set() if seen is None else seen
-    stack = [(e, times, False)]
+    stack = [(e, times, False, inner)]
     while stack:
-        x, n, in_product = stack.pop()
+        x, n, in_product, var = stack.pop()
         if x in seen:
             continue
         seen.add(x)
         if isinstance(x, Reduce):
-            inner = n * math.prod(v.extent for v in x.vars)
+            inner_n = n * math.prod(v.extent for v in x.vars)
+            acc["loops"] += n * math.prod(v.extent for v in x.vars[:-1])
             if _is_product(x):
-                acc["mm_half" if _half_operands(x) else "mm_f32"] += inner
-                stack.extend((c, inner, True) for c in children(x.body))
+                acc["mm_half" if _half_operands(x) else "mm_f32"] += inner_n
+                stack.extend((c, inner_n, True, x.vars[-1]) for c in children(x.body))
             else:
-                acc["scalar"] += inner
-                stack.append((x.body, inner, False))
+                acc["scalar"] += inner_n
+                stack.append((x.body, inner_n, False, x.vars[-1]))
             continue
+        if not in_product and ((isinstance(x, Load) and _strided(x.index, var)) or
+                               (isinstance(x, Gather) and var is not None)):
+            acc["strided"] += n     # (a product kernel packs its operands: strides cost it nothing)
         if isinstance(x, Compute) and not (in_product and x.op == Op.CAST):
             acc["scalar"] += n * HEAVY.get(x.op, 1)
-        stack.extend((c, n, in_product and isinstance(x, Compute) and x.op == Op.CAST) for c in children(x))
+        stack.extend((c, n, in_product and isinstance(x, Compute) and x.op == Op.CAST, var) for c in children(x))
+
+
+def _strided(index: Lin, var: Var | None) -> bool:
+    """The index does not move by 0 or 1 element per step of `var` as a plain term."""
+    if var is None:
+        return False
+    for atom, coeff in index.terms:
+        if atom == var:
+            if coeff not in (0, 1):
+                return True
+        elif not isinstance(atom, Var) and var in atom.arg.vars():
+            return True
+    return False
 
 
 def _loads(e) -> list[Load]:
@@ -69,20 +93,22 @@ def program_features(program: KernelProgram) -> tuple[float, ...]:
         acc["kernels"] += 1
         acc["bytes"] += sum(sizes.get(b, 0) for b in k.reads() | k.writes())
         extents = [v.extent for v in k.axes]
+        acc["loops"] += math.prod(extents[:-1])
         for let in k.lets:
             outer = math.prod(extents[:let.depth])
             if isinstance(let, Online):
                 # one step per tile: the score (tile max) once, shared with the terms; a lane
                 # sum (flash attention's P V) adds one multiply-accumulate per lane
                 steps, seen = outer * let.var.extent, set()
-                _count_value(let.tile_max, steps, acc, seen)
+                acc["loops"] += outer
+                _count_value(let.tile_max, steps, acc, seen, let.var)
                 for term in let.terms:
-                    _count_value(term, steps, acc, seen)
+                    _count_value(term, steps, acc, seen, let.var)
                     if let.lane is not None:
                         half = any(x.dtype.itemsize == 2 for x in _loads(term))
                         acc["mm_half" if half else "mm_f32"] += steps * let.lane.extent
             else:
                 _count_value(let.value, outer, acc)
         for s in k.stores:
-            _count_value(s.value, math.prod(extents), acc)
+            _count_value(s.value, math.prod(extents), acc, None, k.axes[-1] if k.axes else None)
     return tuple(acc[f] for f in FEATURES)

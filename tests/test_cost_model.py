@@ -67,7 +67,7 @@ def test_spearman_is_one_for_the_same_order_minus_one_reversed_and_handles_ties(
 def test_the_model_learns_a_machine_whose_memory_is_slower_than_the_default():
     rng = np.random.default_rng(0)
     d = np.array(cost_model.DEFAULTS["cpu"])
-    truth = d * np.array([3.0, 1.0, 1.0, 1.0, 1.0])
+    truth = d * np.array([3.0] + [1.0] * (len(d) - 1))
     model = cost_model.CostModel("cpu", "test", [], cost_model.fit_scales("cpu", []))
     feats = [tuple(rng.uniform(0, 1, len(d)) / d) for _ in range(60)]
     before = cost_model.spearman([model.predict(f) for f in feats], [float(truth @ f) for f in feats])
@@ -212,3 +212,80 @@ def test_when_every_candidate_fails_the_search_stops_at_the_budgets_hard_end():
     text = str(err.value)
     assert "trial 0 (original program, s0): rejected: " in text        # the baseline is always tried
     assert "skipped: budget spent before it was verified" in text      # the rest is not, past the end
+
+
+def test_loads_an_innermost_loop_strides_through_are_counted_and_contiguous_or_product_loads_are_not():
+    from ir.kernel import Buffer, Kernel, KernelProgram, Load, Reduce, Store, Var, as_lin
+    from ir.dtypes import DType
+    from ir.ops import Op
+    f32 = DType.f32
+    i, r0, r1 = Var("i0", 64), Var("r0", 32), Var("r1", 32)
+
+    def row_sum(index) -> tuple:
+        body = Load("in0", f32, index)
+        inner = Reduce(Op.SUM, f32, (r1,), body)
+        k = Kernel("k0", (i,), (), (Store("out0", as_lin(i), Reduce(Op.SUM, f32, (r0,), inner)),))
+        program = KernelProgram((Buffer("in0", f32, 64 * 1024, "input"), Buffer("out0", f32, 64, "output")), (k,),
+                                ("in0",), ("out0",), ((64,),))
+        return program_features(program)
+
+    # the tile loop outside, the elements of a tile inside: one element per step
+    contiguous = row_sum(as_lin(i) * 1024 + as_lin(r0) * 32 + as_lin(r1))
+    # the other way round (a two-level reduction whose inner loop strides by the tile)
+    strided = row_sum(as_lin(i) * 1024 + as_lin(r0) + as_lin(r1) * 32)
+    assert _feature(contiguous, "strided") == 0
+    assert _feature(strided, "strided") == 64 * 32 * 32
+    # the kernel's loop once, the r0 loop once per row, the r1 loop once per tile
+    assert _feature(strided, "loops") == _feature(contiguous, "loops") == 1 + 64 + 64 * 32
+    # a matrix product's operands step through k at any stride: its kernel packs them
+    g = saturn.trace(lambda a, b: a @ b, saturn.spec((64, 48)), saturn.spec((48, 80)))
+    assert _feature(program_features(lower(g)), "strided") == 0
+
+
+def test_schedule_factors_are_learned_relative_to_the_first_schedule_and_kept_with_the_model(tmp_path):
+    model = cost_model.load("cpu", "dev-s", str(tmp_path))
+    assert model.factor("1-thread") == 1.0 and model.factor(None) == 1.0
+    model.observe([], [("1-thread", 2.0)] * 3 + [("vec256", 0.9)])
+    # one pseudo-measurement of ratio 1 beside the three of 2
+    assert model.factor("1-thread") == pytest.approx(2.0 ** (3 / 4))
+    assert model.factor("vec256") == pytest.approx(0.9 ** 0.5)
+    feats = (1e6,) + (0.0,) * (len(FEATURES) - 1)
+    assert model.predict(feats, "1-thread") == pytest.approx(model.predict(feats) * model.factor("1-thread"))
+    cost_model.save(model, str(tmp_path))
+    again = cost_model.load("cpu", "dev-s", str(tmp_path))
+    assert again.factor("1-thread") == pytest.approx(model.factor("1-thread"))
+    with open(cost_model._path("dev-s", str(tmp_path))) as f:
+        data = json.load(f)
+    data["schedules"] = {"x": "not a pair"}
+    with open(cost_model._path("dev-s", str(tmp_path)), "w") as f:
+        json.dump(data, f)
+    assert cost_model.load("cpu", "dev-s", str(tmp_path)).schedules == {}   # damaged: the defaults
+
+
+def test_a_search_predicts_each_schedule_by_its_factor_and_learns_the_ratios_it_timed():
+    from compiler.search import SearchResult, TrialRecord, SearchOptions, _learn, _predict
+
+    class Counting:
+        def features(self, graph):
+            return (1e7,) + (0.0,) * (len(FEATURES) - 1)
+
+    g = saturn.trace(softmax, SPEC)
+    model = cost_model.CostModel("cpu", "dev", [], cost_model.fit_scales("cpu", []), {"1-thread": [math.log(4.0) * 3, 3]})
+    trials = [TrialRecord(i, cand, "p", 1.0, g, sched) for i, (cand, sched) in
+              enumerate([(0, None), (0, _Named("1-thread")), (1, None), (1, _Named("1-thread"))])]
+    _predict(trials, Counting(), model, math.inf)
+    assert trials[1].predicted == pytest.approx(trials[0].predicted * 4.0 ** 0.75)
+    assert trials[2].predicted == trials[0].predicted
+    for t, seconds in zip(trials, (1e-3, 3e-3, 2e-3, 6e-3)):
+        t.rounds = [(3, seconds)]
+    result = SearchResult("cpu", "dev", SearchOptions(), trials)
+    _learn(model, trials, result, [], "")
+    assert result.cost_model["trials"] == 4 and result.cost_model["rho_trials"] is not None
+    assert model.schedules["1-thread"] == [pytest.approx(3 * math.log(4.0) + 2 * math.log(3.0)), 5]
+    # each program joins the fit at its first schedule's time
+    assert sorted(row[-1] for row in model.observations) == [1e-3, 2e-3]
+
+
+class _Named:
+    def __init__(self, name):
+        self.name = name
