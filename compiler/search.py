@@ -437,11 +437,25 @@ class _Runner:
         (a replacement's start is then spent before the round counts what is left)."""
         if self.local is not None or self.pool is None:
             return
-        for i in sorted({self._timing_worker(t) for t in trials}):
+        used = sorted({self._timing_worker(t) for t in trials})
+        for i in used:
             try:
                 self._worker(i, until=self.end)
             except WorkerFailure:
                 pass            # the timing request then fails and says why
+        # the others idle: a replacement still starting (the `prepare` posted when verification
+        # ended) shares the cores with the runs being timed; on 2 cores the trials timed first
+        # in a round ran 2x slow beside one and lost the round (the original product at
+        # 1000x1023x1025: 21 ms, 11 ms alone)
+        for i, w in enumerate(self.pool.workers):
+            if i in used or w is None:
+                continue
+            try:
+                while w.unanswered:
+                    w.unanswered -= 1
+                    w.finish(max(0.05, min(w.drain_s, self.end - time.perf_counter())))
+            except WorkerFailure:
+                pass            # killed: it starts again when a later search needs it
 
     def _timing_worker(self, t: TrialRecord) -> int:
         """t's own worker (it holds t's executable) when it is up; else one that is up with

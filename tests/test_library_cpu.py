@@ -139,3 +139,22 @@ def test_offered_from_the_contraction_terms_without_lowering(monkeypatch):
         assert "blas" not in [s.name for s in BACKEND.schedules(g)]
     g = kernel_terms(saturn.trace(lambda a, b: (a @ b).relu(), saturn.spec((8, 16)), saturn.spec((16, 4))))
     assert "blas" in [s.name for s in BACKEND.schedules(g)][:3]
+
+
+def test_a_library_call_makes_the_worker_wait_for_its_threads_before_answering():
+    """numpy's BLAS threads spin after a call and slow whatever is timed next (2x for ~0.1 s on
+    2 cores): an executable that calls it says how long to let them settle, and a worker's
+    timing or verification answer comes only after that."""
+    import time
+
+    from backends.llvm.runtime import LIBRARY_SETTLE_S
+    from compiler import workers
+    _, _, exe = _build(lambda a, b: a @ b, [(64, 64), (64, 64)])
+    generated = BACKEND.build(saturn.trace(lambda a, b: a @ b, saturn.spec((64, 64)), saturn.spec((64, 64))))
+    assert exe.settle_s == LIBRARY_SETTLE_S > 0 and generated.settle_s == 0.0
+    t0 = time.perf_counter()
+    workers._settle(exe)
+    assert time.perf_counter() - t0 >= LIBRARY_SETTLE_S
+    t0 = time.perf_counter()
+    workers._settle(generated)
+    assert time.perf_counter() - t0 < LIBRARY_SETTLE_S
