@@ -84,7 +84,7 @@ class CostModel:
     factors: schedule name -> [sum of log(time / the program's first schedule's time), count]."""
     target: str
     device: str
-    observations: list          # [features..., seconds]
+    observations: list          # [features..., seconds, search]: search numbers the searches
     scales: tuple[float, ...]   # coefficient / default, per feature
     schedules: dict = field(default_factory=dict)
 
@@ -112,10 +112,11 @@ class CostModel:
     def observe(self, pairs, ratios=()) -> None:
         """Add (features, measured seconds) pairs and refit; add (schedule name, time over the
         same program's first schedule's time) ratios to the schedule factors."""
+        search = max((row[-1] for row in self.observations), default=-1) + 1
         for feats, seconds in pairs:
             if feats is not None and seconds > 0 and math.isfinite(seconds):
                 row = ([float(f) for f in feats] + [0.0] * len(FEATURES))[:len(FEATURES)]
-                self.observations.append(row + [float(seconds)])
+                self.observations.append(row + [float(seconds), search])
         del self.observations[:-MAX_OBSERVATIONS]
         self.scales = fit_scales(self.target, self.observations)
         for name, ratio in ratios:
@@ -128,16 +129,37 @@ class CostModel:
 
 def fit_scales(target: str, observations) -> tuple[float, ...]:
     """Ridge regression of relative error towards scale 1: minimize
-    sum_i (sum_j s_j d_j f_ij / t_i - 1)^2 + RIDGE * sum_j (s_j - 1)^2, scales kept positive."""
+    sum_i (sum_j s_j d_j f_ij / t_i - 1)^2 + RIDGE * sum_j (s_j - 1)^2, scales kept positive;
+    kept only where it ranks the programs of each past search (what the search uses the
+    prediction for) at least as well as the defaults: on the 2-core CPU a fit to 99 programs
+    cut the median relative error from 3.2 to 0.24 yet ranked rmsnorm's and attention's
+    programs worse, its weight moved from the counts that tell them apart onto bytes."""
     d = np.array(DEFAULTS.get(target, DEFAULTS["cpu"]))
+    ones = tuple([1.0] * len(d))
     if not observations:
-        return tuple([1.0] * len(d))
+        return ones
     obs = np.array(observations, dtype=float)
-    a = obs[:, :-1] * d / obs[:, -1:]
+    fitted = least_squares(d, obs)
+    return fitted if _ranking(fitted, d, obs) >= _ranking(ones, d, obs) else ones
+
+
+def least_squares(d: np.ndarray, obs: np.ndarray) -> tuple[float, ...]:
+    a = obs[:, :len(d)] * d / obs[:, len(d), None]
     lhs = a.T @ a + RIDGE * np.eye(len(d))
     rhs = a.T @ np.ones(len(obs)) + RIDGE
-    s = np.linalg.solve(lhs, rhs)
-    return tuple(float(max(x, 1e-3)) for x in s)
+    return tuple(float(max(x, 1e-3)) for x in np.linalg.solve(lhs, rhs))
+
+
+def _ranking(scales, d, obs) -> float:
+    """Mean rank correlation of predicted and measured time within each past search."""
+    pred = obs[:, :len(d)] @ (d * np.array(scales))
+    rhos = []
+    for search in np.unique(obs[:, -1]):
+        rows = obs[:, -1] == search
+        rho = spearman(pred[rows], obs[rows, len(d)])
+        if rho is not None:
+            rhos.append(rho)
+    return float(np.mean(rhos)) if rhos else 0.0
 
 
 def _path(device: str, directory: str | None) -> str:
@@ -156,7 +178,7 @@ def load(target: str, device: str, directory: str | None = None) -> CostModel:
         with open(_path(device, directory)) as f:
             data = json.load(f)
         if data.get("device") == device and data.get("target") == target and data.get("features") == list(FEATURES):
-            obs = [[float(x) for x in row] for row in data["observations"] if len(row) == len(FEATURES) + 1]
+            obs = [[float(x) for x in row] for row in data["observations"] if len(row) == len(FEATURES) + 2]
             schedules = {str(k): [float(v[0]), int(v[1])] for k, v in data.get("schedules", {}).items()
                          if math.isfinite(float(v[0])) and int(v[1]) > 0}
     except (OSError, ValueError, TypeError, KeyError, IndexError, AttributeError):

@@ -91,7 +91,7 @@ def test_saved_model_round_trips_and_a_damaged_or_foreign_file_gives_the_default
         f.write("{ not json")
     assert cost_model.load("cpu", "dev-a", str(tmp_path)).observations == []
     with open(path, "w") as f:
-        json.dump({"target": "cpu", "device": "dev-a", "features": ["other"], "observations": [[1, 2]]}, f)
+        json.dump({"target": "cpu", "device": "dev-a", "features": ["other"], "observations": [[1, 2, 0]]}, f)
     assert cost_model.load("cpu", "dev-a", str(tmp_path)).observations == []
 
 
@@ -283,9 +283,42 @@ def test_a_search_predicts_each_schedule_by_its_factor_and_learns_the_ratios_it_
     assert result.cost_model["trials"] == 4 and result.cost_model["rho_trials"] is not None
     assert model.schedules["1-thread"] == [pytest.approx(3 * math.log(4.0) + 2 * math.log(3.0)), 5]
     # each program joins the fit at its first schedule's time
-    assert sorted(row[-1] for row in model.observations) == [1e-3, 2e-3]
+    assert sorted(row[-2] for row in model.observations) == [1e-3, 2e-3]
 
 
 class _Named:
     def __init__(self, name):
         self.name = name
+
+
+def test_a_fit_that_ranks_past_searches_worse_than_the_defaults_is_not_kept(monkeypatch):
+    """Absolute accuracy is not what the search needs: a fit is kept only where it orders the
+    programs within each past search at least as well as the defaults."""
+    d = np.array(cost_model.DEFAULTS["cpu"])
+    n = len(d)
+
+    def feats(bytes_, strided):
+        f = np.zeros(n)
+        f[FEATURES.index("bytes")], f[FEATURES.index("strided")] = bytes_, strided
+        return tuple(f)
+    # within each search the strided loads decide (the defaults weigh them enough to see it)
+    model = cost_model.CostModel("cpu", "test", [], cost_model.fit_scales("cpu", []))
+    # a fit that weighs only the bytes ranks each search backwards: not kept
+    backwards = tuple(1.0 if f == "bytes" else 1e-3 for f in FEATURES)
+    monkeypatch.setattr(cost_model, "least_squares", lambda d, obs: backwards)
+    for size in (1e6, 1e7, 1e8):     # three searches
+        model.observe([(feats(size * (1 + 0.01 * k), size * (5 - k)), size * 1e-9 * (1 + 0.1 * (5 - k)))
+                       for k in (1, 2, 3, 4)])
+    obs = np.array(model.observations)
+    assert sorted(set(obs[:, -1])) == [0, 1, 2]
+    assert cost_model._ranking(backwards, d, obs) == pytest.approx(-1.0)
+    assert cost_model._ranking(backwards, d, obs) < cost_model._ranking((1.0,) * n, d, obs)
+    assert model.scales == (1.0,) * n
+    monkeypatch.undo()
+    # where the fit ranks as well, it is kept
+    truth = d * np.array([3.0] + [1.0] * (n - 1))
+    rng = np.random.default_rng(1)
+    fs = [tuple(rng.uniform(0, 1, n) / d) for _ in range(30)]
+    good = cost_model.CostModel("cpu", "test", [], cost_model.fit_scales("cpu", []))
+    good.observe([(f, float(truth @ np.array(f))) for f in fs])
+    assert good.scales[0] > 2.0
