@@ -1,5 +1,7 @@
 """The bounded float64 reference (ir/bounds.py): how it evaluates, beyond what the conformance
 and verification tests check of its values."""
+
+
 def test_broadcast_operands_are_computed_once_per_distinct_element(monkeypatch):
     """A softmax over rows broadcast 500 times along a new axis: every op of it runs on the
     500x smaller distinct part, with the same values and bounds as the full evaluation."""
