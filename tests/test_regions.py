@@ -73,6 +73,11 @@ def test_compile_region_by_region_and_warm(tmp_path):
     text = str(f.report)
     assert "4 regions" in text and "2 distinct" in text and "region 1, 2, 3:" in text
     assert f.cache == "stored"
+    # the budget goes by the work a region stands for: the first layer, searched first, gets
+    # its ops' share of the ops of all 4 layers (by distinct regions' ops alone, about half)
+    first, repeated = f.report.outcomes
+    assert len(repeated.indices) == 3
+    assert 0 < first.budget <= 2 * first.ops / (first.ops + 3 * repeated.ops)
     # a deeper model of the same layers: every region is a cache hit, nothing is searched
     fn6, specs6 = gpt2(6)
     g = compiler.compile(fn6, *specs6, budget=2, regions=True, cache=tmp_path, quiet=True)
