@@ -2,9 +2,10 @@
 
 Each distinct region is searched once (e-graph, candidates, schedules, verification against the
 interpreter at its own size and at odd shapes, timing), with a share of the budget by the work
-it stands for (ops times repeats), and cached under its own key: identical layers share one search, one executable and one cache
-entry, and a new model made of known layers compiles warm. The regions' executables then run in
-order, each region's results handed to the regions that read them.
+it stands for (ops times repeats), and cached under its own key: identical layers share one
+search, one executable and one cache entry, and a new model made of known layers compiles warm.
+The regions' executables then run in order, each region's results handed to the regions that
+read them.
 
 Used by `compile()` on the CPU target for programs of at least REGIONS_MIN_OPS compute ops
 (`regions=True/False` forces it); the CUDA target compiles whole programs until the chained
@@ -168,7 +169,8 @@ def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backe
                     name: str, variant, use_cache: bool, directory: str | None,
                     version: str):
     """(RegionsExecutable, RegionsReport, chosen whole program): each distinct region loaded
-    from the cache or searched, in order, the budget shared among the searches by the work each stands for (`_weight`).
+    from the cache or searched, in order, the budget shared among the searches by the work each
+    stands for (`_weight`).
     `variant()`: the program at odd shapes (None if it does not retrace), asked for only when a
     region is searched."""
     t0 = time.perf_counter()

@@ -166,10 +166,12 @@ def _shared_broadcast_axes(n: Node, srcs: list[Bounded], reduced=()) -> tuple[in
     """The axes along which every operand repeats (a reduction's own axes excepted)."""
     if not n.shape or not srcs:
         return ()
-    return tuple(i for i, d in enumerate(n.shape)
-                 if d > 1 and i not in reduced and all(isinstance(s.value, np.ndarray) and s.value.ndim == len(n.shape) and
-                                  _repeats(s.value, i, len(n.shape)) and _repeats(s.bound, i, len(n.shape)) and
-                                  _repeats(s.nan, i, len(n.shape)) for s in srcs))
+    ndim = len(n.shape)
+
+    def repeats(s: Bounded, i: int) -> bool:
+        return (isinstance(s.value, np.ndarray) and s.value.ndim == ndim and _repeats(s.value, i, ndim)
+                and _repeats(s.bound, i, ndim) and _repeats(s.nan, i, ndim))
+    return tuple(i for i, d in enumerate(n.shape) if d > 1 and i not in reduced and all(repeats(s, i) for s in srcs))
 
 
 def _once(b: Bounded, axes) -> Bounded:
@@ -227,8 +229,9 @@ def _materialize(b: Bounded, n: Node) -> Bounded:
     mag = np.abs(v)
     tiny = SMALLEST_NORMAL.get(n.dtype, 0.0)
     bound = np.where(mag < tiny, tiny, float(b.bound) * mag)
-    return Bounded(b.value, np.broadcast_to(bound, np.shape(b.value)) if bound.shape != np.shape(b.value) else bound,
-                   b.nan)
+    if bound.shape != np.shape(b.value):
+        bound = np.broadcast_to(bound, np.shape(b.value))
+    return Bounded(b.value, bound, b.nan)
 
 
 # --- one op ----------------------------------------------------------------------------------
