@@ -398,3 +398,31 @@ def test_a_worker_wait_cut_at_the_hard_end_is_skipped_not_rejected(monkeypatch):
     trials = _by_schedule(f)
     assert trials["ok"].status == "chosen"
     assert trials["second"].status == "skipped" and "worker started" in trials["second"].reason
+
+
+def test_a_timing_round_waits_for_the_other_workers_pending_starts():
+    """Runs are timed with the other workers idle: a replacement still starting (its posted
+    `prepare` unanswered) shared the 2 cores with the first trials of a round, which then
+    timed 2x slow. The round reads those answers first; the timing worker is left alone."""
+    from compiler.search import SearchOptions, TrialRecord, _Runner
+
+    class Worker:
+        def __init__(self, unanswered):
+            self.unanswered, self.drain_s, self.finished = unanswered, 60.0, 0
+
+        def finish(self, timeout, limit=None):
+            assert timeout > 0
+            self.finished += 1
+
+    class Pool:
+        def __init__(self):
+            self.workers = [Worker(0), Worker(2), None]
+
+    runner = _Runner(SearchOptions(isolate=False))
+    runner.local, runner.pool = None, Pool()
+    runner._worker = lambda i, until=None: runner.pool.workers[i]
+    runner._timing_worker = lambda t: 0
+    runner.prepare_timing([TrialRecord(0, 0, "p", 1.0, None, None)])
+    timing, starting, _ = runner.pool.workers
+    assert starting.unanswered == 0 and starting.finished == 2
+    assert timing.finished == 0
