@@ -38,7 +38,13 @@ DEFAULTS = {
 }
 MAX_OBSERVATIONS = 400  # per device, newest kept
 RIDGE = 0.05            # pull of the defaults against few measurements
-MAX_SCHEDULES = 200     # schedule names whose factor is kept per device
+MAX_SCHEDULES = 400     # schedule factors kept per device (by name, and by name and size)
+SIZED_MIN = 2           # measurements a schedule's factor at one size needs before it is used
+
+
+def _decade(seconds) -> int | None:
+    """The power of ten of a predicted time (None: unknown)."""
+    return math.floor(math.log10(seconds)) if seconds is not None and 0 < seconds < math.inf else None
 
 
 def features(graph: Graph, backend) -> tuple[float, ...] | None:
@@ -96,12 +102,21 @@ class CostModel:
         """Seconds of the program with these features, under `schedule` (a name; None: its first)."""
         if feats is None:
             return math.inf
-        return float(sum(c * f for c, f in zip(self.coefficients, feats))) * self.factor(schedule)
+        seconds = float(sum(c * f for c, f in zip(self.coefficients, feats)))
+        return seconds * self.factor(schedule, seconds)
 
-    def factor(self, schedule: str | None) -> float:
-        """The schedule's time over the first schedule's, as measured on this device; 1 where
-        nothing was (one pseudo-measurement of ratio 1 keeps a single odd one from ruling)."""
-        total, count = self.schedules.get(schedule, (0.0, 0)) if schedule is not None else (0.0, 0)
+    def factor(self, schedule: str | None, seconds: float | None = None) -> float:
+        """The schedule's time over the first schedule's, as measured on this device for
+        programs predicted within the same power of ten of `seconds` where it was measured
+        for at least SIZED_MIN of them (one thread beats two on a small program, whose thread
+        handoffs cost more than its work, and loses on a large one), else for all; 1 where nothing was (one pseudo-measurement of ratio 1 keeps a
+        single odd one from ruling)."""
+        if schedule is None:
+            return 1.0
+        decade = _decade(seconds)
+        total, count = self.schedules.get(f"{schedule}@{decade}", (0.0, 0)) if decade is not None else (0.0, 0)
+        if count < SIZED_MIN:
+            total, count = self.schedules.get(schedule, (0.0, 0))
         return math.exp(total / (count + 1))
 
     @property
@@ -111,7 +126,8 @@ class CostModel:
 
     def observe(self, pairs, ratios=()) -> None:
         """Add (features, measured seconds) pairs and refit; add (schedule name, time over the
-        same program's first schedule's time) ratios to the schedule factors."""
+        same program's first schedule's time[, the program's predicted seconds]) ratios to the
+        schedule factors."""
         search = max((row[-1] for row in self.observations), default=-1) + 1
         for feats, seconds in pairs:
             if feats is not None and seconds > 0 and math.isfinite(seconds):
@@ -119,10 +135,13 @@ class CostModel:
                 self.observations.append(row + [float(seconds), search])
         del self.observations[:-MAX_OBSERVATIONS]
         self.scales = fit_scales(self.target, self.observations)
-        for name, ratio in ratios:
-            if ratio > 0 and math.isfinite(ratio):
-                total, count = self.schedules.pop(name, (0.0, 0))
-                self.schedules[name] = [total + math.log(ratio), count + 1]   # (re-inserted: newest last)
+        for name, ratio, *predicted in ratios:
+            if not (ratio > 0 and math.isfinite(ratio)):
+                continue
+            decade = _decade(predicted[0]) if predicted else None
+            for key in [name] + ([f"{name}@{decade}"] if decade is not None else []):
+                total, count = self.schedules.pop(key, (0.0, 0))
+                self.schedules[key] = [total + math.log(ratio), count + 1]   # (re-inserted: newest last)
         for name in list(self.schedules)[:-MAX_SCHEDULES]:
             del self.schedules[name]
 

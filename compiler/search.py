@@ -686,7 +686,7 @@ def _predict(trials, backend, model, deadline) -> None:
             feats = cost_model.features(t.graph, backend) if time.perf_counter() <= deadline else None
             by_program[t.candidate] = (feats, model.predict(feats))
         t.features, program_s = by_program[t.candidate]
-        t.predicted = program_s if first else program_s * model.factor(t.schedule_text)
+        t.predicted = program_s if first else program_s * model.factor(t.schedule_text, program_s)
 
 
 def _learn(model, trials, result, notes, directory) -> None:
@@ -710,7 +710,7 @@ def _learn(model, trials, result, notes, directory) -> None:
         "rho_programs": cost_model.spearman([t.predicted for t in best.values()], [t.median for t in best.values()]),
     }
     measured = [(firsts[c] if firsts[c].rounds else t) for c, t in best.items()]
-    ratios = [(t.schedule_text, t.median / firsts[t.candidate].median) for t in timed
+    ratios = [(t.schedule_text, t.median / firsts[t.candidate].median, firsts[t.candidate].predicted) for t in timed
               if firsts[t.candidate] is not t and firsts[t.candidate].rounds]
     try:
         model.observe([(t.features, t.median) for t in measured], ratios)

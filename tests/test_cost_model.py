@@ -322,3 +322,15 @@ def test_a_fit_that_ranks_past_searches_worse_than_the_defaults_is_not_kept(monk
     good = cost_model.CostModel("cpu", "test", [], cost_model.fit_scales("cpu", []))
     good.observe([(f, float(truth @ np.array(f))) for f in fs])
     assert good.scales[0] > 2.0
+
+
+def test_a_schedule_factor_is_taken_at_the_programs_size_where_it_was_measured_there():
+    model = cost_model.CostModel("cpu", "dev", [], cost_model.fit_scales("cpu", []))
+    # one thread: faster on programs predicted at ~50 us, slower at ~2 ms
+    model.observe([], [("1-thread", 0.5, 5e-5)] * 3 + [("1-thread", 2.0, 2e-3)] * 3)
+    assert model.factor("1-thread", 4e-5) == pytest.approx(0.5 ** 0.75)
+    assert model.factor("1-thread", 3e-3) == pytest.approx(2.0 ** 0.75)
+    assert model.factor("1-thread", 0.5) == pytest.approx(1.0)         # no data at 0.1-1 s: all sizes
+    assert model.factor("1-thread") == pytest.approx(1.0)              # (0.5 and 2.0 cancel)
+    model.observe([], [("vec256", 0.8, 1e-3)])                            # one at that size: not enough
+    assert model.factor("vec256", 1e-3) == model.factor("vec256") == pytest.approx(0.8 ** 0.5)
