@@ -223,10 +223,7 @@ class Rel(float):
 def _materialize(b: Bounded, n: Node) -> Bounded:
     if not isinstance(b.bound, Rel):
         return b
-    v = b.value
-    if isinstance(v, np.ndarray) and v.ndim and 0 in v.strides:   # once per distinct element
-        v = _once(Bounded(v, EXACT), [i for i, st in enumerate(v.strides) if st == 0]).value
-    mag = np.abs(v)
+    mag = np.abs(_compact(b.value))     # once per distinct element of a broadcast value
     tiny = SMALLEST_NORMAL.get(n.dtype, 0.0)
     bound = np.where(mag < tiny, tiny, float(b.bound) * mag)
     if bound.shape != np.shape(b.value):
@@ -492,6 +489,7 @@ def _all_finite(x, e) -> bool:
 
 
 def _compact(x) -> np.ndarray:
+    """One slice along every axis `x` repeats (stride 0): its distinct elements, broadcastable back."""
     x = np.asarray(x)
     return x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)] if x.ndim else x
 
