@@ -106,13 +106,19 @@ def random_array(rng: np.random.Generator, shape, dtype: DType, family: Family =
     else:
         # f64 inputs are drawn in f64: f32 draws would hide a target that computes in f32
         wide = np.float64 if dtype == DType.f64 else np.float32
-        a = rng.standard_normal(shape, dtype=wide) * wide(family.scale) + wide(family.shift)
+        a = np.asarray(rng.standard_normal(shape, dtype=wide))
+        # in place (the same roundings as a * scale + shift): an embedding table is 4e7
+        # elements, and every fresh array of that size costs more than drawing it
+        if family.scale != 1:
+            a *= wide(family.scale)
+        if family.shift != 0:
+            a += wide(family.shift)
     if family.name == "special":
         a = _sprinkle(rng, a.astype(np.float64), dtype, mild)
     elif family.name == "masked" and not mild:
         a = _masked(rng, a.astype(np.float64))
-    with np.errstate(over="ignore"):
-        return np.array(np.asarray(a).astype(dtype.np), order="C")    # (0-d stays 0-d)
+    with np.errstate(over="ignore"):    # (a fresh array here: copied only to change its type; 0-d stays 0-d)
+        return np.require(np.asarray(a).astype(dtype.np, copy=False), requirements="C")
 
 
 def _sprinkle(rng: np.random.Generator, a: np.ndarray, dtype: DType, mild: bool) -> np.ndarray:

@@ -84,3 +84,12 @@ def test_bf16_compile_verifies_through_files(monkeypatch):
     b = np.linspace(-1, 1, 32, dtype=np.float32).astype(DType.bf16.np)
     expected = (x.astype(np.float32) * 2 + b.astype(np.float32)).astype(DType.bf16.np)
     assert np.asarray(f(x, b)).tobytes() == expected.tobytes()
+
+
+def test_stored_arrays_come_back_read_only(tmp_path):
+    """Workers map the files instead of copying them; nothing a worker runs may change a data set."""
+    a = _awkward_values(DType.f32, (64, 64))
+    b = read_array(write_array(a, str(tmp_path / "a.bin")))
+    assert not b.flags.writeable and type(b) is np.ndarray
+    with pytest.raises(ValueError):
+        b[0, 0] = 1.0
