@@ -54,9 +54,17 @@ def wall_clock(fn: Callable[[], object], n: int) -> list[float]:
     return out
 
 
+# Pause before each batch: a CPU contender's worker threads spin for about 0.1 s after its
+# batch (PyTorch's pool, numpy's BLAS), and on a 2-core machine they slowed the next
+# contender's batch: Saturn's library-call schedule of the same transformer block timed 6.6 ms
+# in one run and 8.5 ms in another, right after PyTorch's batches.
+SETTLE_S = 0.15
+
+
 def alternate(contenders: list[Timed], *, rounds: int, batch_s: float, warmup: int = 2,
-              max_batch: int = 100) -> tuple[dict[str, list[float]], dict[str, str]]:
-    """Warm up each contender, then run `rounds` rounds of one batch each, rotating the order.
+              max_batch: int = 100, settle_s: float = SETTLE_S) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Warm up each contender, then run `rounds` rounds of one batch each, rotating the order,
+    with `settle_s` seconds of rest before each batch.
 
     Returns (name -> all per-run samples, name -> error message). A contender that raises
     is dropped from later rounds; its samples are discarded.
@@ -78,6 +86,7 @@ def alternate(contenders: list[Timed], *, rounds: int, batch_s: float, warmup: i
         for c in live[k:] + live[:k]:
             if c.name in errors:
                 continue
+            time.sleep(settle_s)
             try:
                 samples[c.name].extend(c.time(batch[c.name]))
             except Exception as e:  # noqa: BLE001

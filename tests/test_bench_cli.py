@@ -5,6 +5,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,23 @@ def test_alternate_rotates_and_isolates_failures():
     assert a.calls == [1, 10, 10, 10]
     assert "a" in samples and len(samples["a"]) == 30
     assert "b" not in samples and "boom" in errors["b"]
+
+
+def test_alternate_rests_before_each_batch():
+    """Each batch starts settle_s after the previous one ended (spinning worker threads of the
+    contender before must not slow the next one)."""
+    spans = []
+
+    class Clocked(_Fake):
+        def time(self, n):
+            t0 = time.perf_counter()
+            out = super().time(n)
+            spans.append((t0, time.perf_counter()))
+            return out
+    alternate([Clocked("a"), Clocked("b")], rounds=2, batch_s=0.01, warmup=1, settle_s=0.05)
+    batches = spans[2:]                       # after the two warmups
+    assert len(batches) == 4
+    assert all(b[0] - a[1] >= 0.05 for a, b in zip(batches, batches[1:]))
 
 
 def test_readme_section_is_replaced_between_markers():
