@@ -65,8 +65,9 @@ def store_arrays(sets, directory: str, name: str, limit: int | None = None):
     """`sets` (lists of arrays) as is when their total size is at most `limit` bytes (default
     FILE_BYTES), else as lists of `StoredArray`s written under `directory`."""
     limit = FILE_BYTES if limit is None else limit
-    if sets is None or sum(np.asarray(a).nbytes for s in sets for a in s) <= limit:
-        return sets
+    if sets is None or any(isinstance(a, StoredArray) for s in sets for a in s) \
+            or sum(np.asarray(a).nbytes for s in sets for a in s) <= limit:
+        return sets     # (sets already stored stay as they are)
     return [[write_array(a, os.path.join(directory, f"{name}-{i}-{j}.bin")) for j, a in enumerate(arrays)]
             for i, arrays in enumerate(sets)]
 

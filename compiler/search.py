@@ -27,7 +27,7 @@ from compiler import cost_model, verify
 from compiler.explore import Candidate, Limits, Phase, explore
 from compiler.progress import Progress
 from compiler.timing import format_seconds, median
-from compiler.workers import Trial, WorkerFailure, _WorkerState, handle, shared_pool, store_arrays
+from compiler.workers import Trial, WorkerFailure, _WorkerState, handle, load_arrays, shared_pool, store_arrays
 from ir import bounds, numerics
 from ir.graph import Graph
 
@@ -248,6 +248,37 @@ class _Runner:
             except WorkerFailure:
                 pass   # replaced when first used
 
+    def start_references(self, job):
+        """Post `prepare_references(*job)` to a worker, which writes big sets to this search's
+        directory; None where there is no pool (the caller computes them itself)."""
+        if self.pool is None:
+            return None
+        if self.tmpdir is None:
+            self.tmpdir = tempfile.mkdtemp(prefix="saturn-search-")
+        # the last worker: the first ones take the builds posted during exploration
+        i, key = self.size - 1, f"ref{_SEARCHES}"
+        try:
+            self.pool.get(i).post_kept(("references", job, self.tmpdir, key))
+        except WorkerFailure:
+            return None
+        return i, key
+
+    def references(self, ahead, compute) -> "References":
+        """The worker's answer to `start_references` (`ahead`), else `compute()` here (no pool,
+        or the worker failed: the error, a SearchError included, is then raised here)."""
+        if ahead is not None:
+            i, key = ahead
+            end = time.perf_counter() + self.options.timeout
+            try:
+                w = self.pool.workers[i]
+                while w is not None:
+                    got = w.collect(max(end - time.perf_counter(), 0.0))
+                    if getattr(got, "key", None) == key:
+                        return got
+            except WorkerFailure:
+                pass
+        return compute()
+
     def add_data(self, key: str, input_sets, expected_sets, out_dtypes) -> None:
         """Data every worker loads before its next request (big arrays go through files)."""
         if self.pool is not None and self.tmpdir is None:
@@ -452,8 +483,7 @@ class _Runner:
                 continue
             try:
                 while w.unanswered:
-                    w.unanswered -= 1
-                    w.finish(max(0.05, min(w.drain_s, self.end - time.perf_counter())))
+                    w.read_posted(max(0.05, min(w.drain_s, self.end - time.perf_counter())))
             except WorkerFailure:
                 pass            # killed: it starts again when a later search needs it
 
@@ -536,6 +566,12 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
         # first, alone (or a reference that takes a while): compile the original (and its next
         # schedules) while the e-graph is explored
         runner.prebuild(graph, _schedules(backend, graph, options.max_schedules, []), backend_spec)
+    # the verification inputs and their bounded references are made in a worker while the
+    # e-graph is explored (they depend on the program and the seed only): a decoder layer's
+    # took 1.5 s of its region's search after exploration, with the workers idle
+    job = (reference, graph, options.seed, elementwise, options.reference_limit,
+           variant.graph if variant is not None else None)
+    ahead = runner.start_references(job) if bounded else None
     if explored:
         candidates, result.phases, result.exploration_text = explore_candidates(graph, options, notes, progress)
     t_explore = time.perf_counter()
@@ -561,21 +597,22 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
 
     runner.main_key, runner.odd_key = main_key, odd_key
     out_dtypes = [o.dtype for o in graph.outputs]
-    if variant is not None:
-        odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-        odd_expected = _references(variant.graph, odd_inputs)
-        _note_unchecked(odd_expected, notes, f"at {_shapes(variant.graph)}")
-        runner.add_data(odd_key, odd_inputs, odd_expected, out_dtypes)
-    input_sets = verify.verification_inputs(graph, options.seed, bounded)
-    if bounded and elementwise:
-        expected = _references(reference, input_sets)
-    elif bounded:
-        input_sets, expected = _matmul_references(reference, graph, input_sets, options, variant, notes)
-    else:
-        expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
     if bounded:
-        _note_unchecked(expected, notes, "at the compiled shapes")
-    runner.add_data(main_key, input_sets, expected, out_dtypes)
+        data = runner.references(ahead, lambda: prepare_references(*job))
+        notes += data.notes
+        if data.odd is not None:
+            runner.add_data(odd_key, *data.odd, out_dtypes)
+        runner.add_data(main_key, data.inputs, data.expected, out_dtypes)
+        input_sets, expected = load_arrays(data.inputs), load_arrays(data.expected)
+    else:
+        if variant is not None:
+            odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
+            odd_expected = _references(variant.graph, odd_inputs)
+            _note_unchecked(odd_expected, notes, f"at {_shapes(variant.graph)}")
+            runner.add_data(odd_key, odd_inputs, odd_expected, out_dtypes)
+        input_sets = verify.verification_inputs(graph, options.seed, bounded)
+        expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
+        runner.add_data(main_key, input_sets, expected, out_dtypes)
     odd = _OddCounterparts(graph, variant, explored, options) if variant is not None and options.odd_shapes else None
     counts = {"tried": 0, "verified": 0, "rejected": 0}
     progress.update(total=min(len(todo), options.max_trials), **counts)
@@ -720,6 +757,45 @@ def _learn(model, trials, result, notes, directory) -> None:
         notes.append(f"the cost model could not be saved ({e}); the next search starts from the same model")
 
 
+@dataclass
+class References:
+    """A search's verification data: input sets and expected outputs at the compiled shapes
+    and at the odd shapes (arrays, or `StoredArray`s where they went to files), and notes."""
+    inputs: list
+    expected: list
+    odd: tuple | None
+    notes: list[str]
+    key: str = ""        # which search's (a worker's answer to an earlier, abandoned search is skipped)
+
+
+def prepare_references(reference: Graph, graph: Graph, seed: int, elementwise: bool, reference_limit: float,
+                       variant_graph: Graph | None, directory: str | None = None, key: str = "") -> References:
+    """The verification input sets of `graph` (and of its odd-shaped counterpart) and the
+    bounded float64 references of `reference` on them (`_references`, or with sums of
+    products as matrix products: `_matmul_references`). With `directory`, big sets are written
+    there (`store_arrays`) and come back as `StoredArray`s: what a worker returns."""
+    notes: list[str] = []
+    odd = None
+    if variant_graph is not None:
+        odd_inputs = verify.verification_inputs(variant_graph, seed + 1)
+        odd_expected = _references(variant_graph, odd_inputs)
+        _note_unchecked(odd_expected, notes, f"at {_shapes(variant_graph)}")
+        odd = (odd_inputs, odd_expected)
+    input_sets = verify.verification_inputs(graph, seed, True)
+    if elementwise:
+        expected = _references(reference, input_sets)
+    else:
+        input_sets, expected = _matmul_references(reference, graph, input_sets, reference_limit,
+                                                  variant_graph is not None, notes)
+    _note_unchecked(expected, notes, "at the compiled shapes")
+    if directory is not None:
+        input_sets = store_arrays(input_sets, directory, f"{key}-in")
+        expected = store_arrays(expected, directory, f"{key}-out")
+        if odd is not None:
+            odd = (store_arrays(odd[0], directory, f"{key}-odd-in"), store_arrays(odd[1], directory, f"{key}-odd-out"))
+    return References(input_sets, expected, odd, notes, key)
+
+
 def _references(graph: Graph, input_sets) -> list:
     """The bounded float64 reference of each input set of `verify.verification_inputs(graph)`
     (the normal family's calibrated: `verify.reference`)."""
@@ -742,7 +818,7 @@ def _note_unchecked(expected, notes, where: str) -> None:
                      " of some output's elements per input set have no finite error bound (any value passes there)")
 
 
-def _matmul_references(reference: Graph, graph: Graph, input_sets, options: SearchOptions, variant, notes):
+def _matmul_references(reference: Graph, graph: Graph, input_sets, reference_limit: float, has_variant: bool, notes):
     """Input sets and bounded float64 references for a program whose reference is affordable
     only with its sums of products as matrix products (`ir.bounds`): a family whose values
     force elementwise products past a quarter of the reference limit (infinities, NaN,
@@ -751,7 +827,7 @@ def _matmul_references(reference: Graph, graph: Graph, input_sets, options: Sear
     kept, expected, dropped = [], [], []
     for family, inputs in zip(families, input_sets):
         try:
-            expected.append(verify.reference(reference, inputs, product_limit=options.reference_limit / 4,
+            expected.append(verify.reference(reference, inputs, product_limit=reference_limit / 4,
                                              calibrate=family == numerics.NORMAL))
         except bounds.TooCostly as e:
             dropped.append(f"{family.name} ({e})")
@@ -760,7 +836,7 @@ def _matmul_references(reference: Graph, graph: Graph, input_sets, options: Sear
     work = verify.reference_work(reference)
     notes.append(f"the interpreter would need {work:.2g} element-ops per input set: the float64 reference computes "
                  "its sums of products as matrix products" +
-                 (f"; families checked {'at the odd shapes only' if variant is not None else 'nowhere'}: "
+                 (f"; families checked {'at the odd shapes only' if has_variant else 'nowhere'}: "
                   + ", ".join(dropped) if dropped else ""))
     if not kept:
         raise SearchError("no verification family has an affordable float64 reference at the compiled shapes: "

@@ -143,6 +143,10 @@ def handle(state: _WorkerState, request):
         except Exception as e:   # its verification will say why it fails
             return ("failed", f"{type(e).__name__}: {_first_line(e)}")
         return ("built", time.perf_counter() - t0)
+    if kind == "references":  # a search's verification data, made while its e-graph is explored
+        from compiler.search import prepare_references
+        _, job, directory, key = request
+        return prepare_references(*job, directory=directory, key=key)
     if kind == "prepare":  # load the backend ahead of the first candidate
         state.backend(request[1])
         return ("ok",)
@@ -276,6 +280,8 @@ class Worker:
                                      stdout=subprocess.PIPE, stderr=self.log, env=_child_env(env), bufsize=0)
         self.data_keys: set[str] = set()
         self.unanswered = 0   # requests sent with `post` whose answers are still to be read
+        self.kept: list[bool] = []   # for each of those, in order: whether its answer is kept for `collect`
+        self.answers: list = []      # kept answers read so far (a WorkerFailure where the request raised)
         self.drain_s = 60.0   # how long the next `start` waits for each of those answers
         self.pending = 0      # requests sent (or being sent) whose answers are not read yet
         self.retiring = False  # it said it exits after its last answer
@@ -296,12 +302,46 @@ class Worker:
         exploration once waited 2 s for it, holding the exploration back)."""
         self._send(request)
         self.unanswered += 1
+        self.kept.append(False)
         self.drain_s = max(self.drain_s, timeout)
+
+    def post_kept(self, request) -> None:
+        """`post`, but its answer is kept: `collect` returns it."""
+        self._send(request)
+        self.unanswered += 1
+        self.kept.append(True)
+
+    def collect(self, timeout: float):
+        """The answer of the oldest kept posted request, waiting at most `timeout` seconds for
+        it (earlier posted requests' answers are read on the way)."""
+        end = time.perf_counter() + timeout
+        while not self.answers:
+            if not self.unanswered:
+                raise WorkerFailure("no posted request's answer is kept")
+            self.read_posted(max(end - time.perf_counter(), 0.0) if self.kept[0] else self.drain_s)
+        value = self.answers.pop(0)
+        if isinstance(value, WorkerFailure):
+            raise value
+        return value
+
+    def read_posted(self, timeout: float) -> None:
+        """Read the oldest posted request's answer: kept, or dropped. That request raising in
+        the worker is its answer's business (kept as the failure), not the next request's; a
+        dead or silent worker fails here."""
+        self.unanswered -= 1
+        keep = self.kept.pop(0)
+        try:
+            value = self.finish(timeout)
+        except WorkerFailure as e:
+            if not (keep and str(e).startswith("error:")):
+                raise
+            value = e
+        if keep:
+            self.answers.append(value)
 
     def start(self, request) -> None:
         while self.unanswered:
-            self.unanswered -= 1
-            self.finish(self.drain_s)
+            self.read_posted(self.drain_s)
         self.drain_s = 60.0
         self._send(request)
 
@@ -455,6 +495,7 @@ class WorkerPool:
             try:
                 w.call(("reset",), timeout)
                 w.data_keys.clear()
+                w.answers.clear()
             except WorkerFailure:
                 w.close()
                 self.workers[i] = None

@@ -51,6 +51,11 @@ class ClusterRunner(_Runner):
         self.backend_spec = backend_spec
         self._timing: list[int] | None = None   # asked on first use: the workers start meanwhile
 
+    def start_references(self, job):
+        """None: the verification data is made here (a cluster's builders may be on other
+        hosts, without this search's directory)."""
+        return None
+
     @property
     def timing(self) -> list[int]:
         """The devices that time (see _choose_timing_devices)."""
