@@ -167,6 +167,12 @@ def _odd_variant(fn, specs) -> ShapeVariant | None:
     return ShapeVariant(g) if g is not None else None
 
 
+def _after(opts: SearchOptions, t0: float) -> SearchOptions:
+    """The search's options with the budget left after what compile() spent since `t0` (tracing,
+    twice for the odd shapes: 2 s of a 12-layer model's compile): the budget bounds the call."""
+    return SearchOptions(**{**opts.__dict__, "budget": max(0.0, opts.budget - (time.perf_counter() - t0))})
+
+
 def _compile_regions(fn, specs, graph, split, be, backend_spec, target, device, opts, name, use_cache, directory,
                      t0, t_trace):
     """compile() of a big program, region by region (compiler/regions.py)."""
@@ -174,7 +180,7 @@ def _compile_regions(fn, specs, graph, split, be, backend_spec, target, device, 
         return _odd_variant(fn, specs) if opts.odd_shapes else None
     exe, report, chosen = regions.compile_regions(graph, split, be, target=target, backend_spec=backend_spec, device=device,
                                                   options=opts, name=name, variant=variant, use_cache=use_cache,
-                                                  directory=directory, version=_saturn_version())
+                                                  directory=directory, version=_saturn_version(), start=t0)
     hits = [o.cache == "hit" for o in report.outcomes]
     cache = "hit" if all(hits) else ("stored" if use_cache else "off")
     timings = {"trace": t_trace - t0, "regions": time.perf_counter() - t_trace}
@@ -254,10 +260,14 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
         return _compile_regions(fn, specs, graph, split, be, backend if backend is not None else target, target,
                                 device, opts, name, use_cache, directory, t0, t_trace)
     variant = _odd_variant(fn, specs)
+    before = time.perf_counter() - t0
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
-                    device=device, candidates=candidates, options=opts,
+                    device=device, candidates=candidates, options=_after(opts, t0),
                     progress=Progress(f"{name} for {target}", quiet=quiet),
                     variant=variant, written=written)
+    if before >= 0.1:
+        result.notes.append(f"tracing (at the compiled and the odd shapes) took {before:.1f} s of the "
+                            f"{opts.budget:g} s budget; the search had the rest")
     if opts.odd_shapes and variant is None:
         result.notes.append("odd shapes not checked: the function does not trace at other shapes "
                             f"(tried {', '.join(str(list(s.shape)) for s in odd_specs(specs))} and smaller)")

@@ -167,14 +167,14 @@ def _weight(o: RegionOutcome) -> int:
 
 def compile_regions(graph: Graph, split: R.Split, backend, *, target: str, backend_spec, device: str, options: SearchOptions,
                     name: str, variant, use_cache: bool, directory: str | None,
-                    version: str):
+                    version: str, start: float | None = None):
     """(RegionsExecutable, RegionsReport, chosen whole program): each distinct region loaded
     from the cache or searched, in order, the budget shared among the searches by the work each
     stands for (`_weight`).
     `variant()`: the program at odd shapes (None if it does not retrace), asked for only when a
-    region is searched."""
+    region is searched. `start`: when the budget began (compile()'s call: its tracing counts)."""
     t0 = time.perf_counter()
-    deadline = t0 + options.budget
+    deadline = (t0 if start is None else start) + options.budget
     report = RegionsReport(len(split.regions))
     groups = split.groups()
     chosen: dict[str, tuple] = {}       # key -> (executable, cache.Entry of the chosen program)

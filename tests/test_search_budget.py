@@ -209,3 +209,17 @@ def test_a_trial_whose_worker_is_restarting_is_timed_on_one_that_is_up():
     assert runner._timing_worker(t) == 0                          # its own worker, when it is up
     runner.pool = SimpleNamespace(workers=[worker(False), worker(True, keys=())])
     assert runner._timing_worker(t) == 0                          # none ready: wait for its own
+
+
+def test_tracing_comes_out_of_the_budget():
+    """The budget bounds the compile() call: what tracing took (here a function that spends
+    0.6 s being traced, once per shape it is traced at) is not also given to the search, and
+    the report says so."""
+    def slow(x):
+        time.sleep(0.3)
+        return (x * 2.0).sum(-1)
+    f = saturn.compile(slow, saturn.spec((8, 33)), budget=3.0, cache=False, quiet=True)
+    text = str(f.report)
+    searched = float(text.split("budget ", 1)[1].split(" s", 1)[0])
+    assert searched <= 3.0 - 0.6, text
+    assert "tracing (at the compiled and the odd shapes) took" in text
