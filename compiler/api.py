@@ -167,12 +167,6 @@ def _odd_variant(fn, specs) -> ShapeVariant | None:
     return ShapeVariant(g) if g is not None else None
 
 
-def _after(opts: SearchOptions, t0: float) -> SearchOptions:
-    """The search's options with the budget left after what compile() spent since `t0` (tracing,
-    twice for the odd shapes: 2 s of a 12-layer model's compile): the budget bounds the call."""
-    return SearchOptions(**{**opts.__dict__, "budget": max(0.0, opts.budget - (time.perf_counter() - t0))})
-
-
 def _compile_regions(fn, specs, graph, split, be, backend_spec, target, device, opts, name, use_cache, directory,
                      t0, t_trace):
     """compile() of a big program, region by region (compiler/regions.py)."""
@@ -260,9 +254,12 @@ def compile(fn, *specs, target: str = "cpu", budget: float | None = None, quiet:
         return _compile_regions(fn, specs, graph, split, be, backend if backend is not None else target, target,
                                 device, opts, name, use_cache, directory, t0, t_trace)
     variant = _odd_variant(fn, specs)
+    # the budget bounds the call: the search gets what tracing (twice, for the odd shapes: 1-2 s
+    # of a 12-layer model's compile) left of it
     before = time.perf_counter() - t0
+    rest = SearchOptions(**{**opts.__dict__, "budget": max(0.0, opts.budget - before)})
     result = search(graph, be, target=target, backend_spec=backend if backend is not None else target,
-                    device=device, candidates=candidates, options=_after(opts, t0),
+                    device=device, candidates=candidates, options=rest,
                     progress=Progress(f"{name} for {target}", quiet=quiet),
                     variant=variant, written=written)
     if before >= 0.1:

@@ -269,9 +269,9 @@ class _Runner:
         if ahead is not None:
             i, key = ahead
             end = time.perf_counter() + self.options.timeout
+            w = self.pool.workers[i]
             try:
-                w = self.pool.workers[i]
-                while w is not None:
+                while w is not None:   # (until its answer, or no kept answer is left: WorkerFailure)
                     got = w.collect(max(end - time.perf_counter(), 0.0))
                     if getattr(got, "key", None) == key:
                         return got
@@ -606,10 +606,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
         input_sets, expected = load_arrays(data.inputs), load_arrays(data.expected)
     else:
         if variant is not None:
-            odd_inputs = verify.verification_inputs(variant.graph, options.seed + 1)
-            odd_expected = _references(variant.graph, odd_inputs)
-            _note_unchecked(odd_expected, notes, f"at {_shapes(variant.graph)}")
-            runner.add_data(odd_key, odd_inputs, odd_expected, out_dtypes)
+            runner.add_data(odd_key, *_odd_references(variant.graph, options.seed, notes), out_dtypes)
         input_sets = verify.verification_inputs(graph, options.seed, bounded)
         expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
         runner.add_data(main_key, input_sets, expected, out_dtypes)
@@ -775,12 +772,7 @@ def prepare_references(reference: Graph, graph: Graph, seed: int, elementwise: b
     products as matrix products: `_matmul_references`). With `directory`, big sets are written
     there (`store_arrays`) and come back as `StoredArray`s: what a worker returns."""
     notes: list[str] = []
-    odd = None
-    if variant_graph is not None:
-        odd_inputs = verify.verification_inputs(variant_graph, seed + 1)
-        odd_expected = _references(variant_graph, odd_inputs)
-        _note_unchecked(odd_expected, notes, f"at {_shapes(variant_graph)}")
-        odd = (odd_inputs, odd_expected)
+    odd = _odd_references(variant_graph, seed, notes) if variant_graph is not None else None
     input_sets = verify.verification_inputs(graph, seed, True)
     if elementwise:
         expected = _references(reference, input_sets)
@@ -794,6 +786,14 @@ def prepare_references(reference: Graph, graph: Graph, seed: int, elementwise: b
         if odd is not None:
             odd = (store_arrays(odd[0], directory, f"{key}-odd-in"), store_arrays(odd[1], directory, f"{key}-odd-out"))
     return References(input_sets, expected, odd, notes, key)
+
+
+def _odd_references(variant_graph: Graph, seed: int, notes: list[str]) -> tuple[list, list]:
+    """The input sets and bounded references at the odd shapes (their own seed)."""
+    odd_inputs = verify.verification_inputs(variant_graph, seed + 1)
+    odd_expected = _references(variant_graph, odd_inputs)
+    _note_unchecked(odd_expected, notes, f"at {_shapes(variant_graph)}")
+    return odd_inputs, odd_expected
 
 
 def _references(graph: Graph, input_sets) -> list:
