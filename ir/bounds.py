@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ir.broadcast_product import BroadcastProduct, varying_axes
+from ir.broadcast_product import BroadcastProduct, distinct, varying_axes
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
 from ir.interpreter import apply_view, elementwise, float_to_int, gather, typed_fill
@@ -223,7 +223,7 @@ class Rel(float):
 def _materialize(b: Bounded, n: Node) -> Bounded:
     if not isinstance(b.bound, Rel):
         return b
-    mag = np.abs(_compact(b.value))     # once per distinct element of a broadcast value
+    mag = np.abs(distinct(b.value))     # once per distinct element of a broadcast value
     tiny = SMALLEST_NORMAL.get(n.dtype, 0.0)
     bound = np.where(mag < tiny, tiny, float(b.bound) * mag)
     if bound.shape != np.shape(b.value):
@@ -485,13 +485,7 @@ def _op_may_give_nan(op: Op, srcs: list[Bounded]):
 
 def _all_finite(x, e) -> bool:
     """Every value and bound finite (broadcast operands checked once per distinct element)."""
-    return bool(np.isfinite(_compact(x)).all()) and (np.ndim(e) == 0 and np.isfinite(e) or bool(np.isfinite(_compact(e)).all()))
-
-
-def _compact(x) -> np.ndarray:
-    """One slice along every axis `x` repeats (stride 0): its distinct elements, broadcastable back."""
-    x = np.asarray(x)
-    return x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)] if x.ndim else x
+    return bool(np.isfinite(distinct(x)).all()) and (np.ndim(e) == 0 and np.isfinite(e) or bool(np.isfinite(distinct(e)).all()))
 
 
 def _or(a, b):

@@ -14,6 +14,12 @@ import math
 import numpy as np
 
 
+def distinct(x) -> np.ndarray:
+    """One slice along every axis `x` repeats (stride 0): its distinct elements, broadcastable back."""
+    x = np.asarray(x)
+    return x[tuple(slice(0, 1) if st == 0 else slice(None) for st in x.strides)] if x.ndim else x
+
+
 def varying_axes(arrays, shape) -> frozenset[int]:
     """The axes of `shape` (size > 1) along which any of `arrays` (broadcastable to it) varies."""
     out = set()

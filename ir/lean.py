@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from ir.broadcast_product import BroadcastProduct, varying_axes
+from ir.broadcast_product import BroadcastProduct, distinct, varying_axes
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
 from ir.interpreter import _eval_node, apply_view
@@ -87,11 +87,6 @@ def _accumulator(dt: DType, wide: bool):
     return np.float64 if wide and dt == DType.f32 else np.float32
 
 
-def _compact(x: np.ndarray, own) -> np.ndarray:
-    """x at the axes it varies along (`own`), size 1 elsewhere."""
-    return x[tuple(slice(None) if i in own else slice(0, 1) for i in range(x.ndim))]
-
-
 def _summed(n: Node, a: np.ndarray, b: np.ndarray, wide: bool) -> np.ndarray:
     """A CONTRACT (or SUM of a product) `n` of operands `a`, `b`, in the type `evaluate` sums it in."""
     acc = _accumulator(n.dtype, wide)
@@ -103,14 +98,12 @@ def _summed(n: Node, a: np.ndarray, b: np.ndarray, wide: bool) -> np.ndarray:
 def _sum_of_products(shape, axes, a: np.ndarray, b: np.ndarray, acc) -> np.ndarray:
     """sum over `axes` of a * b (both broadcast to `shape`), multiplied and summed in `acc`."""
     a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
-    own_a, own_b = varying_axes([a], shape), varying_axes([b], shape)
-    sizes = [math.prod(shape[i] for i in own) for own in (own_a, own_b)]
-    ca, cb = _compact(a, own_a).astype(acc), _compact(b, own_b).astype(acc)
+    ca, cb = distinct(a).astype(acc), distinct(b).astype(acc)
     with np.errstate(all="ignore"):
-        if math.prod(shape) < 4 * sum(sizes) or 0 in shape:   # little broadcast: as `evaluate` does it
+        if math.prod(shape) < 4 * (ca.size + cb.size) or 0 in shape:   # little broadcast: as `evaluate` does it
             out = (np.broadcast_to(ca, shape) * np.broadcast_to(cb, shape)).sum(axis=axes, keepdims=True)
         else:
-            out = BroadcastProduct(shape, axes, own_a, own_b)(ca, cb)
+            out = BroadcastProduct(shape, axes, varying_axes([a], shape), varying_axes([b], shape))(ca, cb)
     return np.asarray(out)
 
 
@@ -120,7 +113,7 @@ def _attend(n: Node, scores: np.ndarray, values: np.ndarray, wide: bool) -> np.n
     acc = _accumulator(n.dtype, wide)
     shape = n.srcs[0].shape
     scores = np.broadcast_to(scores, shape)
-    s = _compact(scores, varying_axes([scores], shape)).astype(acc)
+    s = distinct(scores).astype(acc)
     with np.errstate(all="ignore"):
         p = np.exp2(s - s.max(axis=n.arg, keepdims=True))
         out = _sum_of_products(shape, tuple(n.arg), p, values, acc) / p.sum(axis=n.arg, keepdims=True)
