@@ -417,6 +417,35 @@ class _Runner:
             return handle(self._local(), request)
         return self._worker(worker).call(request, self.options.timeout)
 
+    def call_together(self, requests) -> list:
+        """Each request on its own worker at once (in turn where there is one worker or none):
+        the first on worker 0, the others from the last worker down (the first ones take the
+        builds posted during exploration); per request its answer, or the WorkerFailure that
+        ended it."""
+        out: list = [None] * len(requests)
+        if self.local is not None or self.size < len(requests):
+            for k, req in enumerate(requests):
+                try:
+                    out[k] = self.call(req, 0)
+                except WorkerFailure as e:
+                    out[k] = e
+            return out
+        where = [0] + [self.size - k for k in range(1, len(requests))]
+        started = []
+        for k, req in enumerate(requests):
+            try:
+                self._worker(where[k]).start(req)
+                started.append(k)
+            except WorkerFailure as e:
+                out[k] = e
+        end = time.perf_counter() + self.options.timeout
+        for k in started:
+            try:
+                out[k] = self.pool.workers[where[k]].finish(end - time.perf_counter(), self.options.timeout)
+            except WorkerFailure as e:
+                out[k] = e
+        return out
+
     def check_variant(self, t: TrialRecord, backend_spec) -> None:
         """Verify `t` at odd shapes (done for finalists only: it costs another build)."""
         req = ("verify_variant", self._msg(t, backend_spec, variant=True))
@@ -568,10 +597,12 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
         runner.prebuild(graph, _schedules(backend, graph, options.max_schedules, []), backend_spec)
     # the verification inputs and their bounded references are made in a worker while the
     # e-graph is explored (they depend on the program and the seed only): a decoder layer's
-    # took 1.5 s of its region's search after exploration, with the workers idle
+    # took 1.5 s of its region's search after exploration, with the workers idle; for a
+    # program too big to bound, the input sets and the odd shapes' references (2.5 s for an
+    # f16 MLP's GELU at 257x65x257 on 2 cores)
     job = (reference, graph, options.seed, elementwise, options.reference_limit,
-           variant.graph if variant is not None else None)
-    ahead = runner.start_references(job) if bounded else None
+           variant.graph if variant is not None else None, bounded)
+    ahead = runner.start_references(job)
     if explored:
         candidates, result.phases, result.exploration_text = explore_candidates(graph, options, notes, progress)
     t_explore = time.perf_counter()
@@ -597,19 +628,14 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
 
     runner.main_key, runner.odd_key = main_key, odd_key
     out_dtypes = [o.dtype for o in graph.outputs]
-    if bounded:
-        data = runner.references(ahead, lambda: prepare_references(*job))
-        notes += data.notes
-        if data.odd is not None:
-            runner.add_data(odd_key, *data.odd, out_dtypes)
-        runner.add_data(main_key, data.inputs, data.expected, out_dtypes)
-        input_sets, expected = load_arrays(data.inputs), load_arrays(data.expected)
-    else:
-        if variant is not None:
-            runner.add_data(odd_key, *_odd_references(variant.graph, options.seed, notes), out_dtypes)
-        input_sets = verify.verification_inputs(graph, options.seed, bounded)
-        expected = _baseline_reference(runner, graph, trials, variant, backend_spec, input_sets, notes)
-        runner.add_data(main_key, input_sets, expected, out_dtypes)
+    data = runner.references(ahead, lambda: prepare_references(*job))
+    notes += data.notes
+    if data.odd is not None:
+        runner.add_data(odd_key, *data.odd, out_dtypes)
+    expected = data.expected if bounded else \
+        _baseline_reference(runner, graph, trials, variant, backend_spec, data.inputs, notes)
+    runner.add_data(main_key, data.inputs, expected, out_dtypes)
+    input_sets, expected = load_arrays(data.inputs), load_arrays(expected)
     odd = _OddCounterparts(graph, variant, explored, options) if variant is not None and options.odd_shapes else None
     counts = {"tried": 0, "verified": 0, "rejected": 0}
     progress.update(total=min(len(todo), options.max_trials), **counts)
@@ -766,23 +792,31 @@ class References:
 
 
 def prepare_references(reference: Graph, graph: Graph, seed: int, elementwise: bool, reference_limit: float,
-                       variant_graph: Graph | None, directory: str | None = None, key: str = "") -> References:
+                       variant_graph: Graph | None, bounded: bool = True, directory: str | None = None,
+                       key: str = "") -> References:
     """The verification input sets of `graph` (and of its odd-shaped counterpart) and the
     bounded float64 references of `reference` on them (`_references`, or with sums of
-    products as matrix products: `_matmul_references`). With `directory`, big sets are written
-    there (`store_arrays`) and come back as `StoredArray`s: what a worker returns."""
+    products as matrix products: `_matmul_references`). Not `bounded` (a program too big even
+    for that): the input sets and the odd shapes' references only, `expected` None (the
+    original program's run gives them: `_baseline_reference`). With `directory`, big sets are
+    written there (`store_arrays`) and come back as `StoredArray`s: what a worker returns."""
     notes: list[str] = []
     odd = _odd_references(variant_graph, seed, notes) if variant_graph is not None else None
-    input_sets = verify.verification_inputs(graph, seed, True)
-    if elementwise:
+    input_sets = verify.verification_inputs(graph, seed, bounded)
+    expected = None
+    if not bounded:
+        pass
+    elif elementwise:
         expected = _references(reference, input_sets)
     else:
         input_sets, expected = _matmul_references(reference, graph, input_sets, reference_limit,
                                                   variant_graph is not None, notes)
-    _note_unchecked(expected, notes, "at the compiled shapes")
+    if expected is not None:
+        _note_unchecked(expected, notes, "at the compiled shapes")
     if directory is not None:
         input_sets = store_arrays(input_sets, directory, f"{key}-in")
-        expected = store_arrays(expected, directory, f"{key}-out")
+        if expected is not None:
+            expected = store_arrays(expected, directory, f"{key}-out")
         if odd is not None:
             odd = (store_arrays(odd[0], directory, f"{key}-odd-in"), store_arrays(odd[1], directory, f"{key}-odd-out"))
     return References(input_sets, expected, odd, notes, key)
@@ -847,33 +881,34 @@ def _matmul_references(reference: Graph, graph: Graph, input_sets, reference_lim
 def _baseline_reference(runner: _Runner, graph: Graph, trials, variant, backend_spec, input_sets, notes):
     """Reference outputs for a program too big for the interpreter: the original program under
     the backend's default schedule, run in a worker, after that same program and schedule
-    matched the interpreter at smaller odd shapes (the variant). Every candidate is then
-    compared with it at the compiled shapes; finalists are checked at the small shapes too."""
+    matched the interpreter at smaller odd shapes (the variant; checked at once on another
+    worker). Every candidate is then compared with it at the compiled shapes; finalists are
+    checked at the small shapes too."""
     first = next((t for t in trials if t.graph == graph), None)
     schedule = first.schedule if first is not None else None
     work = verify.reference_work(graph)
+    runner.add_data(runner.main_key + "-inputs", input_sets, None, [])
+    run = ("run", Trial(-2, backend_spec, graph, schedule, ""), runner.main_key + "-inputs")
     if variant is None:
         notes.append(f"the interpreter would need {work:.2g} element-ops per input set and the function does not "
                      "trace at smaller shapes: the reference is the original program under the default schedule, "
                      "itself unchecked")
+        got, = runner.call_together([run])
     else:
-        try:
-            res = runner.call(("verify", Trial(-1, backend_spec, variant.graph, schedule, runner.odd_key)))
-        except WorkerFailure as e:
-            res = verify.CheckResult(False, e.reason)
+        got, res = runner.call_together([run, ("verify", Trial(-1, backend_spec, variant.graph, schedule,
+                                                                runner.odd_key))])
+        if isinstance(res, WorkerFailure):
+            res = verify.CheckResult(False, res.reason)
         if not res.ok:
             raise SearchError(f"the original program under the default schedule fails against the interpreter at "
                               f"{_shapes(variant.graph)}: {res.reason}; no trusted reference at the compiled shapes")
         notes.append(f"the interpreter would need {work:.2g} element-ops per input set: candidates were compared with "
                      f"the original program under the default schedule, which matched the interpreter at "
                      f"{_shapes(variant.graph)}")
-    runner.add_data(runner.main_key + "-inputs", input_sets, None, [])
-    try:
-        return [list(outs) for outs in runner.call(("run", Trial(-2, backend_spec, graph, schedule, ""),
-                                                    runner.main_key + "-inputs"))]
-    except WorkerFailure as e:
+    if isinstance(got, WorkerFailure):
         raise SearchError(f"the original program under the default schedule failed at the compiled shapes: "
-                          f"{e.reason}") from None
+                          f"{got.reason}") from None
+    return [list(outs) for outs in got]
 
 
 def _shapes(g: Graph) -> str:

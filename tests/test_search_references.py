@@ -41,6 +41,25 @@ def test_data_made_in_a_worker_is_the_data_made_here(rows, tmp_path):
         runner.close()
 
 
+def test_a_program_too_big_to_bound_gets_its_inputs_and_odd_references_from_the_worker():
+    """Not bounded (the original program's run is the reference at the compiled shapes): the
+    worker makes the input sets and the odd shapes' bounded references, the same as here."""
+    g, _, seed, elementwise, limit, _ = _job(7, 37)
+    odd = _job(5, 23)[0]
+    job = (g, g, seed, elementwise, limit, odd, False)
+    runner = _Runner(SearchOptions(workers=2), "cpu")
+    try:
+        got = runner.references(runner.start_references(job), lambda: pytest.fail("made here, not in the worker"))
+        want = prepare_references(*job)
+        assert got.expected is None and want.expected is None
+        _same(got.inputs, want.inputs)
+        _same(got.odd[0], want.odd[0])
+        _same(got.odd[1], want.odd[1])
+        assert [x.shape for x in load_arrays(got.odd[0])[0]] == [(5, 23), (23,)]
+    finally:
+        runner.close()
+
+
 def test_a_worker_that_dies_leaves_the_data_to_this_process():
     job = _job(7, 37)
     runner = _Runner(SearchOptions(workers=2), "cpu")
