@@ -376,3 +376,27 @@ def test_float_adds_and_multiplies_are_never_contracted_into_fmas():
         for src in kir:
             res = compile_source(src, "sm_90", kind="ptx")
             assert res.error is None and b"fma.rn.f32" not in res.binary
+
+
+EMPTY_ROWS = {
+    "std_of_an_empty_vector": (lambda x: x.std(-1, keepdim=True), (0,)),     # fuzz seed 349293
+    "sum_of_empty_rows": (lambda x: x.sum(-1), (5, 0)),
+    "two_sums_of_empty_rows": (lambda x: (x * 2).sum(-1) + x.sum(-1), (3, 0)),
+    "mean_of_empty_rows": (lambda x: x.mean(-1, keepdim=True) + 1, (4, 0)),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY_ROWS))
+def test_reductions_over_empty_rows_declare_no_zero_sized_arrays(name):
+    """A row kernel over rows of 0 elements cached them in `float x0[0]`, which nvcc rejects
+    ("zero-sized variable is not allowed in device code"): every schedule failed to build."""
+    import re
+    from backends.cuda.render import Schedule
+    fn, shape = EMPTY_ROWS[name]
+    g = trace(fn, spec(shape, "f32"))
+    for sched in [Schedule()] + [Schedule(row_threads=t) for t in (128, 256, 512)]:
+        src, _ = render(g, sched)
+        assert not re.search(r"^\s*[\w<>: ]+\s\w+\[0\];", src, re.M), sched     # a declaration
+        if find_nvcc() is not None:
+            res = compile_source(src, "sm_90", kind="ptx")
+            assert res.error is None, res.error

@@ -311,7 +311,7 @@ def render_row(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[st
         while tpr < 512 and tpr * 4 < nv:
             tpr *= 2
     items = (nv + tpr - 1) // tpr
-    use_cache = items <= 16
+    use_cache = 0 < items <= 16     # (an empty row has nothing to cache: no zero-sized arrays)
     if not use_cache:
         cached = []
     rpb = 1 if tpr > 32 else 4
