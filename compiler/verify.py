@@ -22,7 +22,7 @@ import numpy as np
 from ir import bounds, numerics
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
-from ir.interpreter import evaluate
+from ir.interpreter import evaluate, perturbed_roundings
 from ir.lean import evaluate_lean
 from ir.node import Node
 from ir.ops import Op
@@ -103,7 +103,7 @@ def reference(graph: Graph, args, product_limit: float = np.inf, calibrate: bool
     `calibrate` (the normal family), elements whose bound is free or looser than the output
     tolerance get that tolerance where the program's own run agrees with the value
     (`_calibrated`), unless a discrete step of the program is unsure on these inputs."""
-    out, native, own, probe, promoted = [], None, None, None, None
+    out, native, own, probe, promoted, rounded = [], None, None, None, None, None
     jumps: list = []
     outs = bounds.evaluate_bounded(graph, args, product_limit=product_limit, jumps=jumps)
     # a step (an integer cast near a step, `evaluate_bounded`'s jumps) that correct
@@ -128,6 +128,12 @@ def reference(graph: Graph, args, product_limit: float = np.inf, calibrate: bool
             if margin != CALIBRATION_MARGIN:   # a half program: also as kernels that keep f32 values
                 promoted = run(promoted_to_f32(graph), args, wide=False) if promoted is None else promoted
                 runs.append(np.asarray(promoted[i]).astype(np.float64))
+            # as other correct implementations round it: where that moves the output past the
+            # tolerance, the element is ill-conditioned and stays free (several patterns: two
+            # values equal in the own run escape one pattern when both move alike)
+            rounded = [run(graph, args, wide=False, after=perturbed_roundings(seed=k)) for k in range(ROUNDING_RUNS)] \
+                if rounded is None else rounded
+            runs += [np.asarray(r[i]).astype(np.float64) for r in rounded]
             soft, bound = _calibrated(b, runs, tol, margin)
             soft = np.where(soft, np.where(_sensitive(own_i, np.asarray(probe[i]).astype(np.float64), tol, margin),
                                            bounds.SOFT_MAY_MISS, bounds.SOFT_HELD), 0.0)
@@ -193,6 +199,7 @@ def _calibration_margin(graph: Graph) -> float:
 
 
 HALF_CALIBRATION_MARGIN = 4
+ROUNDING_RUNS = 3     # runs with other roundings (`perturbed_roundings`) an element must stay within
 
 
 def promoted_to_f32(graph: Graph) -> Graph:

@@ -169,9 +169,10 @@ def elementwise(op: Op, dtype: DType, src_dtype: DType, vals) -> np.ndarray:
         return np.asarray(_MATH[op](*xs)).astype(dtype.np)
 
 
-def evaluate(graph: Graph, args, wide: bool = True) -> list[np.ndarray]:
+def evaluate(graph: Graph, args, wide: bool = True, after=None) -> list[np.ndarray]:
     """Run `graph` on numpy arrays `args` (one per graph input, in order). f32 sums accumulate
-    in float64 (a reference); `wide=False`: in f32, as a target's do."""
+    in float64 (a reference); `wide=False`: in f32, as a target's do. `after(node, value)`, if
+    given, replaces each computed value (e.g. moved by a few ulps: `perturbed_roundings`)."""
     env: dict[Node, np.ndarray] = {}
     for node, a in zip(graph.inputs, args):
         env[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(node.shape)
@@ -181,6 +182,8 @@ def evaluate(graph: Graph, args, wide: bool = True) -> list[np.ndarray]:
         if n.op == Op.INPUT:
             raise KeyError(f"no value given for input {n.arg}")
         env[n] = _eval_node(n, [env[s] for s in n.srcs], wide)
+        if after is not None:
+            env[n] = after(n, env[n])
     # an output that is an input is returned as a copy, never as the caller's own array
     return [env[o].copy() if o.op == Op.INPUT else env[o] for o in graph.outputs]
 
@@ -192,3 +195,20 @@ def evaluate_nodes(outputs, env: dict[Node, np.ndarray]) -> list[np.ndarray]:
         if n not in env:
             env[n] = _eval_node(n, [env[s] for s in n.srcs])
     return [env[o] for o in outputs]
+
+
+def perturbed_roundings(ulps: int = 4, seed: int = 0):
+    """An `after` for `evaluate`: each computed f32 or f64 value (not a view of one) moved by up
+    to `ulps` units in the last place, in a fixed pattern: the program as another correct
+    implementation may round it (sums in another order, another exp2). Half values are left as
+    they are: implementations round them at the same points."""
+    rng = np.random.default_rng(seed)
+
+    def after(n: Node, value):
+        if n.op == Op.VIEW or n.dtype not in (DType.f32, DType.f64) or not isinstance(value, np.ndarray) \
+                or not value.size:
+            return value
+        k = rng.integers(-ulps, ulps + 1, value.shape)
+        with np.errstate(all="ignore"):
+            return (value * (1 + k * np.finfo(value.dtype).eps)).astype(value.dtype)
+    return after

@@ -32,9 +32,9 @@ class _Product:
         self.a, self.b = a, b
 
 
-def evaluate_lean(graph: Graph, args, wide: bool = True) -> list[np.ndarray]:
-    """`graph` on numpy `args` as `ir.interpreter.evaluate(graph, args, wide)` computes it,
-    without materializing broadcast operands (see the module docstring)."""
+def evaluate_lean(graph: Graph, args, wide: bool = True, after=None) -> list[np.ndarray]:
+    """`graph` on numpy `args` as `ir.interpreter.evaluate(graph, args, wide, after)` computes
+    it, without materializing broadcast operands (see the module docstring)."""
     env: dict[Node, object] = {}
     for node, a in zip(graph.inputs, args):
         env[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(node.shape)
@@ -58,6 +58,8 @@ def evaluate_lean(graph: Graph, args, wide: bool = True) -> list[np.ndarray]:
             env[n] = _view(n, vals[0])
         else:
             env[n] = _eval_node(n, vals, wide)
+        if after is not None and not isinstance(env[n], _Product):
+            env[n] = after(n, env[n])
     return [np.array(env[o], order="C", copy=True) for o in graph.outputs]
 
 
