@@ -37,6 +37,7 @@ _SEARCHES = 0       # searches run in this process (names each one's data in the
 INTERLEAVE = 4      # slices each timing round is cut into, taken in turn by the trials
 REQUEST_S = 0.05    # first guess of a timing request's cost beyond its runs (warmup, round trip)
 PRUNE_FLOOR = 1e-3  # a verification run shorter than this is too short to prune on
+FIRST_ROUND_FACTOR = 3.0   # rewritten programs predicted slower than this x the original wait (see _search)
 VERIFY_SHARE = 0.6  # of the budget left after exploration, after which no new trial starts verification
 GRACE_SHARE = 0.15  # of that budget, how much longer trials already being verified may then take
 HARD_FACTOR, HARD_SLACK = 1.1, 1.0   # the budget's hard end: budget x 1.1 or budget + 1 s, the later
@@ -230,21 +231,25 @@ class _Runner:
                 except WorkerFailure:
                     pass  # replaced when first used
 
-    def prebuild(self, graph: Graph, schedules, backend_spec) -> None:
-        """Start compiling `graph` under its first two schedules (those the first verification
-        round takes), one per worker, while the e-graph is explored; each answer is read
-        before that worker's next request. What they compile
-        lands in the backend's disk cache, so the reference run and the verifications after
-        exploration load it instead of compiling (a 2-layer decoder's nvcc build takes seconds;
-        without this its search at budget 10 built one schedule)."""
-        if self.pool is None:
+    def prebuild(self, graph: Graph, schedules, backend_spec, variant: Graph | None = None) -> None:
+        """Start compiling `graph` under its first schedule, its odd-shaped `variant` under the
+        same (the reference's check at odd shapes) and `graph` under its second schedule (the
+        first verification round takes both), one per worker, while the e-graph is explored;
+        each answer is read before that worker's next request. What they compile lands in the
+        backend's disk cache, so the reference run and the verifications after exploration load
+        it instead of compiling (a 2-layer decoder's nvcc build takes seconds; without this its
+        search at budget 10 built one schedule). The last worker is left to the references
+        (`start_references`) where there are more than two."""
+        if self.pool is None or not schedules:
             return
+        builds = [(graph, schedules[0])] + ([(variant, schedules[0])] if variant is not None else []) + \
+            [(graph, s) for s in schedules[1:2]]
         # (one core stays with the exploration: on 2 cores, only the reference's own build)
         spare = max(1, (os.cpu_count() or 1) - 1)
-        for i, schedule in enumerate(schedules[:min(2, self.size, spare)]):
+        for i, (g, schedule) in enumerate(builds[:min(spare, self.size - 1 if self.size > 2 else self.size)]):
             try:
                 # (a build gets the trial timeout, as it would inside a verification)
-                self.pool.get(i).post(("build", Trial(-10 - i, backend_spec, graph, schedule, "")), self.options.timeout)
+                self.pool.get(i).post(("build", Trial(-10 - i, backend_spec, g, schedule, "")), self.options.timeout)
             except WorkerFailure:
                 pass   # replaced when first used
 
@@ -594,7 +599,8 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
         # too big for the interpreter: its reference is the original program built and run
         # first, alone (or a reference that takes a while): compile the original (and its next
         # schedules) while the e-graph is explored
-        runner.prebuild(graph, _schedules(backend, graph, options.max_schedules, []), backend_spec)
+        runner.prebuild(graph, _schedules(backend, graph, options.max_schedules, []), backend_spec,
+                        variant.graph if variant is not None else None)
     # the verification inputs and their bounded references are made in a worker while the
     # e-graph is explored (they depend on the program and the seed only): a decoder layer's
     # took 1.5 s of its region's search after exploration, with the workers idle; for a
@@ -651,6 +657,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # baseline run at small and full shapes) can take seconds on a loaded machine, and windows
     # counted from the end of exploration then closed before any rewritten program started
     t_ready = time.perf_counter()
+    result.seconds["references"] = t_ready - t_explore
     rest_v = max(deadline - t_ready, 0.0)
     runner.grace = GRACE_SHARE * rest_v
     verify_deadline = t_ready + VERIFY_SHARE * rest_v
@@ -668,6 +675,14 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
     # programs that can win are built first when the budget allows only a few
     defaults = sorted(firsts.values(), key=lambda t: t.predicted)
     later = sorted((t for t in later if firsts[t.candidate] is not t), key=lambda t: t.predicted)
+    # a rewritten program the cost model predicts far slower than the original waits behind the
+    # original's other schedules (an f16 MLP's six rewrites, predicted 3.6-150x slower and
+    # measured 1.5-43x, took the first round and no other tile of the original was tried)
+    base = min((t.predicted for t in first), default=math.inf)
+    if math.isfinite(base):
+        slow = [t for t in defaults if t.predicted > FIRST_ROUND_FACTOR * base]
+        defaults = [t for t in defaults if t.predicted <= FIRST_ROUND_FACTOR * base]
+        later = slow + later
     window = VERIFY_SHARE * rest_v
     # (the original's second schedule joins the first round: a backend lists there the
     # alternative that most often decides small programs, e.g. one CPU thread, whose pool
@@ -688,7 +703,7 @@ def _search(graph, backend, target, backend_spec, candidates, options, progress,
         later = later[:room]
     runner.verify_all(later, backend_spec, verify_deadline, on_done, trials)
     t_verify = time.perf_counter()
-    result.seconds["build+verify"] = t_verify - t_explore
+    result.seconds["build+verify"] = t_verify - t_ready
     survivors = _drop_duplicates([t for t in trials if t.status == "verified"])
     if not survivors:
         spent = time.perf_counter() >= hard_end
