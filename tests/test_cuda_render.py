@@ -400,3 +400,24 @@ def test_reductions_over_empty_rows_declare_no_zero_sized_arrays(name):
         if find_nvcc() is not None:
             res = compile_source(src, "sm_90", kind="ptx")
             assert res.error is None, res.error
+
+
+def test_steps_with_the_same_code_launch_one_kernel():
+    """The second of two equal steps (here: the same product of two other inputs) launches the
+    first's kernel; its code is in the source once."""
+    import re
+    a, b = spec((64, 96), "f16"), spec((96, 80), "f16")
+    g = trace(lambda w, x, y, z: (w @ x).softmax(-1) + (y @ z).softmax(-1), a, b, a, b)
+    steps = plan(g)
+    src, launches = render(g)
+    defined = re.findall(r'extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', src)
+    assert len(set(defined)) == len(defined)
+    assert {l.name for l in launches} <= set(defined)
+    shared = [l for l in launches if "(the code of" in l.detail]
+    assert shared and all(l.name in defined for l in shared)
+    assert len(defined) < len(steps)
+    # a decoder's layers: fewer kernels than launches
+    specs = nn.llama_decoder_specs(2, 1, 64, 256, 4, 2, 512, "f16")
+    g = compiler.trace(lambda *xs: nn.llama_decoder(*xs, heads=4, kv_heads=2), *specs)
+    src, launches = render(g)
+    assert len(set(l.name for l in launches)) < len(launches)
