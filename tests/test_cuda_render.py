@@ -421,3 +421,41 @@ def test_steps_with_the_same_code_launch_one_kernel():
     g = compiler.trace(lambda *xs: nn.llama_decoder(*xs, heads=4, kv_heads=2), *specs)
     src, launches = render(g)
     assert len(set(l.name for l in launches)) < len(launches)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_a_product_with_an_epilogue_runs_as_cublas_then_its_epilogue_in_place(dtype):
+    """Under the cuBLAS schedule, x @ w + b then GELU is cuBLAS's product into the output and
+    one kernel applying the bias and GELU there (as eager runs it); the epilogue kernel, run
+    here on the interpreter's product, gives the interpreter's result. A product read through
+    a transpose keeps a generated kernel."""
+    import numpy as np
+    from backends.cuda import hostsim
+    from backends.cuda.render import Schedule
+    from ir.graph import toposort
+    from ir.node import Node
+    from ir.ops import Op
+    from ir.interpreter import evaluate
+    x, w, b = spec((33, 70), dtype), spec((70, 45), dtype), spec((45,), dtype)
+    g = trace(lambda x, w, b: (x @ w + b).gelu(), x, w, b)
+    src, launches = render(g, Schedule(gemm="cublas"))
+    assert [l.kind for l in launches] == ["cublas", "elementwise"] and launches[1].name.endswith("_epilogue")
+    assert launches[0].output is launches[1].output
+    if hostsim.available() is None:
+        rng = np.random.default_rng(0)
+        args = [(rng.standard_normal(s.shape) / 4).astype(s.dtype.np) for s in (x, w, b)]
+        got = hostsim.run_templates(g, args, Schedule(gemm="cublas"))[0].astype(np.float64)
+        want = np.asarray(evaluate(g, args)[0]).astype(np.float64)
+        assert np.array_equal(got, want)
+    if find_nvcc() is not None:
+        assert compile_source(src, "sm_90", kind="ptx").error is None
+    # an epilogue that adds to the f32 product before rounding it: storing the rounded product
+    # first would round twice, so such a step keeps a generated kernel
+    from backends.cuda.plan import plan
+    from backends.cuda.render import _read_rounded
+    step = plan(g)[0]
+    r, o = step.gemm.reduce, step.output
+    assert _read_rounded(o, r, {r, o})
+    flat = next(n for n in toposort([o]) if n.op == Op.VIEW and n.srcs[0] is r)
+    early = Node(Op.CAST, o.dtype, flat.shape, (Node(Op.ADD, r.dtype, flat.shape, (flat, flat)),))
+    assert not _read_rounded(early, r, {r, early})

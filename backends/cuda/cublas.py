@@ -262,14 +262,16 @@ class CublasCall:
                 raise RuntimeError(f"cublasGemmStridedBatchedEx failed with status {status} ({self.describe()})")
 
 
-def plan_call(step, allow_tf32: bool = False) -> CublasCall | None:
+def plan_call(step, allow_tf32: bool = False, product_only: bool = False) -> CublasCall | None:
     """The cuBLAS call that is the whole step, or None (not a plain product, or operands
-    cuBLAS cannot read as they are)."""
+    cuBLAS cannot read as they are). `product_only`: the call that writes the step's product
+    alone into its output buffer, rounded to the output's dtype, for an epilogue applied after
+    it (`render._cublas_then_epilogue`, which checks the program rounds it so too)."""
     from backends.cuda.resolve import resolve
     g = step.gemm
     if step.kind != "gemm" or g is None:
         return None
-    alpha = _chain(step.output, g.reduce)
+    alpha = 1.0 if product_only else _chain(step.output, g.reduce)
     if alpha is None or step.output.dtype not in CUDA_TYPE:
         return None
     inputs = list(step.inputs)

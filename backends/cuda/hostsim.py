@@ -70,7 +70,9 @@ def _strip_prelude(src: str) -> str:
     start = src.find("#include <cuda_fp16.h>")
     if start < 0:
         return src
-    end = src.find("extern \"C\"", start)
+    # (up to the first step: a step's own helpers, e.g. a product's epilogue, come before its kernel)
+    end = src.find("\n// step ", start)
+    end = src.find("extern \"C\"", start) if end < 0 else end
     return src[:start] + src[end:] if end > 0 else src
 
 
@@ -127,22 +129,33 @@ def run_kernel_ir(graph, args) -> list[np.ndarray]:
 EMULATED_KINDS = ("elementwise", "generic")
 
 
-def run_templates(graph, args) -> list[np.ndarray]:
-    """Render `graph` with the template planner and run it here; every step must be an
-    elementwise or generic kernel (no shared memory, barriers or warp instructions)."""
+def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
+    """Render `graph` with the template planner (under `schedule`) and run it here; every step
+    must be an elementwise or generic kernel (no shared memory, barriers or warp instructions),
+    or a cuBLAS product, which is stood in for by the interpreter's value of the product."""
     from backends.cuda import render
-    src, launches = render(graph)
+    from backends.cuda.plan import plan, prepare
+    from ir.interpreter import evaluate_nodes
+    src, launches = render(graph, schedule)
+    products = {s.output: s.gemm.reduce for s in plan(graph) if s.gemm is not None}
+    graph = prepare(graph)[0]       # (the launches name its nodes)
     kinds = {l.kind for l in launches}
-    if not kinds <= set(EMULATED_KINDS):
+    if not kinds <= set(EMULATED_KINDS) | {"cublas"}:
         raise ValueError(f"kernels of kinds {sorted(kinds - set(EMULATED_KINDS))} need a GPU")
     warps = [l.name for l in launches if l.detail == "warp per output"]
     if warps:
         raise ValueError(f"kernels {warps} reduce with warp shuffles: they need a GPU")
-    run = build(src, [(l.name, 1 + len(l.inputs), l.grid[0], l.block[0]) for l in launches])
+    kernels = [l for l in launches if l.library is None]
+    run = build(src, [(l.name, 1 + len(l.inputs), l.grid[0], l.block[0]) for l in kernels])
     bufs = {}
     for node, a in zip(graph.inputs, args):
         bufs[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(-1).copy()
     for l in launches:
-        bufs[l.output] = np.zeros(max(l.output.numel, 1), dtype=l.output.dtype.np)
-        run(l.name, [bufs[l.output]] + [bufs[n] for n in l.inputs])
+        if l.output not in bufs:
+            bufs[l.output] = np.zeros(max(l.output.numel, 1), dtype=l.output.dtype.np)
+        if l.library is not None:      # the product, as the interpreter computes it, into the output
+            env = {n: bufs[n][: n.numel].reshape(n.shape) for n in graph.inputs}
+            bufs[l.output][: l.output.numel] = evaluate_nodes([products[l.output]], env)[0].reshape(-1)
+        else:
+            run(l.name, [bufs[l.output]] + [bufs[n] for n in l.inputs])
     return [bufs[o][: o.numel].reshape(o.shape).copy() for o in graph.outputs]
