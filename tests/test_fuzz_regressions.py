@@ -383,17 +383,23 @@ def test_nothing_past_an_unsure_integer_cast_is_held_to_the_programs_own_run():
     from backends import get_backend
     from compiler import verify
     from ir.bounds import evaluate_bounded
-    text = ('{"inputs": [[[5, 65, 9, 5], "f32"], [[9, 5], "f32"], [[5], "i32"]], "steps": [["binary", {"op": "div", '
-            '"input": 1}], ["norm", {"op": "softmax", "axis": -1}], ["cast", {"to": "i32"}], ["norm", {"op": '
-            '"layer_norm", "axis": -1}]], "special": false, "seed": 347485}')
-    prog = fuzz.Program.from_json(text)
-    g = saturn.trace(fuzz.saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs])
-    args = verify.verification_inputs(g, 0)[0]            # the normal family: the calibrated one
+    _, g, args, expected = _calibrated_case(
+        '{"inputs": [[[5, 65, 9, 5], "f32"], [[9, 5], "f32"], [[5], "i32"]], "steps": [["binary", {"op": "div", '
+        '"input": 1}], ["norm", {"op": "softmax", "axis": -1}], ["cast", {"to": "i32"}], ["norm", {"op": '
+        '"layer_norm", "axis": -1}]], "special": false, "seed": 347485}')
     jumps: list = []
     evaluate_bounded(g, args, jumps=jumps)
     assert {n.op.value for n in jumps} == {"cast"}
-    expected = verify.reference(g, args, calibrate=True)[0]
     assert verify.compare(expected, get_backend("cpu").build(g)(*args)[0], g.outputs[0].dtype) is None
+
+
+def _calibrated_case(text: str):
+    """(program, graph, the normal family's inputs, their calibrated reference) of a fuzz case."""
+    from compiler import verify
+    prog = fuzz.Program.from_json(text)
+    g = saturn.trace(fuzz.saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs])
+    args = verify.verification_inputs(g, 0)[0]            # the normal family: the calibrated one
+    return prog, g, args, verify.reference(g, args, calibrate=True)[0]
 
 
 def test_an_element_another_rounding_moves_is_not_held_to_the_programs_own_run():
@@ -406,14 +412,11 @@ def test_an_element_another_rounding_moves_is_not_held_to_the_programs_own_run()
     from compiler import verify
     from ir import bounds
     from ir.interpreter import evaluate, perturbed_roundings
-    text = ('{"inputs": [[[7, 31, 64, 2], "bool"]], "steps": [["reduce", {"op": "var", "axis": 1, "keepdim": true}], '
-            '["norm", {"op": "layer_norm", "axis": -1}], ["norm", {"op": "rms_norm", "axis": -1}]], '
-            '"special": false, "seed": 347811}')
-    prog = fuzz.Program.from_json(text)
-    g = saturn.trace(fuzz.saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs])
-    args = verify.verification_inputs(g, 0)[0]
-    expected = verify.reference(g, args, calibrate=True)[0]
-    value, bound, _, soft = bounds.unpack(expected)
+    prog, g, args, expected = _calibrated_case(
+        '{"inputs": [[[7, 31, 64, 2], "bool"]], "steps": [["reduce", {"op": "var", "axis": 1, "keepdim": true}], '
+        '["norm", {"op": "layer_norm", "axis": -1}], ["norm", {"op": "rms_norm", "axis": -1}]], '
+        '"special": false, "seed": 347811}')
+    value, bound, _, _ = bounds.unpack(expected)
     assert value[1, 0, 57, 1] == 0 and not bound[1, 0, 57, 1] < np.inf
     for seed in (11, 12, 13):   # other correct roundings pass
         other = evaluate(g, args, wide=False, after=perturbed_roundings(seed=seed))[0]
