@@ -101,8 +101,9 @@ def reference(graph: Graph, args, product_limit: float = np.inf, calibrate: bool
     bound packed as one array (`ir.bounds.pack`), which `compare` recognizes; an integer output
     known exactly, its own values (compared exactly: float64 cannot hold every i64). With
     `calibrate` (the normal family), elements whose bound is free or looser than the output
-    tolerance get that tolerance where the program's own run agrees with the value
-    (`_calibrated`), unless a discrete step of the program is unsure on these inputs."""
+    tolerance get that tolerance where the program's own run agrees with the value, and so do
+    its runs with other roundings and, for a half program, its run in f32 (`_calibrated`),
+    unless a discrete step of the program is unsure on these inputs."""
     out, native, own, probe, promoted, rounded = [], None, None, None, None, None
     jumps: list = []
     outs = bounds.evaluate_bounded(graph, args, product_limit=product_limit, jumps=jumps)
