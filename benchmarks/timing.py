@@ -59,17 +59,23 @@ def wall_clock(fn: Callable[[], object], n: int) -> list[float]:
 # contender's batch: Saturn's library-call schedule of the same transformer block timed 6.6 ms
 # in one run and 8.5 ms in another, right after PyTorch's batches.
 SETTLE_S = 0.15
+# ... and after the rest, each contender runs untimed for REWARM_S first: a rest left the next
+# batch slow throughout on this 2-core VM (Saturn's f16 RMSNorm 0.68 ms per call against 0.40
+# back to back, the whole batch of 100; 0.03-0.1 s of calls first brought it back to 0.39-0.42).
+REWARM_S = 0.1
 
 
 def alternate(contenders: list[Timed], *, rounds: int, batch_s: float, warmup: int = 2,
-              max_batch: int = 100, settle_s: float = SETTLE_S) -> tuple[dict[str, list[float]], dict[str, str]]:
+              max_batch: int = 100, settle_s: float = SETTLE_S,
+              rewarm_s: float = REWARM_S) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Warm up each contender, then run `rounds` rounds of one batch each, rotating the order,
-    with `settle_s` seconds of rest before each batch.
+    with `settle_s` seconds of rest and `rewarm_s` seconds of untimed runs before each batch.
 
     Returns (name -> all per-run samples, name -> error message). A contender that raises
     is dropped from later rounds; its samples are discarded.
     """
     batch: dict[str, int] = {}
+    rewarm: dict[str, int] = {}
     samples: dict[str, list[float]] = {}
     errors: dict[str, str] = {}
     for c in contenders:
@@ -77,6 +83,7 @@ def alternate(contenders: list[Timed], *, rounds: int, batch_s: float, warmup: i
             warm = c.time(warmup)
             per_run = max(min(warm), 1e-7)
             batch[c.name] = max(1, min(max_batch, int(batch_s / per_run)))
+            rewarm[c.name] = min(max_batch, int(rewarm_s / per_run))
             samples[c.name] = []
         except Exception as e:  # noqa: BLE001 - one contender failing must not stop the others
             errors[c.name] = f"{type(e).__name__}: {e}"
@@ -88,6 +95,8 @@ def alternate(contenders: list[Timed], *, rounds: int, batch_s: float, warmup: i
                 continue
             time.sleep(settle_s)
             try:
+                if rewarm[c.name]:
+                    c.time(rewarm[c.name])
                 samples[c.name].extend(c.time(batch[c.name]))
             except Exception as e:  # noqa: BLE001
                 errors[c.name] = f"{type(e).__name__}: {e}"
