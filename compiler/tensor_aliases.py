@@ -275,10 +275,11 @@ class AliasOps:
         return b.signbit().where(-a.abs(), a.abs())
 
     def heaviside(self, values):
-        """0 below zero, `values` at zero, 1 above (NaN stays NaN), like torch.heaviside."""
+        """`values` at zero, 1 above, 0 below and at NaN, like torch.heaviside (numpy's gives
+        NaN at NaN)."""
         x, v = self._coerce(values, "heaviside")
         one, zero = x._const(1), x._const(0)
-        return (x == 0).where(v, (x > 0).where(one, (x < 0).where(zero, x)))
+        return (x == 0).where(v, (x > 0).where(one, zero))
 
     def isposinf(self):
         return self == math.inf if self.dtype.is_float else self._const(False, DType.bool)

@@ -619,8 +619,8 @@ def np_signbit_of(a):
     return np.signbit(a) & ~np.isnan(a)
 
 
-def np_heaviside(a, b):
-    return np.where(a == 0, b, np.where(a > 0, 1.0, np.where(a < 0, 0.0, a)))
+def np_heaviside(a, b):     # torch.heaviside: 0 at NaN (numpy's gives NaN)
+    return np.where(a == 0, b, np.where(a > 0, 1.0, 0.0))
 
 
 def np_fmax(a, b):

@@ -96,3 +96,17 @@ def test_int_floor_division_and_bitwise_on_the_cpu():
     wrap = lambda v: ((v + 2 ** 31) % 2 ** 32 - 2 ** 31).astype(np.int32)   # noqa: E731
     for got, want in zip(outs, [wrap(a64 // b64), a & b, a | b, a ^ b, ~a, a >> 3]):
         np.testing.assert_array_equal(got, want)
+
+
+def test_heaviside_of_nan_is_zero_like_torch():
+    # a seeded suite (SATURN_HYPOTHESIS_SEED=1801) drew heaviside(NaN, -2): torch gives 0,
+    # Saturn kept numpy's NaN while its docstring said it was torch's behaviour
+    x = np.array([2.0, np.nan, 0.0, -1.0, -0.0, np.inf, -np.inf], np.float32)
+    v = np.array([-2.0, -2.0, 5.0, 3.0, 7.0, 1.0, 1.0], np.float32)
+    want = [1.0, 0.0, 5.0, 0.0, 7.0, 1.0, 0.0]
+    np.testing.assert_array_equal(run(lambda a, b: a.heaviside(b), x, v), want)
+    f = compiler.compile(lambda a, b: a.heaviside(b), compiler.spec(x.shape), compiler.spec(v.shape), budget=1,
+                         quiet=True, cache=False)
+    np.testing.assert_array_equal(f(x, v), want)
+    torch = pytest.importorskip("torch")
+    np.testing.assert_array_equal(torch.heaviside(torch.from_numpy(x), torch.from_numpy(v)).numpy(), want)
