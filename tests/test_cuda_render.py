@@ -427,11 +427,12 @@ def test_steps_with_the_same_code_launch_one_kernel():
 def test_a_product_with_an_epilogue_runs_as_cublas_then_its_epilogue_in_place(dtype):
     """Under the cuBLAS schedule, x @ w + b then GELU is cuBLAS's product into the output and
     one kernel applying the bias and GELU there (as eager runs it); the epilogue kernel, run
-    here on the interpreter's product, gives the interpreter's result. A product read through
-    a transpose keeps a generated kernel."""
+    here on the interpreter's product, gives the interpreter's result. An epilogue that uses
+    the f32 product before rounding it is not split (`_read_rounded`)."""
     import numpy as np
     from backends.cuda import hostsim
-    from backends.cuda.render import Schedule
+    from backends.cuda.plan import plan
+    from backends.cuda.render import Schedule, _read_rounded
     from ir.graph import toposort
     from ir.node import Node
     from ir.ops import Op
@@ -451,8 +452,6 @@ def test_a_product_with_an_epilogue_runs_as_cublas_then_its_epilogue_in_place(dt
         assert compile_source(src, "sm_90", kind="ptx").error is None
     # an epilogue that adds to the f32 product before rounding it: storing the rounded product
     # first would round twice, so such a step keeps a generated kernel
-    from backends.cuda.plan import plan
-    from backends.cuda.render import _read_rounded
     step = plan(g)[0]
     r, o = step.gemm.reduce, step.output
     assert _read_rounded(o, r, {r, o})
