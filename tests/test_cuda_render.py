@@ -284,14 +284,18 @@ def test_views_of_layouts_past_2_31_index_in_64_bits():
     np.testing.assert_array_equal(hostsim.run_templates(g, [x])[0], want)
 
 
-def test_a_program_with_products_and_attention_tries_prior_tiles_with_attention_first():
+def test_a_program_with_products_and_attention_tries_prior_tiles_with_attention_first(monkeypatch):
     """The decoders' measured best (prior tiles, 4 warps x 1 m-tile attention) is the first
-    schedule, the default second: a decoder's search whose budget builds one schedule times it."""
+    schedule, then (where cuBLAS loads) cuBLAS products with that attention tile, then the
+    default: a decoder's search whose budget builds one schedule times it."""
     from compiler import nn
     specs = nn.llama_decoder_specs(1, 1, 64, 256, 4, 2, 512, "f16")
     g = compiler.trace(lambda *xs: nn.llama_decoder(*xs, heads=4, kv_heads=2), *specs)
-    names = [s.name for s in CUDABackend().schedules(g)]
-    assert names[:2] == ["prior+attn_w4_m1_kv64", "default"] and "prior+attn_w8_m1_kv64" in names
+    for cublas in ("cuBLAS missing", None):
+        monkeypatch.setattr(CUDABackend, "_cublas_reason", staticmethod(lambda: cublas))
+        names = [s.name for s in CUDABackend().schedules(g)]
+        first = ["prior+attn_w4_m1_kv64"] + (["cublas+attn_w4_m1_kv64", "default", "cublas"] if cublas is None else ["default"])
+        assert names[:len(first)] == first and "prior+attn_w8_m1_kv64" in names
     names = [s.name for s in CUDABackend().schedules(compiler.trace(lambda a, b: a @ b, spec((64, 64), "f16"),
                                                                      spec((64, 64), "f16")))]
     assert not any(n.startswith("prior+attn") for n in names)

@@ -67,7 +67,10 @@ def precompile(graphs_and_schedules) -> None:
 
 def check(backend, g, xs, want, flash: bool):
     from backends.cuda.render import Schedule
-    scheds = (Schedule(), Schedule(gemm="prior", name="prior"))
+    # the default, the prior's tiles, and the search's first schedules (products by cuBLAS or
+    # by the prior's tiles, with an attention tile)
+    scheds = {s.name: s for s in [Schedule(), Schedule(gemm="prior", name="prior")] + backend.schedules(g)[:3]}
+    scheds = list(scheds.values())
     precompile([(g, s) for s in scheds])
     for sched in scheds:
         exe = backend.build(g, sched)

@@ -75,6 +75,12 @@ class CUDABackend:
                 # and timed only its first schedule
                 out.insert(0, pairs[1])
                 out += [pairs[0]]
+                if self._cublas_reason() is None:
+                    # products by cuBLAS with their epilogues in place, attention as above (the
+                    # MLP's products ran faster so than under any generated tile on the H100)
+                    c = ATTN_CONFIGS[2]
+                    out.insert(1, Schedule(gemm="cublas", cublas_fallback="prior", attn=c,
+                                           name=f"cublas+attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}"))
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
         out.append(Schedule(lowering="kernel_ir", name="kernel_ir"))   # the shared kernel IR, rendered generically

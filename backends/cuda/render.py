@@ -48,6 +48,8 @@ class Schedule:
                                        # "cublas": plain products (any float dtype) run by cuBLAS
                                        # (backends/cuda/cublas.py), the others as under "auto"
     allow_tf32: bool = False           # gemm="cublas": f32 products may use TF32 tensor cores
+    cublas_fallback: str = "auto"      # gemm="cublas": how the products cuBLAS cannot run are made
+                                       # (a view it cannot read): any other value of `gemm`
     tile_rank: int = 0                 # gemm="prior": which of the prior's ranked tiles (0: its best)
     stage_operands: bool = True        # copy unaligned / multi-view f16 operands once instead of gathering
     arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
@@ -750,7 +752,7 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
         split = _cublas_then_epilogue(name, step, M, sched)
         if split is not None:
             return split
-        sched = dataclasses.replace(sched, gemm="auto")
+        sched = dataclasses.replace(sched, gemm=sched.cublas_fallback)
     if sched.gemm == "prior":
         choice = prior_choice(step, sched)
         if choice is not None and choice.kind == "wgmma":
