@@ -76,10 +76,12 @@ class CUDABackend:
                 out.insert(0, pairs[1])
                 out += [pairs[0]]
                 if self._cublas_reason() is None:
-                    # products by cuBLAS with their epilogues in place, attention as above (the
-                    # MLP's products ran faster so than under any generated tile on the H100)
+                    # first of all: products by cuBLAS with their epilogues in place, attention
+                    # as above; on the H100 the fastest of 8 schedules on 5 of 6 decoders and
+                    # blocks, 0.60 ms against 0.85 for the Llama decoder (results/raw/
+                    # h100-decoder-bench-2026-12-05-session19-ccb0414.log)
                     c = ATTN_CONFIGS[2]
-                    out.insert(1, Schedule(gemm="cublas", cublas_fallback="prior", attn=c,
+                    out.insert(0, Schedule(gemm="cublas", cublas_fallback="prior", attn=c,
                                            name=f"cublas+attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}"))
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
