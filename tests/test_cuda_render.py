@@ -441,7 +441,7 @@ def test_a_product_with_an_epilogue_runs_as_cublas_then_its_epilogue_in_place(dt
     from ir.node import Node
     from ir.ops import Op
     from ir.interpreter import evaluate
-    x, w, b = spec((33, 70), dtype), spec((70, 45), dtype), spec((45,), dtype)
+    x, w, b = spec((33, 72), dtype), spec((72, 48), dtype), spec((48,), dtype)   # aligned (else staged)
     g = trace(lambda x, w, b: (x @ w + b).gelu(), x, w, b)
     src, launches = render(g, Schedule(gemm="cublas"))
     assert [l.kind for l in launches] == ["cublas", "elementwise"] and launches[1].name.endswith("_epilogue")
@@ -462,3 +462,59 @@ def test_a_product_with_an_epilogue_runs_as_cublas_then_its_epilogue_in_place(dt
     flat = next(n for n in toposort([o]) if n.op == Op.VIEW and n.srcs[0] is r)
     early = Node(Op.CAST, o.dtype, flat.shape, (Node(Op.ADD, r.dtype, flat.shape, (flat, flat)),))
     assert not _read_rounded(early, r, {r, early})
+
+
+STAGED_CASES = {
+    "odd product": (lambda a, b: a @ b, [(7, 13), (13, 5)]),
+    "odd product, f32 epilogue": (lambda x, w, b: (x.astype("f32") @ w.astype("f32") + b.astype("f32")).relu(),
+                                   [(5, 12), (12, 7), (7,)]),
+    "bias and GELU, odd": (lambda x, w, b: (x @ w + b).gelu(), [(9, 11), (11, 21), (21,)]),
+    "permuted operand, aligned": (lambda x, w: x.permute(1, 0, 2).reshape(16, 32) @ w, [(2, 16, 16), (32, 8)]),
+    "batched, odd": (lambda a, b: a @ b, [(3, 5, 9), (3, 9, 7)]),
+    "shared weight, odd": (lambda a, b, r: a @ b + r, [(3, 5, 9), (9, 7), (3, 5, 7)]),
+    "transposed weight, odd": (lambda a, b: a @ b.T, [(6, 10), (3, 10)]),
+}
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("case", sorted(STAGED_CASES))
+def test_products_cublas_would_read_unaligned_run_staged_into_padded_buffers(case, dtype):
+    """Under the cuBLAS schedule a half product with an odd size or a permuted operand runs as
+    copies into zero-padded buffers, one aligned cuBLAS call into a padded product, and its
+    epilogue dropping the padding; run here with the call emulated from its own arguments
+    (strides, leading dimensions, offsets; reads bounds-checked), it gives the interpreter's
+    result."""
+    import numpy as np
+    from backends.cuda import cublas, hostsim
+    from backends.cuda.render import Schedule
+    from ir.interpreter import evaluate
+    fn, shapes = STAGED_CASES[case]
+    g = trace(fn, *[spec(s, dtype) for s in shapes])
+    src, launches = render(g, Schedule(gemm="cublas"))
+    calls = [l for l in launches if l.kind == "cublas"]
+    assert calls and all(cublas.aligned(l.library) for l in calls), [l.detail for l in launches]
+    assert "stage" in [l.kind for l in launches] and any(l.name.endswith("_epilogue") for l in launches)
+    if hostsim.available() is None:
+        rng = np.random.default_rng(1)
+        args = [rng.standard_normal(s).astype(n.dtype.np) for s, n in zip(shapes, g.inputs)]
+        got = hostsim.run_templates(g, args, Schedule(gemm="cublas"))[0].astype(np.float64)
+        want = np.asarray(evaluate(g, args)[0]).astype(np.float64)
+        np.testing.assert_allclose(got, want, rtol=1e-2 if dtype == "bf16" else 2e-3, atol=1e-2)
+    if find_nvcc() is not None:
+        assert compile_source(src, "sm_90", kind="ptx").error is None
+
+
+def test_emulated_cublas_calls_check_their_bounds():
+    """The host's stand-in for a cuBLAS call refuses to read past a buffer (a wrong leading
+    dimension must fail the test above, not read neighbouring memory)."""
+    import dataclasses
+    import numpy as np
+    from backends.cuda import cublas
+    from backends.cuda.render import Schedule
+    g = trace(lambda a, b: a @ b, spec((7, 13), "f16"), spec((13, 5), "f16"))
+    call = next(l for l in render(g, Schedule(gemm="cublas"))[1] if l.kind == "cublas").library
+    arrays = [np.zeros(7 * 8, np.float16), np.zeros(7 * 16, np.float16), np.zeros(16 * 8, np.float16)]
+    cublas.emulate_call(call, arrays)
+    bad = dataclasses.replace(call, args=dataclasses.replace(call.args, ldb=call.args.ldb + 8))
+    with pytest.raises(IndexError):
+        cublas.emulate_call(bad, arrays)

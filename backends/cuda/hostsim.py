@@ -126,7 +126,7 @@ def run_kernel_ir(graph, args) -> list[np.ndarray]:
             for name, shape in zip(program.outputs, program.output_shapes)]
 
 
-EMULATED_KINDS = ("elementwise", "generic")
+EMULATED_KINDS = ("elementwise", "generic", "stage")   # stage: an elementwise copy
 
 
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
@@ -153,9 +153,13 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     for l in launches:
         if l.output not in bufs:
             bufs[l.output] = np.zeros(max(l.output.numel, 1), dtype=l.output.dtype.np)
-        if l.library is not None:      # the product, as the interpreter computes it, into the output
+        if l.library is not None and l.output in products:
+            # the product, as the interpreter computes it, into the output
             env = {n: bufs[n][: n.numel].reshape(n.shape) for n in graph.inputs}
             bufs[l.output][: l.output.numel] = evaluate_nodes([products[l.output]], env)[0].reshape(-1)
+        elif l.library is not None:    # into a buffer of its own: the call itself, emulated
+            from backends.cuda.cublas import emulate_call
+            emulate_call(l.library, [bufs[l.output]] + [bufs[n] for n in l.inputs])
         else:
             run(l.name, [bufs[l.output]] + [bufs[n] for n in l.inputs])
     return [bufs[o][: o.numel].reshape(o.shape).copy() for o in graph.outputs]

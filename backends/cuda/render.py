@@ -693,7 +693,7 @@ def prior_choice(step: Step, sched: Schedule):
 EPILOGUE_THREADS = 256
 
 
-def _cublas_then_epilogue(name: str, step: Step, M: set[Node], sched: Schedule):
+def _cublas_then_epilogue(name: str, step: Step, M: set[Node], sched: Schedule, unaligned: bool = False):
     """A product with an epilogue (bias, activation, residual) as eager runs it: cuBLAS writes
     the product into the output buffer, then a kernel of its own applies the epilogue there in
     place, element by element (the fused generated kernels of an f16 MLP took 0.262 ms on the
@@ -704,7 +704,7 @@ def _cublas_then_epilogue(name: str, step: Step, M: set[Node], sched: Schedule):
     if o is r or o.numel != r.numel or not o.dtype.is_float or not _read_rounded(o, r, M):
         return None
     call = cublas.plan_call(step, sched.allow_tf32, product_only=True)
-    if call is None:
+    if call is None or not (unaligned or _aligned_enough(call)):
         return None
     params, args, names = _params(step)
     value = f"epi_{name}({args}, flat, {load_expr('out', 'flat', o.dtype)})"
@@ -720,7 +720,7 @@ extern "C" __global__ void __launch_bounds__({EPILOGUE_THREADS}) {name}_epilogue
                         "the product's epilogue, in place after cuBLAS")]
 
 
-def _read_rounded(o: Node, r: Node, M: set[Node]) -> bool:
+def _read_rounded(o: Node, r: Node, M: set[Node], any_dtype: bool = False) -> bool:
     """Whether the epilogue from product `r` to output `o` reads `r` only through pure reshapes
     and, unless `r` has `o`'s dtype, a cast to it first: then the product rounded to `o`'s
     dtype, stored in `o`'s buffer in `r`'s element order, is all the epilogue needs."""
@@ -736,20 +736,133 @@ def _read_rounded(o: Node, r: Node, M: set[Node]) -> bool:
             if u.op == Op.VIEW:
                 if not (is_pure_reshape(u) and ok(u)):
                     return False
-            elif not (r.dtype == o.dtype or u.op == Op.CAST and u.dtype == o.dtype):
+            elif not (any_dtype or r.dtype == o.dtype or u.op == Op.CAST and u.dtype == o.dtype):
                 return False
         return True
     return ok(r)
 
 
+def _read_in_order(o: Node, r: Node, M: set[Node]) -> bool:
+    """Whether the epilogue from product `r` to output `o` reads `r` only through pure reshapes
+    (then `o`'s element `flat` needs the product's element `flat`)."""
+    return o.numel == r.numel and _read_rounded(o, r, M, any_dtype=True)
+
+
+def _aligned_enough(call) -> bool:
+    """f32 calls as they are; half-precision ones with every dimension cuBLAS reads in
+    vectors aligned (cublas.aligned), else the staged form is tried first."""
+    from backends.cuda import cublas
+    return call.types[0] not in HALVES or cublas.aligned(call)
+
+
+def _cublas_staged(name: str, step: Step, M: set[Node], sched: Schedule):
+    """A half-precision product cuBLAS cannot read as it is (a permuted view) or would read
+    unaligned (an odd leading dimension or size: `cublas.aligned`), as PyTorch's compiler runs
+    odd sizes: the operands that need it copied into contiguous zero-padded buffers (`_stage`: the
+    contiguous dimension and k rounded up to multiples of 8; zeros add nothing to the sums),
+    cuBLAS writes the product, padded along n, into a buffer of its own, and a kernel applies the
+    epilogue from there, dropping the padding. None when the step is not such a product."""
+    from backends.cuda import cublas
+    g = step.gemm
+    o, r = step.output, g.reduce
+    params, _, names = _params(step)
+    dt = _pure_half_read(g.a, names)
+    if dt is None or _pure_half_read(g.b, names) != dt or r.dtype not in (dt, DType.f32) or len(g.n_axes) != 1 \
+            or not o.numel or not o.dtype.is_float or not _read_in_order(o, r, M):
+        return None
+    sizes = g.mul.shape
+    k, n = g.k_axis, g.n_axes[0]
+    pad_k, pad_n = sizes[k] % 8 != 0, sizes[n] % 8 != 0
+    padded = tuple(sz + (-sz) % 8 if ax in (k, n) else sz for ax, sz in enumerate(sizes))
+    inputs = list(step.inputs)
+    direct = {"a": resolve(g.a, lambda x: x in inputs), "b": resolve(g.b, lambda x: x in inputs)}
+    must = {"a"} if pad_k else set()
+    must |= {"b"} if pad_k or pad_n else set()
+    for stage in ([], ["a"], ["b"], ["a", "b"]):
+        if not must <= set(stage) or any(direct[side] is None for side in ("a", "b") if side not in stage):
+            continue
+        accs, copies = {}, []
+        for side in ("a", "b"):
+            if side in stage:
+                drop, last = (set(g.n_axes), k) if side == "a" else (set(g.m_axes), n)
+                st = _stage(g.a if side == "a" else g.b, names, drop, last, k)
+                if st is None:
+                    break
+                copy, base, acc = st
+                copies.append((side, copy, base))
+                accs[side] = acc
+            else:
+                accs[side] = direct[side]
+        else:
+            # the product rounded to the half type by cuBLAS where the program rounds it so
+            # before any other use (half the bytes of an f32 product)
+            kept = dt if r.dtype == dt or (o.dtype == dt and _read_rounded(o, r, M)) else r.dtype
+            value_shape = tuple(1 if ax == k else sz for ax, sz in enumerate(padded))
+            product = _padded_product(g, accs, padded, kept)
+            buffers = list(dict.fromkeys([accs["a"].buffer, accs["b"].buffer]))
+            c_strides = cublas.contiguous_c(g, padded)
+            call = cublas.call_for(g, padded, accs["a"].strides, accs["b"].strides, c_strides,
+                                   (1 + buffers.index(accs["a"].buffer), 1 + buffers.index(accs["b"].buffer)),
+                                   (accs["a"].offset, accs["b"].offset, 0), (dt, kept), 1.0, False)
+            if call is None or not cublas.aligned(call) or c_strides[n] != 1:
+                continue
+            assert product.shape == value_shape
+            srcs, launches = [], []
+            for side, copy, base in copies:
+                src, launch = render_elementwise(f"{name}_stage_{side}", Step("elementwise", copy, [base]),
+                                                 M | {base}, sched)
+                launch.kind, launch.detail = "stage", f"{side.upper()} -> {list(copy.shape)} " + launch.detail
+                srcs.append(src)
+                launches.append(launch)
+            params, args, names = _params(step, (product,))
+            at = "flat" if padded[n] == sizes[n] else f"(flat / {sizes[n]}LL) * {padded[n]}LL + flat % {sizes[n]}LL"
+            value = f"epi_{name}({args}, flat, {load_expr(names[product], at, kept)})"
+            srcs.append(_epilogue(name, step, M, params, names) + f"""
+extern "C" __global__ void __launch_bounds__({EPILOGUE_THREADS}) {name}_epilogue({params}) {{
+  const long long flat = (long long)blockIdx.x * {EPILOGUE_THREADS} + threadIdx.x;
+  if (flat >= {o.numel}LL) return;
+  out[flat] = {store_value(value, o.dtype)};
+}}""")
+            launches.append(Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, product, buffers, call.describe(), call))
+            launches.append(Launch(f"{name}_epilogue", "elementwise", (-(-o.numel // EPILOGUE_THREADS), 1, 1),
+                                   (EPILOGUE_THREADS, 1, 1), 0, o, inputs + [product],
+                                   "the product's epilogue, from cuBLAS's padded product"))
+            return "\n".join(srcs), launches
+    return None
+
+
+def _padded_product(g, accs, padded, dtype: DType) -> Node:
+    """The value cuBLAS writes in `_cublas_staged`, as a term: the contraction over the padded
+    sizes of the two operands read as the call reads them (n padded in the product's shape), in
+    `dtype`."""
+    from ir import node as N
+    from ir.view import ShapeTracker, View
+    sides = []
+    for acc in (accs["a"], accs["b"]):
+        st = ShapeTracker((View(tuple(padded), tuple(acc.strides), acc.offset),), fill=0.0)
+        sides.append(N.view(acc.buffer, st))
+    if g.reduce.dtype != sides[0].dtype:
+        sides = [N.cast(x, g.reduce.dtype) for x in sides]
+    value = N.contract(sides[0], sides[1], (g.k_axis,))
+    return N.contiguous(value if value.dtype == dtype else N.cast(value, dtype))
+
+
 def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
     o = step.output
     if sched.gemm == "cublas":
+        # the product as it is, or with its epilogue after it, where cuBLAS reads it aligned;
+        # else staged into aligned buffers; else unaligned; else the generated kernels
         from backends.cuda import cublas
         call = cublas.plan_call(step, sched.allow_tf32)
+        if call is not None and _aligned_enough(call):
+            return "", Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, o, list(step.inputs), call.describe(), call)
+        for form in (lambda: _cublas_then_epilogue(name, step, M, sched), lambda: _cublas_staged(name, step, M, sched)):
+            split = form()
+            if split is not None:
+                return split
         if call is not None:
             return "", Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, o, list(step.inputs), call.describe(), call)
-        split = _cublas_then_epilogue(name, step, M, sched)
+        split = _cublas_then_epilogue(name, step, M, sched, unaligned=True)
         if split is not None:
             return split
         sched = dataclasses.replace(sched, gemm=sched.cublas_fallback)
