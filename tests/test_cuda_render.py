@@ -473,15 +473,23 @@ STAGED_CASES = {
     "batched, odd": (lambda a, b: a @ b, [(3, 5, 9), (3, 9, 7)]),
     "shared weight, odd": (lambda a, b, r: a @ b + r, [(3, 5, 9), (9, 7), (3, 5, 7)]),
     "transposed weight, odd": (lambda a, b: a @ b.T, [(6, 10), (3, 10)]),
+    "3x3 convolution": (lambda x, w: _conv2d(x, w, padding=1), [(2, 3, 5, 6), (4, 3, 3, 3)]),
+    "1x1 convolution": (lambda x, w: _conv2d(x, w), [(2, 16, 4, 4), (8, 16, 1, 1)]),
 }
+
+
+def _conv2d(*args, **kw):
+    from compiler import conv
+    return conv.conv2d(*args, **kw)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 @pytest.mark.parametrize("case", sorted(STAGED_CASES))
 def test_products_cublas_would_read_unaligned_run_staged_into_padded_buffers(case, dtype):
-    """Under the cuBLAS schedule a half product with an odd size or a permuted operand runs as
-    copies into zero-padded buffers, one aligned cuBLAS call into a padded product, and its
-    epilogue dropping the padding; run here with the call emulated from its own arguments
+    """Under the cuBLAS schedule a half product with an odd size, a permuted operand or an
+    image axis (a convolution's batch, its weights shared) runs as copies into zero-padded
+    buffers where needed, one aligned cuBLAS call into a padded product, and its epilogue
+    dropping the padding; run here with the call emulated from its own arguments
     (strides, leading dimensions, offsets; reads bounds-checked), it gives the interpreter's
     result."""
     import numpy as np
@@ -493,7 +501,7 @@ def test_products_cublas_would_read_unaligned_run_staged_into_padded_buffers(cas
     src, launches = render(g, Schedule(gemm="cublas"))
     calls = [l for l in launches if l.kind == "cublas"]
     assert calls and all(cublas.aligned(l.library) for l in calls), [l.detail for l in launches]
-    assert "stage" in [l.kind for l in launches] and any(l.name.endswith("_epilogue") for l in launches)
+    assert any(l.name.endswith("_epilogue") and "padded product" in l.detail for l in launches)
     if hostsim.available() is None:
         rng = np.random.default_rng(1)
         args = [rng.standard_normal(s).astype(n.dtype.np) for s, n in zip(shapes, g.inputs)]
@@ -518,3 +526,16 @@ def test_emulated_cublas_calls_check_their_bounds():
     bad = dataclasses.replace(call, args=dataclasses.replace(call.args, ldb=call.args.ldb + 8))
     with pytest.raises(IndexError):
         cublas.emulate_call(bad, arrays)
+
+
+def test_a_reshape_that_merges_contiguous_axes_resolves_to_a_strided_read():
+    """An image's h and w merged into one axis (a 1x1 convolution's input as a matrix) is one
+    strided read of the buffer; merging axes a permutation made non-adjacent is not."""
+    from ir.interpreter import evaluate
+    g = trace(lambda x: x.reshape(2, 3, 20).permute(0, 2, 1).astype("f32") * 1.0, spec((2, 3, 4, 5), "f16"))
+    x = g.inputs[0]
+    views = [n for n in g.nodes if n.op.name == "VIEW"]
+    acc = resolve(views[-1], lambda n: n is x)
+    assert acc is not None and acc.buffer is x and acc.strides == (60, 1, 20)
+    g2 = trace(lambda x: x.permute(0, 2, 1, 3).reshape(2, 4, 15), spec((2, 3, 4, 5), "f16"))
+    assert resolve(g2.outputs[0], lambda n: n is g2.inputs[0]) is None

@@ -767,11 +767,14 @@ def _cublas_staged(name: str, step: Step, M: set[Node], sched: Schedule):
     o, r = step.output, g.reduce
     params, _, names = _params(step)
     dt = _pure_half_read(g.a, names)
-    if dt is None or _pure_half_read(g.b, names) != dt or r.dtype not in (dt, DType.f32) or len(g.n_axes) != 1 \
+    if dt is None or _pure_half_read(g.b, names) != dt or r.dtype not in (dt, DType.f32) or not g.n_axes \
             or not o.numel or not o.dtype.is_float or not _read_in_order(o, r, M):
         return None
     sizes = g.mul.shape
-    k, n = g.k_axis, g.n_axes[0]
+    k, n = g.k_axis, g.n_axes[-1]
+    # n axes outside the innermost are batch axes of the call, A read with stride 0 along them (a
+    # convolution's images: its weights are the same for each)
+    call_axes = dataclasses.replace(g, n_axes=(n,), batch_axes=tuple(sorted(g.batch_axes + g.n_axes[:-1])))
     pad_k, pad_n = sizes[k] % 8 != 0, sizes[n] % 8 != 0
     padded = tuple(sz + (-sz) % 8 if ax in (k, n) else sz for ax, sz in enumerate(sizes))
     inputs = list(step.inputs)
@@ -801,7 +804,7 @@ def _cublas_staged(name: str, step: Step, M: set[Node], sched: Schedule):
             product = _padded_product(g, accs, padded, kept)
             buffers = list(dict.fromkeys([accs["a"].buffer, accs["b"].buffer]))
             c_strides = cublas.contiguous_c(g, padded)
-            call = cublas.call_for(g, padded, accs["a"].strides, accs["b"].strides, c_strides,
+            call = cublas.call_for(call_axes, padded, accs["a"].strides, accs["b"].strides, c_strides,
                                    (1 + buffers.index(accs["a"].buffer), 1 + buffers.index(accs["b"].buffer)),
                                    (accs["a"].offset, accs["b"].offset, 0), (dt, kept), 1.0, False)
             if call is None or not cublas.aligned(call) or c_strides[n] != 1:

@@ -31,7 +31,18 @@ def _compose(outer: View, inner_shape: tuple[int, ...], inner: tuple[tuple[int, 
     if outer.mask is not None:
         return None
     t, t_off = inner
-    dims = list(inner_shape)
+    # inner axes the map keeps contiguous with each other are one axis (so that a reshape which
+    # merged them, e.g. an image's h and w into one axis, moves along it without a carry);
+    # axes of size 1 hold no digit
+    merged: list[list[int]] = []
+    for d, s in zip(inner_shape, t):
+        if d == 1:
+            continue
+        if merged and merged[-1][1] == s * d:
+            merged[-1] = [merged[-1][0] * d, s]
+        else:
+            merged.append([d, s])
+    dims, t = [d for d, _ in merged], [s for _, s in merged]
     cs = [1] * len(dims)
     for a in range(len(dims) - 2, -1, -1):
         cs[a] = cs[a + 1] * dims[a + 1]
