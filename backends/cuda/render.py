@@ -722,8 +722,9 @@ extern "C" __global__ void __launch_bounds__({EPILOGUE_THREADS}) {name}_epilogue
 
 def _read_rounded(o: Node, r: Node, M: set[Node], any_dtype: bool = False) -> bool:
     """Whether the epilogue from product `r` to output `o` reads `r` only through pure reshapes
-    and, unless `r` has `o`'s dtype, a cast to it first: then the product rounded to `o`'s
-    dtype, stored in `o`'s buffer in `r`'s element order, is all the epilogue needs."""
+    and, unless `r` has `o`'s dtype (or `any_dtype`), a cast to it first: then the product
+    rounded to `o`'s dtype, stored in `o`'s buffer in `r`'s element order, is all the epilogue
+    needs."""
     from backends.cuda.match import is_pure_reshape
     t = tree(o, M, stop=frozenset({r}))
     readers: dict[Node, list[Node]] = {}
