@@ -152,6 +152,9 @@ class SaturnContender:
             info["cache"] = self.fn.cache
         if isinstance(getattr(self.fn, "timings", None), dict):
             info["compile_parts_s"] = {k: float(v) for k, v in self.fn.timings.items()}
+        stages = getattr(getattr(self.fn, "result", None), "seconds", None)
+        if isinstance(stages, dict) and stages:      # the search's own stages (explore, references, ...)
+            info["search_parts_s"] = {k: float(v) for k, v in stages.items()}
         info.update(chosen_info(self.fn))
         return info
 

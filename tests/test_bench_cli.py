@@ -61,6 +61,9 @@ def test_bench_tiny_without_torch(target, tmp_path, monkeypatch, capsys):
     for r in data["results"]:
         assert r["peers"] == {} and r["speedup_vs_eager"] == {}
         assert "interpreter" in r["check"]["reference"]
+        if target == "cpu":      # the search's own stages, to see where a compile spent its budget
+            parts = r["saturn"]["search_parts_s"]
+            assert {"explore", "build+verify", "timing", "total"} <= set(parts) and parts["total"] > 0
     assert data["ceilings"]["copy_GBps"] > 0  # numpy measures the ceilings without torch
 
 
