@@ -595,3 +595,20 @@ def test_random_half_products_under_the_cublas_schedule_match_the_interpreter():
         np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
 
     check()
+
+
+def test_the_host_stand_in_for_a_plain_cublas_call_gives_the_steps_value():
+    """A product cuBLAS runs as the whole step (here scaled by alpha, at an odd size it runs
+    unaligned) is stood in for on the host by the step's value, not the bare product (found
+    by a seeded run of the random-products test above)."""
+    import numpy as np
+    from backends.cuda import hostsim
+    from backends.cuda.render import Schedule
+    from ir.interpreter import evaluate
+    g = trace(lambda a, b: (a @ b) * 0.5, spec((1, 3), "f16"), spec((3, 3), "f16"))
+    src, launches = render(g, Schedule(gemm="cublas"))
+    assert [l.kind for l in launches] == ["cublas"] and launches[0].library.alpha == 0.5
+    if hostsim.available() is None:
+        rng = np.random.default_rng(0)
+        args = [rng.standard_normal(s).astype(np.float16) for s in [(1, 3), (3, 3)]]
+        np.testing.assert_array_equal(hostsim.run_templates(g, args, Schedule(gemm="cublas"))[0], evaluate(g, args)[0])

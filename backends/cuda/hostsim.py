@@ -146,6 +146,7 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     if warps:
         raise ValueError(f"kernels {warps} reduce with warp shuffles: they need a GPU")
     kernels = [l for l in launches if l.library is None]
+    finished = {l.output for l in launches if l.name.endswith("_epilogue")}
     run = build(src, [(l.name, 1 + len(l.inputs), l.grid[0], l.block[0]) for l in kernels])
     bufs = {}
     for node, a in zip(graph.inputs, args):
@@ -154,9 +155,11 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
         if l.output not in bufs:
             bufs[l.output] = np.zeros(max(l.output.numel, 1), dtype=l.output.dtype.np)
         if l.library is not None and l.output in products:
-            # the product, as the interpreter computes it, into the output
+            # the interpreter's value into the output: the product where an epilogue kernel
+            # finishes the step in place, else the step's own value (a scale, a cast)
             env = {n: bufs[n][: n.numel].reshape(n.shape) for n in graph.inputs}
-            bufs[l.output][: l.output.numel] = evaluate_nodes([products[l.output]], env)[0].reshape(-1)
+            value = products[l.output] if l.output in finished else l.output
+            bufs[l.output][: l.output.numel] = evaluate_nodes([value], env)[0].reshape(-1)
         elif l.library is not None:    # into a buffer of its own: the call itself, emulated
             from backends.cuda.cublas import emulate_call
             emulate_call(l.library, [bufs[l.output]] + [bufs[n] for n in l.inputs])
