@@ -184,3 +184,20 @@ def test_gpu_staged_products_match_the_interpreter(backend, dtype):
         kinds = [l.kind for l in exe.launches]
         assert "cublas" in kinds and "stage" in kinds, exe.explain()
         assert_close(outs[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_gpu_convolutions_under_cublas_match_the_interpreter(backend, dtype):
+    """Convolutions under the cuBLAS schedule: one strided-batched call over the images (the
+    weights with batch stride 0), its im2col windows staged, or a 1x1 input read in place."""
+    from compiler import conv
+    cases = [
+        (lambda x, w: conv.conv2d(x, w, padding=1), [(4, 16, 14, 14), (32, 16, 3, 3)]),
+        (lambda x, w: conv.conv2d(x, w), [(2, 64, 8, 8), (32, 64, 1, 1)]),
+        (lambda x, w: conv.conv2d(x, w, stride=2, padding=1), [(3, 7, 11, 11), (5, 7, 3, 3)]),
+    ]
+    for fn, shapes in cases:
+        g, args, exe, outs = _run(backend, fn, [saturn.spec(s, dtype) for s in shapes])
+        assert "cublas" in [l.kind for l in exe.launches], exe.explain()
+        assert_close(outs[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)
