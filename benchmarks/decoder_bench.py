@@ -91,8 +91,8 @@ def decoder_schedules(be, graph):
     from backends.cuda.render import Schedule
     from backends.cuda.templates.attention import ATTN_CONFIGS
     out = [Schedule(), Schedule(gemm="prior", name="prior"), Schedule(gemm="prior", tile_rank=1, name="prior#2")]
-    out += [Schedule(gemm="prior", attn=c, name=f"prior+attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}") for c in ATTN_CONFIGS[1:4]]
-    out += [Schedule(gemm="cublas", cublas_fallback="prior", attn=c, name=f"cublas+attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}") for c in ATTN_CONFIGS[1:3]]
+    out += [Schedule(gemm="prior", attn=c, name=f"prior+{c.name}") for c in ATTN_CONFIGS[1:4]]
+    out += [Schedule(gemm="cublas", cublas_fallback="prior", attn=c, name=f"cublas+{c.name}") for c in ATTN_CONFIGS[1:3]]
     fixed = [s for s in be.schedules(graph)[1:] if s.lowering != "kernel_ir" and (s.tc is not None or s.attn is not None)]
     return out + fixed[:FIXED_SCHEDULES]
 

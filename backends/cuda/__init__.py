@@ -64,9 +64,9 @@ class CUDABackend:
         if "gemm" in kinds and self._cublas_reason() is None:
             out.insert(1, Schedule(gemm="cublas", name="cublas"))   # plain products by cuBLAS (cublas.py)
         if "attention" in kinds:
-            out += [Schedule(attn=c, name=f"attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}") for c in ATTN_CONFIGS]
+            out += [Schedule(attn=c, name=c.name) for c in ATTN_CONFIGS]
             if "gemm" in kinds:   # a decoder: its products' tiles and its attention's together
-                pairs = [Schedule(gemm="prior", attn=c, name=f"prior+attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}")
+                pairs = [Schedule(gemm="prior", attn=c, name=f"prior+{c.name}")
                          for c in ATTN_CONFIGS[1:3]]
                 # first, before the default: on the H200 decoders (Llama and GPT-2, main and odd
                 # sizes) prior tiles with 4 warps x 1 m-tile attention were within 3% of the best
@@ -82,7 +82,7 @@ class CUDABackend:
                     # h100-decoder-bench-2026-12-05-session19-ccb0414.log)
                     c = ATTN_CONFIGS[2]
                     out.insert(0, Schedule(gemm="cublas", cublas_fallback="prior", attn=c,
-                                           name=f"cublas+attn_w{c.warps}_m{c.mtiles}_kv{c.bkv}"))
+                                           name=f"cublas+{c.name}"))
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
         out.append(Schedule(lowering="kernel_ir", name="kernel_ir"))   # the shared kernel IR, rendered generically

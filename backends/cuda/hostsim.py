@@ -132,7 +132,9 @@ EMULATED_KINDS = ("elementwise", "generic", "stage")   # stage: an elementwise c
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     """Render `graph` with the template planner (under `schedule`) and run it here; every step
     must be an elementwise or generic kernel (no shared memory, barriers or warp instructions),
-    or a cuBLAS product, which is stood in for by the interpreter's value of the product."""
+    or a cuBLAS call: one into the step's output is stood in for by the interpreter's value (the
+    product where an epilogue kernel finishes the step, else the step's value), one into a
+    buffer of its own is emulated from its arguments (`cublas.emulate_call`)."""
     from backends.cuda import render
     from backends.cuda.plan import plan, prepare
     from ir.interpreter import evaluate_nodes

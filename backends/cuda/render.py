@@ -619,14 +619,19 @@ def stage_operands(name: str, step: Step, names: dict[Node, str], M: set[Node], 
         if r is None:
             continue
         copy, base, acc = r
-        cstep = Step("elementwise", copy, [base])
-        src, launch = render_elementwise(f"{name}_stage_{side}", cstep, M | {base}, sched)
-        launch.kind, launch.detail = "stage", f"{side.upper()} -> {list(copy.shape)} " + launch.detail
+        src, launch = _stage_kernel(name, side, copy, base, M, sched)
         staged[side] = acc
         extra.append(copy)
         srcs.append(src)
         launches.append(launch)
     return staged, tuple(extra), srcs, launches
+
+
+def _stage_kernel(name: str, side: str, copy: Node, base: Node, M: set[Node], sched: "Schedule"):
+    """(source, launch) of the copy kernel that fills a staged operand (`_stage`)."""
+    src, launch = render_elementwise(f"{name}_stage_{side}", Step("elementwise", copy, [base]), M | {base}, sched)
+    launch.kind, launch.detail = "stage", f"{side.upper()} -> {list(copy.shape)} " + launch.detail
+    return src, launch
 
 
 def _loaders(name: str, step: Step, names: dict[Node, str], params: str, groups) -> str:
@@ -706,18 +711,26 @@ def _cublas_then_epilogue(name: str, step: Step, M: set[Node], sched: Schedule, 
     call = cublas.plan_call(step, sched.allow_tf32, product_only=True)
     if call is None or not (unaligned or _aligned_enough(call)):
         return None
-    params, args, names = _params(step)
-    value = f"epi_{name}({args}, flat, {load_expr('out', 'flat', o.dtype)})"
+    src, launch = _epilogue_kernel(name, step, M, (), lambda names: load_expr("out", "flat", o.dtype),
+                                   "the product's epilogue, in place after cuBLAS")
+    return src, [Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, o, list(step.inputs), call.describe(), call), launch]
+
+
+def _epilogue_kernel(name: str, step: Step, M: set[Node], extra: tuple[Node, ...], product, detail: str):
+    """(source, launch) of `<name>_epilogue`: one thread per output element applies the step's
+    epilogue to the product (`product(names)`: its C expression at `flat`, given the kernel's
+    buffer names; `extra`: buffers it reads beyond the step's inputs)."""
+    o = step.output
+    params, args, names = _params(step, extra)
+    value = f"epi_{name}({args}, flat, {product(names)})"
     src = _epilogue(name, step, M, params, names) + f"""
 extern "C" __global__ void __launch_bounds__({EPILOGUE_THREADS}) {name}_epilogue({params}) {{
   const long long flat = (long long)blockIdx.x * {EPILOGUE_THREADS} + threadIdx.x;
   if (flat >= {o.numel}LL) return;
   out[flat] = {store_value(value, o.dtype)};
 }}"""
-    grid = (-(-o.numel // EPILOGUE_THREADS), 1, 1)
-    return src, [Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, o, list(step.inputs), call.describe(), call),
-                 Launch(f"{name}_epilogue", "elementwise", grid, (EPILOGUE_THREADS, 1, 1), 0, o, list(step.inputs),
-                        "the product's epilogue, in place after cuBLAS")]
+    return src, Launch(f"{name}_epilogue", "elementwise", (-(-o.numel // EPILOGUE_THREADS), 1, 1),
+                       (EPILOGUE_THREADS, 1, 1), 0, o, list(step.inputs) + list(extra), detail)
 
 
 def _read_rounded(o: Node, r: Node, M: set[Node], any_dtype: bool = False) -> bool:
@@ -766,7 +779,7 @@ def _cublas_staged(name: str, step: Step, M: set[Node], sched: Schedule):
     from backends.cuda import cublas
     g = step.gemm
     o, r = step.output, g.reduce
-    params, _, names = _params(step)
+    names = _params(step)[2]
     dt = _pure_half_read(g.a, names)
     if dt is None or _pure_half_read(g.b, names) != dt or r.dtype not in (dt, DType.f32) or not g.n_axes \
             or not o.numel or not o.dtype.is_float or not _read_in_order(o, r, M):
@@ -813,24 +826,14 @@ def _cublas_staged(name: str, step: Step, M: set[Node], sched: Schedule):
             assert product.shape == value_shape
             srcs, launches = [], []
             for side, copy, base in copies:
-                src, launch = render_elementwise(f"{name}_stage_{side}", Step("elementwise", copy, [base]),
-                                                 M | {base}, sched)
-                launch.kind, launch.detail = "stage", f"{side.upper()} -> {list(copy.shape)} " + launch.detail
+                src, launch = _stage_kernel(name, side, copy, base, M, sched)
                 srcs.append(src)
                 launches.append(launch)
-            params, args, names = _params(step, (product,))
             at = "flat" if padded[n] == sizes[n] else f"(flat / {sizes[n]}LL) * {padded[n]}LL + flat % {sizes[n]}LL"
-            value = f"epi_{name}({args}, flat, {load_expr(names[product], at, kept)})"
-            srcs.append(_epilogue(name, step, M, params, names) + f"""
-extern "C" __global__ void __launch_bounds__({EPILOGUE_THREADS}) {name}_epilogue({params}) {{
-  const long long flat = (long long)blockIdx.x * {EPILOGUE_THREADS} + threadIdx.x;
-  if (flat >= {o.numel}LL) return;
-  out[flat] = {store_value(value, o.dtype)};
-}}""")
-            launches.append(Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, product, buffers, call.describe(), call))
-            launches.append(Launch(f"{name}_epilogue", "elementwise", (-(-o.numel // EPILOGUE_THREADS), 1, 1),
-                                   (EPILOGUE_THREADS, 1, 1), 0, o, inputs + [product],
-                                   "the product's epilogue, from cuBLAS's padded product"))
+            src, epilogue = _epilogue_kernel(name, step, M, (product,), lambda names: load_expr(names[product], at, kept),
+                                             "the product's epilogue, from cuBLAS's padded product")
+            srcs.append(src)
+            launches += [Launch(name, "cublas", (1, 1, 1), (1, 1, 1), 0, product, buffers, call.describe(), call), epilogue]
             return "\n".join(srcs), launches
     return None
 

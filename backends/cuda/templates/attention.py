@@ -20,6 +20,10 @@ class AttnConfig:
     mtiles: int = 1       # m16 tiles of query rows per warp (more: fewer shared-memory reads per row)
 
     @property
+    def name(self) -> str:
+        return f"attn_w{self.warps}_m{self.mtiles}_kv{self.bkv}"
+
+    @property
     def threads(self) -> int:
         return 32 * self.warps
 
