@@ -13,8 +13,10 @@ towards the defaults, relative error), so the ranking adapts to the machine. A t
 prediction is its program's times a factor for its schedule: the geometric mean, over the
 programs this device has timed under that schedule and under their first (default) one, of
 the ratio of the two times (one thread, a strict order, a vector width: what a count of the
-program cannot see). The search orders its trials by the prediction and reports the rank
-correlation between predicted and measured times.
+program cannot see), with the backend's own prediction of that ratio as one more measurement
+(`backend.schedule_factor`: kernels counted one by one under the schedule), so a device that
+has measured nothing yet still tells one thread from all cores. The search orders its trials by
+the prediction and reports the rank correlation between predicted and measured times.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from ir.kernel_cost import FEATURES
 # (FEATURES: bytes, mm_half, mm_f32, scalar, kernels, strided, loops)
 DEFAULTS = {
     "cuda": (1 / 3.5e12, 1 / 4e14, 1 / 4e13, 1 / 2e13, 5e-6, 1 / 1e12, 1e-12),
-    "cpu": (1 / 1.5e10, 1 / 5e10, 1 / 1e11, 1 / 2e10, 3e-6, 1 / 5e9, 5e-9),
+    "cpu": (1 / 1.5e10, 1 / 1e11, 1 / 1e11, 1 / 2e10, 3e-6, 1 / 5e9, 5e-9),
 }
 MAX_OBSERVATIONS = 400  # per device, newest kept
 RIDGE = 0.05            # pull of the defaults against few measurements
@@ -105,19 +107,21 @@ class CostModel:
         seconds = float(sum(c * f for c, f in zip(self.coefficients, feats)))
         return seconds * self.factor(schedule, seconds)
 
-    def factor(self, schedule: str | None, seconds: float | None = None) -> float:
+    def factor(self, schedule: str | None, seconds: float | None = None, prior: float | None = None) -> float:
         """The schedule's time over the first schedule's, as measured on this device for
         programs predicted within the same power of ten of `seconds` where it was measured
         for at least SIZED_MIN of them (one thread beats two on a small program, whose thread
-        handoffs cost more than its work, and loses on a large one), else for all; 1 where nothing was (one pseudo-measurement of ratio 1 keeps a
-        single odd one from ruling)."""
+        handoffs cost more than its work, and loses on a large one), else for all, with
+        `prior` (the backend's prediction for this program; None: 1) as one more measurement:
+        it rules where nothing was measured, and keeps a single odd measurement from ruling."""
         if schedule is None:
             return 1.0
         decade = _decade(seconds)
         total, count = self.schedules.get(f"{schedule}@{decade}", (0.0, 0)) if decade is not None else (0.0, 0)
         if count < SIZED_MIN:
             total, count = self.schedules.get(schedule, (0.0, 0))
-        return math.exp(total / (count + 1))
+        guess = math.log(prior) if prior is not None and 0 < prior < math.inf else 0.0
+        return math.exp((total + guess) / (count + 1))
 
     @property
     def source(self) -> str:

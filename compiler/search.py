@@ -752,16 +752,33 @@ PREDICT_SHARE, PREDICT_MIN_S = 0.05, 0.2   # seconds for the cost model's predic
 
 def _predict(trials, backend, model, deadline) -> None:
     """Each trial's predicted time: its program's (counted once per program) times its
-    schedule's factor, 1 for the program's first schedule; past `deadline` the rest stay
-    unknown (inf) and keep their static-rank order."""
+    schedule's factor (the model's, with the backend's prior for this program), 1 for the
+    program's first schedule; past `deadline` the rest stay unknown (inf) and keep their
+    static-rank order."""
     by_program: dict[int, tuple] = {}
     for t in trials:
         first = t.candidate not in by_program
         if first:
             feats = cost_model.features(t.graph, backend) if time.perf_counter() <= deadline else None
-            by_program[t.candidate] = (feats, model.predict(feats))
-        t.features, program_s = by_program[t.candidate]
-        t.predicted = program_s if first else program_s * model.factor(t.schedule_text, program_s)
+            by_program[t.candidate] = (feats, model.predict(feats), t.schedule)
+        t.features, program_s, first_schedule = by_program[t.candidate]
+        if first or not math.isfinite(program_s):
+            t.predicted = program_s
+            continue
+        prior = _schedule_prior(backend, t.graph, t.schedule, first_schedule, model) \
+            if time.perf_counter() <= deadline else None
+        t.predicted = program_s * model.factor(t.schedule_text, program_s, prior)
+
+
+def _schedule_prior(backend, graph, schedule, first, model) -> float | None:
+    """The backend's prediction of `schedule`'s time over `first`'s for `graph` (None: it has none)."""
+    fn = getattr(backend, "schedule_factor", None)
+    if not callable(fn) or schedule is None or first is None:
+        return None
+    try:
+        return fn(graph, schedule, first, model.coefficients)
+    except Exception:   # a program that does not lower is the build's to report
+        return None
 
 
 def _learn(model, trials, result, notes, directory) -> None:

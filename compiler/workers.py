@@ -129,7 +129,7 @@ def handle(state: _WorkerState, request):
                                       build_s=time.perf_counter() - t0)
         build_s = time.perf_counter() - t0
         res = _check(state, exe, trial.data_key)
-        _settle(exe)
+        _library_ran(exe)
         res.build_s = build_s
         res.source_hash = hashlib.sha256(str(getattr(exe, "source", "")).encode()).hexdigest()[:16]
         if not res.ok:
@@ -165,8 +165,10 @@ def handle(state: _WorkerState, request):
         _, trial, warmup, repeat = request
         exe = state.build(trial)
         args = state.data[trial.data_key][0][0]
+        if _wait_library_quiet(exe):
+            _rewarm(exe, args)
         out = timing.measure(exe, args, warmup, repeat)
-        _settle(exe)
+        _library_ran(exe)
         return out
     if kind == "source":
         return getattr(state.build(request[1]), "source", "")
@@ -178,13 +180,64 @@ def handle(state: _WorkerState, request):
     raise ValueError(f"unknown request {kind!r}")
 
 
-def _settle(exe) -> None:
-    """Answer only once the library threads `exe` ran (numpy's BLAS) stop spinning: they take
-    the cores from whatever is timed next, in this worker or another (a product timed right
-    after a library call ran 2x slow, 21 ms for 11)."""
+# When numpy's BLAS threads on this host stop spinning after the last library call a worker
+# made: a time.monotonic() value (system-wide on Linux), written by that worker, read by any
+# worker (of any search) before it times generated code. The spinning threads take the cores
+# from whatever runs next (a product timed right after a library call ran 2x slow, 21 ms for
+# 11); sleeping after every library run instead cost each interleaved timing slice the wait.
+QUIET_FILE = os.path.join(tempfile.gettempdir(), f"saturn-library-quiet-{getattr(os, 'getuid', lambda: 0)()}")
+MAX_QUIET_WAIT_S = 1.0
+
+
+def _quiet_at() -> float:
+    try:
+        with open(QUIET_FILE, "rb") as f:
+            return struct.unpack("<d", f.read(8))[0]
+    except (OSError, struct.error):
+        return 0.0
+
+
+def _library_ran(exe) -> None:
+    """Note that `exe` just ran a library call, if it has any (its `settle_s`)."""
     seconds = getattr(exe, "settle_s", 0.0)
-    if seconds:
-        time.sleep(seconds)
+    if not seconds:
+        return
+    quiet = time.monotonic() + seconds
+    if quiet <= _quiet_at():
+        return
+    try:
+        tmp = f"{QUIET_FILE}.{os.getpid()}"
+        with open(tmp, "wb") as f:
+            f.write(struct.pack("<d", quiet))
+        os.replace(tmp, QUIET_FILE)
+    except OSError:
+        time.sleep(seconds)     # nowhere to say it: wait here, as the other workers cannot
+
+
+def _wait_library_quiet(exe) -> bool:
+    """Before timing generated code, wait for the library threads of a recent call to stop
+    spinning (an executable that calls the library itself does not wait: its own calls leave
+    them spinning as they would in the user's process). Whether it waited."""
+    if getattr(exe, "settle_s", 0.0):
+        return False
+    wait = _quiet_at() - time.monotonic()
+    if wait > 0:
+        time.sleep(min(wait, MAX_QUIET_WAIT_S))
+    return wait > 0
+
+
+# Untimed runs after a rest: on the 2-core VM the runs right after a wait ran 2x slow for up to
+# 0.1 s (a 1.4 ms product timed 2.2-2.6 ms, then 1.39 again), as the benchmark found
+# (benchmarks/timing.REWARM_S).
+REWARM_S = 0.1
+
+
+def _rewarm(exe, args) -> None:
+    end = time.perf_counter() + REWARM_S
+    while True:
+        exe(*args)
+        if time.perf_counter() >= end:
+            return
 
 
 def _check(state: _WorkerState, exe, data_key: str):

@@ -14,6 +14,9 @@
 
 `program_features` counts them on the kernel IR; a backend with its own plan (CUDA) counts the
 same vocabulary on its plan. `compiler/cost_model.py` turns them into predicted seconds.
+`kernel_counts` counts one kernel, with one more count a schedule's prior needs (`reduce_steps`:
+steps of reductions that are not matrix products, which run in order when a schedule forbids
+reassociating them).
 """
 from __future__ import annotations
 
@@ -32,7 +35,9 @@ def _is_product(r: Reduce) -> bool:
     while isinstance(body, Compute) and body.op == Op.CAST:
         body = body.srcs[0]
     extent = math.prod(v.extent for v in r.vars)
-    return r.contraction and extent >= PRODUCT_MIN and isinstance(body, Compute) and body.op == Op.MUL
+    # (a sum of squares, a row's x * x, is a row reduction, not a product of two operands)
+    return (r.contraction and extent >= PRODUCT_MIN and isinstance(body, Compute) and body.op == Op.MUL
+            and len(set(body.srcs)) > 1)
 
 
 def _count_value(e, times: float, acc: dict, seen: set | None = None, inner: Var | None = None) -> None:
@@ -48,12 +53,15 @@ def _count_value(e, times: float, acc: dict, seen: set | None = None, inner: Var
         seen.add(x)
         if isinstance(x, Reduce):
             inner_n = n * math.prod(v.extent for v in x.vars)
-            acc["loops"] += n * math.prod(v.extent for v in x.vars[:-1])
-            if _is_product(x):
+            product = _is_product(x)
+            if not (product and len(x.vars) == 1):   # (a one-level product runs as a blocked GEMM)
+                acc["loops"] += n * math.prod(v.extent for v in x.vars[:-1])
+            if product:
                 acc["mm_half" if _half_operands(x) else "mm_f32"] += inner_n
                 stack.extend((c, inner_n, True, x.vars[-1]) for c in children(x.body))
             else:
                 acc["scalar"] += inner_n
+                acc["reduce_steps"] += inner_n
                 stack.append((x.body, inner_n, False, x.vars[-1]))
             continue
         if not in_product and ((isinstance(x, Load) and _strided(x.index, var)) or
@@ -86,29 +94,38 @@ def _half_operands(r: Reduce) -> bool:
     return bool(loads) and all(x.dtype.itemsize == 2 for x in loads)
 
 
+def kernel_counts(k, sizes: dict[str, int]) -> dict[str, float]:
+    """FEATURES and `reduce_steps` of one kernel; `sizes`: bytes per buffer name."""
+    acc = dict.fromkeys(FEATURES + ("reduce_steps",), 0.0)
+    acc["kernels"] = 1
+    acc["bytes"] = sum(sizes.get(b, 0) for b in k.reads() | k.writes())
+    extents = [v.extent for v in k.axes]
+    acc["loops"] += math.prod(extents[:-1])
+    for let in k.lets:
+        outer = math.prod(extents[:let.depth])
+        if isinstance(let, Online):
+            # one step per tile: the score (tile max) once, shared with the terms; a lane
+            # sum (flash attention's P V) adds one multiply-accumulate per lane
+            steps, seen = outer * let.var.extent, set()
+            acc["loops"] += outer
+            _count_value(let.tile_max, steps, acc, seen, let.var)
+            for term in let.terms:
+                _count_value(term, steps, acc, seen, let.var)
+                if let.lane is not None:
+                    half = any(x.dtype.itemsize == 2 for x in _loads(term))
+                    acc["mm_half" if half else "mm_f32"] += steps * let.lane.extent
+        else:
+            _count_value(let.value, outer, acc)
+    for s in k.stores:
+        _count_value(s.value, math.prod(extents), acc, None, k.axes[-1] if k.axes else None)
+    return acc
+
+
+def buffer_bytes(program: KernelProgram) -> dict[str, int]:
+    return {b.name: b.size * b.dtype.itemsize for b in program.buffers}
+
+
 def program_features(program: KernelProgram) -> tuple[float, ...]:
-    acc = dict.fromkeys(FEATURES, 0.0)
-    sizes = {b.name: b.size * b.dtype.itemsize for b in program.buffers}
-    for k in program.kernels:
-        acc["kernels"] += 1
-        acc["bytes"] += sum(sizes.get(b, 0) for b in k.reads() | k.writes())
-        extents = [v.extent for v in k.axes]
-        acc["loops"] += math.prod(extents[:-1])
-        for let in k.lets:
-            outer = math.prod(extents[:let.depth])
-            if isinstance(let, Online):
-                # one step per tile: the score (tile max) once, shared with the terms; a lane
-                # sum (flash attention's P V) adds one multiply-accumulate per lane
-                steps, seen = outer * let.var.extent, set()
-                acc["loops"] += outer
-                _count_value(let.tile_max, steps, acc, seen, let.var)
-                for term in let.terms:
-                    _count_value(term, steps, acc, seen, let.var)
-                    if let.lane is not None:
-                        half = any(x.dtype.itemsize == 2 for x in _loads(term))
-                        acc["mm_half" if half else "mm_f32"] += steps * let.lane.extent
-            else:
-                _count_value(let.value, outer, acc)
-        for s in k.stores:
-            _count_value(s.value, math.prod(extents), acc, None, k.axes[-1] if k.axes else None)
-    return tuple(acc[f] for f in FEATURES)
+    sizes = buffer_bytes(program)
+    counts = [kernel_counts(k, sizes) for k in program.kernels]
+    return tuple(float(sum(c[f] for c in counts)) for f in FEATURES)

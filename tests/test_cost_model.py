@@ -334,3 +334,55 @@ def test_a_schedule_factor_is_taken_at_the_programs_size_where_it_was_measured_t
     assert model.factor("1-thread") == pytest.approx(1.0)              # (0.5 and 2.0 cancel)
     model.observe([], [("vec256", 0.8, 1e-3)])                            # one at that size: not enough
     assert model.factor("vec256", 1e-3) == model.factor("vec256") == pytest.approx(0.8 ** 0.5)
+
+
+def test_the_backends_prior_is_one_more_measurement_of_a_schedules_factor():
+    model = cost_model.CostModel("cpu", "dev", [], cost_model.fit_scales("cpu", []))
+    assert model.factor("1-thread", 1e-3, prior=1.8) == pytest.approx(1.8)      # nothing measured: the prior
+    model.observe([], [("1-thread", 2.0)] * 3)
+    assert model.factor("1-thread", prior=1.8) == pytest.approx((2.0 ** 3 * 1.8) ** 0.25)
+    assert model.factor("1-thread", prior=None) == pytest.approx(2.0 ** 0.75)  # no prior: a ratio of 1
+    assert model.factor("1-thread", prior=math.inf) == pytest.approx(2.0 ** 0.75)
+
+
+def _prior(fn, *specs, schedule: str, first: str = "default"):
+    g = saturn.trace(fn, *specs)
+    be = LLVMBackend()
+    by_name = {s.name: s for s in be.schedules(g)}
+    coefficients = cost_model.CostModel("cpu", "dev", [], cost_model.fit_scales("cpu", [])).coefficients
+    return be.schedule_factor(g, by_name[schedule], by_name[first], coefficients)
+
+
+def test_the_cpu_prior_tells_one_thread_strict_reductions_and_half_library_products_apart():
+    """What each schedule does, from counts alone: one thread is slower on a big program and not
+    on a tiny one (the pool hand-off); keeping reductions in order slows a softmax, not an
+    elementwise chain; the library's half products (converted copies) are slower than the
+    generated ones, its f32 products are not."""
+    from backends.llvm.runtime import cpu_count
+    big, tiny = saturn.spec((2048, 2048)), saturn.spec((8, 8))
+    chain = lambda x: (x * 1.7 + 0.3).exp()
+    if cpu_count() > 1:
+        assert _prior(chain, big, schedule="1-thread") > 1.5
+        assert _prior(chain, tiny, schedule="1-thread") == pytest.approx(1.0, rel=0.05)
+    assert _prior(lambda x: x.softmax(-1), big, schedule="strict") > 1.5
+    assert _prior(chain, big, schedule="strict") == pytest.approx(1.0)
+    a, b = saturn.spec((512, 512), "f16"), saturn.spec((512, 512), "f16")
+    assert _prior(lambda x, y: x @ y, a, b, schedule="blas") > 1.2
+    a, b = saturn.spec((512, 512)), saturn.spec((512, 512))
+    assert _prior(lambda x, y: x @ y, a, b, schedule="blas") == pytest.approx(1.0, rel=0.2)
+    # relative to the program's first schedule, whichever that was
+    assert _prior(chain, big, schedule="default", first="strict") == pytest.approx(1.0)
+
+
+def test_a_search_on_a_device_that_measured_nothing_predicts_one_thread_slower_on_a_big_program():
+    from compiler.search import TrialRecord, _predict
+    g = saturn.trace(lambda x: (x * 1.7 + 0.3).exp(), saturn.spec((2048, 2048)))
+    be = LLVMBackend()
+    scheds = {s.name: s for s in be.schedules(g)}
+    model = cost_model.CostModel("cpu", "dev", [], cost_model.fit_scales("cpu", []))
+    trials = [TrialRecord(i, 0, "p", 1.0, g, scheds[name]) for i, name in enumerate(["default", "1-thread", "unrolled"])]
+    _predict(trials, be, model, math.inf)
+    from backends.llvm.runtime import cpu_count
+    if cpu_count() > 1:
+        assert trials[1].predicted > 1.5 * trials[0].predicted
+    assert trials[2].predicted == pytest.approx(trials[0].predicted)

@@ -141,20 +141,30 @@ def test_offered_from_the_contraction_terms_without_lowering(monkeypatch):
     assert "blas" in [s.name for s in BACKEND.schedules(g)][:3]
 
 
-def test_a_library_call_makes_the_worker_wait_for_its_threads_before_answering():
-    """numpy's BLAS threads spin after a call and slow whatever is timed next (2x for ~0.1 s on
-    2 cores): an executable that calls it says how long to let them settle, and a worker's
-    timing or verification answer comes only after that."""
+def test_generated_code_is_timed_only_once_the_library_threads_are_quiet(tmp_path, monkeypatch):
+    """numpy's BLAS threads spin after a call and slow whatever is timed next (2x on 2 cores): a
+    worker that ran a library call notes when its threads go quiet (a host-wide clock file), and
+    a worker times generated code only after that; an executable that calls the library does
+    not wait (its own calls leave the threads spinning, as in the user's process)."""
     import time
 
     from backends.llvm.runtime import LIBRARY_SETTLE_S
     from compiler import workers
+    monkeypatch.setattr(workers, "QUIET_FILE", str(tmp_path / "quiet"))
     _, _, exe = _build(lambda a, b: a @ b, [(64, 64), (64, 64)])
     generated = BACKEND.build(saturn.trace(lambda a, b: a @ b, saturn.spec((64, 64)), saturn.spec((64, 64))))
     assert exe.settle_s == LIBRARY_SETTLE_S > 0 and generated.settle_s == 0.0
     t0 = time.perf_counter()
-    workers._settle(exe)
+    workers._wait_library_quiet(generated)          # nothing ran: no wait
+    workers._library_ran(generated)                 # generated code leaves nothing spinning
+    workers._wait_library_quiet(generated)
+    assert time.perf_counter() - t0 < LIBRARY_SETTLE_S / 2
+    workers._library_ran(exe)                       # answers at once ...
+    assert time.perf_counter() - t0 < LIBRARY_SETTLE_S / 2
+    workers._wait_library_quiet(exe)                # ... the library's own timing does not wait ...
+    assert time.perf_counter() - t0 < LIBRARY_SETTLE_S / 2
+    workers._wait_library_quiet(generated)          # ... generated code's does
     assert time.perf_counter() - t0 >= LIBRARY_SETTLE_S
-    t0 = time.perf_counter()
-    workers._settle(generated)
-    assert time.perf_counter() - t0 < LIBRARY_SETTLE_S
+    t1 = time.perf_counter()
+    workers._wait_library_quiet(generated)          # and only once
+    assert time.perf_counter() - t1 < LIBRARY_SETTLE_S / 2

@@ -98,6 +98,15 @@ class LLVMBackend:
         from ir.kernel_cost import program_features
         return program_features(self.lower(graph))
 
+    def schedule_factor(self, graph: Graph, schedule: Schedule, first: Schedule, coefficients) -> float | None:
+        """`schedule`'s time over `first`'s for `graph`, predicted from counts priced with the cost
+        model's `coefficients`: the model's prior for a schedule it has not measured
+        (backends/llvm/schedule_cost.py)."""
+        from backends.llvm import schedule_cost
+        from backends.llvm.runtime import cpu_count
+        return schedule_cost.relative(self.lower(graph), schedule, first, coefficients, cpu_count(),
+                                      native_vector_width())
+
     def build(self, graph: Graph, schedule: Schedule | None = None, *, use_cache: bool = True):
         return self.build_program(self.lower(graph), schedule, use_cache=use_cache)
 

@@ -25,7 +25,7 @@ from backends.llvm.blas import BlasLaunch
 from ir.kernel import KernelProgram, Schedule
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}
-LIBRARY_SETTLE_S = 0.12   # (measured: 2x slow for ~0.11 s after the last BLAS call; clean 0.1 s later)
+LIBRARY_SETTLE_S = 0.3    # (2 cores, 2026-12-05: 1.5x slow 0.12 s after a BLAS call, clean 0.3 s later)
 _POOLS_LOCK = threading.Lock()
 # Below this many inner operations a kernel runs on one thread: handing chunks to the pool costs
 # 50-80 us on the 2-core development machine, where (x * 1.7 + 0.3).exp() on two threads took
@@ -107,9 +107,9 @@ class LLVMExecutable:
         self._head = f"; schedule: {schedule.name}\n{listing}\n{library}"
         self._ir = source      # the LLVM IR text, or a function rendering it (a warm build)
         self.cache_hit, self.compile_seconds = cache_hit, compile_seconds
-        # numpy's BLAS keeps its threads spinning ~0.1 s after a call, taking the cores from
-        # whatever runs next (another executable's product ran 2x slow for 5 runs of 11 ms):
-        # a search worker waits this long after running this one (compiler/workers.py)
+        # numpy's BLAS keeps its threads spinning after a call, taking the cores from whatever
+        # runs next (another executable's product ran 2x slow for 5 runs of 11 ms): a search
+        # worker times generated code only this long after this one ran (compiler/workers.py)
         self.settle_s = LIBRARY_SETTLE_S if calls else 0.0
         self._engine = engine   # owns the machine code
         self.threads = schedule.threads or cpu_count()
