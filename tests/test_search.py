@@ -427,3 +427,24 @@ def test_a_timing_round_waits_for_the_other_workers_pending_starts():
     timing, starting, _ = runner.pool.workers
     assert starting.unanswered == 0 and starting.finished == 2
     assert timing.finished == 0
+
+
+def test_a_candidate_displaces_the_original_only_when_timed_faster_by_more_than_the_margin():
+    from compiler.search import WIN_MARGIN, TrialRecord, _finalists
+    g = saturn.trace(softmax, SPEC)
+
+    def trial(i, *medians):
+        t = TrialRecord(i, i, "p", 1.0, g, None, status="timed")
+        t.rounds = [(3, m) for m in medians]
+        return t
+
+    base = trial(0, 1.0)
+    close, far = trial(1, 1.0 - WIN_MARGIN / 2), trial(2, 1.0 - 2 * WIN_MARGIN)
+    assert [t.id for t in _finalists([close, base], base)] == [0, 1]       # within the noise: the original
+    assert [t.id for t in _finalists([far, close, base], base)] == [2, 1, 0]
+    assert [t.id for t in _finalists([far, close, base], None)] == [2, 1, 0]
+    # a candidate timed a round longer is compared with the original at the round both reached
+    longer = trial(3, 1.0 - WIN_MARGIN / 2, 0.5)
+    assert _finalists([longer, base], base)[0] is base
+    longer = trial(4, 0.9, 0.95)
+    assert _finalists([longer, base], base)[0] is longer
