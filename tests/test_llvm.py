@@ -202,6 +202,22 @@ def test_schedules_all_match():
         np.testing.assert_allclose(BACKEND.build(g, s)(*args)[0], want, rtol=2e-5, atol=2e-5)
 
 
+def test_tile_schedules_are_offered_only_to_programs_with_contraction_terms_and_match_on_odd_convolutions():
+    """A matmul tile changes only the packed products' code; the tiles run a convolution whose
+    sizes divide no tile (3x3, 5 channels, 7x9 pixels, 3 outputs) like the interpreter."""
+    from compiler import conv
+    tiles = {"mm8x1", "mm4x3", "mm6x2-kc512"}
+    plain = saturn.trace(lambda x: x.softmax(-1), saturn.spec((4, 9)))
+    assert not tiles & {s.name for s in BACKEND.schedules(plain)}
+    g = saturn.trace(lambda x, w: conv.conv2d(x, w, padding=1).relu(), saturn.spec((2, 5, 7, 9)), saturn.spec((3, 5, 3, 3)))
+    offered = [s for s in BACKEND.schedules(g) if s.name in tiles]
+    assert len(offered) == 2
+    args = _args([(2, 5, 7, 9), (3, 5, 3, 3)], ["f32", "f32"])
+    want = evaluate(g, args)[0]
+    for s in offered:
+        np.testing.assert_allclose(BACKEND.build(g, s)(*args)[0], want, rtol=2e-5, atol=2e-5)
+
+
 def test_registry_maps_cpu_to_llvm_backend():
     from backends import get_backend
     be = get_backend("cpu")
