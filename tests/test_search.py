@@ -429,18 +429,19 @@ def test_a_timing_round_waits_for_the_other_workers_pending_starts():
     assert timing.finished == 0
 
 
-def test_a_candidate_displaces_the_original_only_when_timed_faster_by_more_than_the_margin():
+def test_a_candidate_displaces_the_original_only_when_timed_clearly_faster():
     from compiler.search import WIN_MARGIN, TrialRecord, _finalists
     g = saturn.trace(softmax, SPEC)
 
-    def trial(i, *medians):
+    def trial(i, *medians, spread=0.0):
         t = TrialRecord(i, i, "p", 1.0, g, None, status="timed")
         t.rounds = [(3, m) for m in medians]
+        t.spread = [(m * (1 - spread), m * (1 + spread)) for m in medians]
         return t
 
     base = trial(0, 1.0)
     close, far = trial(1, 1.0 - WIN_MARGIN / 2), trial(2, 1.0 - 2 * WIN_MARGIN)
-    assert [t.id for t in _finalists([close, base], base)] == [0, 1]       # within the noise: the original
+    assert [t.id for t in _finalists([close, base], base)] == [0, 1]       # within the margin: the original
     assert [t.id for t in _finalists([far, close, base], base)] == [2, 1, 0]
     assert [t.id for t in _finalists([far, close, base], None)] == [2, 1, 0]
     # a candidate timed a round longer is compared with the original at the round both reached
@@ -448,3 +449,8 @@ def test_a_candidate_displaces_the_original_only_when_timed_faster_by_more_than_
     assert _finalists([longer, base], base)[0] is base
     longer = trial(4, 0.9, 0.95)
     assert _finalists([longer, base], base)[0] is longer
+    # faster by the margin, but the middle halves of the runs overlap: within the noise
+    noisy_base, noisy = trial(5, 1.0, spread=0.05), trial(6, 0.95, spread=0.05)
+    assert _finalists([noisy, noisy_base], noisy_base)[0] is noisy_base
+    quiet_base, quiet = trial(7, 1.0, spread=0.005), trial(8, 0.95, spread=0.005)
+    assert _finalists([quiet, quiet_base], quiet_base)[0] is quiet
