@@ -223,3 +223,30 @@ def test_tracing_comes_out_of_the_budget():
     searched = float(text.split("budget ", 1)[1].split(" s", 1)[0])
     assert searched <= 3.0 - 0.6, text
     assert "tracing (at the compiled and the odd shapes) took" in text
+
+
+class _FixedRunner:
+    """Answers each timing request at once with the trial's `run_s` as every run."""
+
+    def __init__(self):
+        self.rounds = []
+
+    def prepare_timing(self, trials):
+        self.rounds.append(sorted(t.id for t in trials))
+
+    def time_each(self, trials, backend_spec, warmup, repeat):
+        return [[t.run_s] * repeat for t in trials]
+
+
+def test_the_baseline_is_timed_in_every_round_beside_the_faster_half():
+    """Successive halving keeps the faster half of the candidates and the baseline, so the
+    winner is compared with the original at the same number of runs."""
+    from compiler.progress import Progress
+    from compiler.search import SearchOptions, TrialRecord, _successive_halving
+    trials = [TrialRecord(i, i, "", 1.0, None, None, status="verified", run_s=r)
+              for i, r in enumerate([5e-4, 1e-4, 2e-4, 3e-4, 4e-4])]
+    runner = _FixedRunner()
+    _successive_halving(runner, trials, "cpu", time.perf_counter() + 5.0, SearchOptions(prune_factor=1000.0),
+                        Progress("t", quiet=True), [], baseline=trials[0])
+    assert runner.rounds == [[0, 1, 2, 3, 4], [0, 1, 2], [0, 1]]
+    assert len(trials[0].rounds) == len(trials[1].rounds) == 3
