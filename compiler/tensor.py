@@ -320,7 +320,12 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
     def tanh(self): return self._float()._tanh()
     def silu(self): return self._float()._silu()
     def relu(self): return (self < 0).where(0, self)
-    def abs(self): return (self < 0).where(-self, self)
+    def abs(self):
+        if not self.dtype.is_float:
+            return (self < 0).where(-self, self)
+        # neither below nor above zero: +-0.0 and NaN, where x * x gives +0.0 and NaN (-0.0 is
+        # not below zero, and where(x < 0, -x, x) kept it: 1 / abs(-0.0) gave -inf)
+        return (self < 0).where(-self, (self > 0).where(self, self * self))
     def square(self): return self * self
 
     @_half_in_f32

@@ -422,3 +422,26 @@ def test_an_element_another_rounding_moves_is_not_held_to_the_programs_own_run()
         other = evaluate(g, args, wide=False, after=perturbed_roundings(seed=seed))[0]
         assert verify.compare(expected, other, g.outputs[0].dtype) is None
     assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16"])
+def test_abs_of_negative_zero_is_positive_zero(dtype):
+    # seed 178191: 1 / abs(x) gave -inf at x = -0.0 (abs was where(x < 0, -x, x), and -0.0 is
+    # not below zero); numpy, PyTorch and IEEE's abs clear the sign bit
+    from ir.interpreter import evaluate
+    x = np.array([-0.0, 0.0, np.nan, -np.inf, np.inf, -1e-40, 3, -2], np.float32).astype(dtype.replace("f", "float"))
+    fn = lambda t: t.abs().reciprocal()
+    want = np.reciprocal(np.abs(x))
+    g = saturn.trace(fn, saturn.spec(x.shape, dtype))
+    np.testing.assert_array_equal(np.asarray(evaluate(g, [x])[0]), want)
+    got = saturn.compile(fn, saturn.spec(x.shape, dtype), target="cpu", budget=1, quiet=True, cache=False)(x)
+    np.testing.assert_array_equal(np.asarray(got), want)
+    a = np.asarray(saturn.compile(lambda t: t.abs(), saturn.spec(x.shape, dtype), target="cpu", budget=1, quiet=True,
+                                  cache=False)(x))
+    assert not np.signbit(a[:2]).any() and np.isnan(a[2]) and (a[3:5] == np.inf).all()
+
+
+def test_fuzz_seed_178191_runs_clean():
+    prog = fuzz.Program.from_json('{"inputs": [[[31, 64, 8], "f32"], [[64, 8], "f32"]], "steps": [["unary", '
+                                  '{"op": "abs"}], ["unary", {"op": "recip"}]], "special": true, "seed": 178191}')
+    assert fuzz.check(prog, "cpu", budget=1.0)["status"] == "ok"
