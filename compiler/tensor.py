@@ -286,7 +286,7 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
         # C's pow: |x| ** e = exp2(e * log2|x|), negated for a negative base and an odd integral e;
         # NaN for a negative finite base and a non-integral finite e; 1 for e == 0, x == 1 and
         # x == -1 with e = +-inf
-        ax = self.abs()
+        ax = self._magnitude()   # (log2 of -0.0 and +0.0 are both -inf)
         r = (ax.log2() * e).exp2()
         integral = e.fmod(1.0) == 0   # false for inf and NaN
         odd = integral.logical_and(e.fmod(2.0).abs() == 1)
@@ -326,6 +326,11 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
         # neither below nor above zero: +-0.0 and NaN, where x * x gives +0.0 and NaN (-0.0 is
         # not below zero, and where(x < 0, -x, x) kept it: 1 / abs(-0.0) gave -inf)
         return (self < 0).where(-self, (self > 0).where(self, self * self))
+
+    def _magnitude(self):
+        """|x| up to the sign of zero (-0.0 stays -0.0): one select, for compositions that only
+        compare it or feed it to an even function (erf's and tanh's cases, pow's log2)."""
+        return (self < 0).where(-self, self)
     def square(self): return self * self
 
     @_half_in_f32
@@ -348,7 +353,7 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
             series = self * (1 + x2 * (-1 / 3 + x2 * (2 / 15 + x2 * (-17 / 315 + x2 * (62 / 2835)))))
         else:
             series = self * (1 - x2 * (1 / 3))
-        return (self.abs() < 0.025).where(series, (self * 2).sigmoid() * 2 - 1)
+        return (self._magnitude() < 0.025).where(series, (self * 2).sigmoid() * 2 - 1)
     @_half_in_f32
     def _silu(self): return self * self.sigmoid()
 
@@ -360,7 +365,7 @@ class Tensor(MathOps, ReduceOps, MovementOps, IndexOps, AliasOps):
         # Abramowitz & Stegun 7.1.26 (|error| < 1.5e-7), built from primitives
         x = self
         sign = (x < 0).where(-1.0, 1.0)
-        a = x.abs()
+        a = x._magnitude()   # (only a * a and a * c + 1 read it)
         t = (a * 0.3275911 + 1).reciprocal()
         poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
         return sign * (1 - poly * (-(a * a)).exp())
