@@ -118,9 +118,8 @@ class MathOps:
         tiny = y.abs().maximum(x.abs()) < 2.0 ** -64
         y, x = tiny.where(y * 2.0 ** 64, y), tiny.where(x * 2.0 ** 64, x)
         both_inf = y.isinf().logical_and(x.isinf())
-        # |y / x| in [0, inf], + 0 makes its zero +0 (abs keeps -0); both infinite: 1, then the
-        # quadrant's pi/4 below
-        q = both_inf.where(1.0, (y / x).abs() + 0.0)
+        # |y / x| in [0, inf]; both infinite: 1, then the quadrant's pi/4 below
+        q = both_inf.where(1.0, (y / x).abs())
         a = (y == 0).logical_and(x == 0).where(0.0, q.atan())    # 0 / 0: the angle is 0 or pi
         a = neg_x.where(math.pi - a, a)
         return neg_y.where(-a, a)
@@ -136,7 +135,7 @@ class MathOps:
 
     @half_in_f32
     def _hypot(self, other):
-        a, b = self.abs() + 0.0, other.abs() + 0.0      # (+ 0: abs keeps -0's sign bit)
+        a, b = self.abs(), other.abs()
         # a tiny (subnormal) max is scaled up by 2^64 first: a division is a product with the
         # reciprocal, and 1 / 1e-45 overflows
         tiny = a.maximum(b) < 2.0 ** -64
