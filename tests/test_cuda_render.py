@@ -46,7 +46,9 @@ def test_templates_are_chosen():
     # the MLP's bias + GELU ride in the first product's epilogue
     assert kinds(nn.mlp, spec((64, 32), "f16"), spec((32, 128), "f16"), spec((128,), "f16"),
                  spec((128, 32), "f16"), spec((32,), "f16")) == ["gemm", "gemm"]
-    assert kinds(lambda x: x.sum(0), spec((8, 16))) == ["generic", "elementwise"]
+    # a reduction over axis 0 has its own kernel, which writes the (reshaped) output's buffer
+    assert kinds(lambda x: x.sum(0), spec((8, 16))) == ["generic"]
+    assert kinds(lambda x: x.sum(0) + 1, spec((8, 16))) == ["generic", "elementwise"]
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -612,3 +614,43 @@ def test_the_host_stand_in_for_a_plain_cublas_call_gives_the_steps_value():
         rng = np.random.default_rng(0)
         args = [rng.standard_normal(s).astype(np.float16) for s in [(1, 3), (3, 3)]]
         np.testing.assert_array_equal(hostsim.run_templates(g, args, Schedule(gemm="cublas"))[0], evaluate(g, args)[0])
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_an_output_that_reshapes_a_kernels_value_is_written_by_that_kernel(dtype):
+    """A convolution's (n, o, h*w) product returned as (n, o, h, w), or a reduction over axis
+    0 returned reshaped: the kernel that computes the value writes the output's buffer (the
+    bytes are the same), with no copy kernel after it; the host run matches the interpreter."""
+    from backends.cuda import hostsim
+    from backends.cuda.render import Schedule
+    from compiler import conv
+    g = trace(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 8, 6, 6), dtype), spec((5, 8, 3, 3), dtype))
+    steps = plan(g)
+    assert [s.kind for s in steps] == ["gemm"] and steps[0].store is prepare(g)[0].outputs[0]
+    for sched in (Schedule(), Schedule(gemm="cublas", name="cublas")):
+        _, launches = render(g, sched)
+        assert launches[-1].output is prepare(g)[0].outputs[0], [l.name for l in launches]
+        assert not any(l.kind == "elementwise" and l.inputs == [steps[0].output] for l in launches)
+    check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(gemm="cublas", name="cublas")), g, 5, 3e-2)
+    g = trace(lambda x: x.sum(0).reshape(4, 4), spec((8, 16)))
+    assert [s.kind for s in plan(g)] == ["generic"]
+    check_on_host(hostsim.run_templates, g, 6, 1e-5)
+
+
+def test_a_value_that_is_itself_an_output_keeps_its_own_buffer():
+    """Two outputs, a value and its reshape (or one output twice): each is an array of its own
+    for the caller, so one of them stays a copy."""
+    from backends.cuda import hostsim
+    from ir.graph import Graph
+    x = trace(lambda x: x.sum(0), spec((8, 16)))
+    s = x.outputs[0].srcs[0]                     # the reduction's own value, (1, 16)
+    g = Graph(x.inputs, (s, x.outputs[0]))
+    assert [st.kind for st in plan(g)] == ["generic", "elementwise"] and all(st.store is None for st in plan(g))
+    check_on_host(hostsim.run_templates, g, 7, 1e-5)
+    g = trace(lambda x: (x.sum(0), x.sum(0).reshape(4, 4)), spec((8, 16)))   # two reshapes: one stored
+    _, launches = render(g)
+    assert {l.output for l in launches} == set(prepare(g)[0].outputs)
+    check_on_host(hostsim.run_templates, g, 7, 1e-5)
+    g = Graph(x.inputs, (x.outputs[0], x.outputs[0]))                        # one output twice
+    assert all(st.store is None for st in plan(g))
+    check_on_host(hostsim.run_templates, g, 8, 1e-5)

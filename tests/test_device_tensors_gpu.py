@@ -217,3 +217,22 @@ def test_repeated_plain_calls_take_the_repeat_path(block):
     assert block._device_stats.fast_calls == before + 3
     with pytest.raises(compiler.ShapeError, match="input 2 has shape"):
         block(x, w, b[:10])
+
+
+def test_an_output_stored_by_its_product_on_device_tensors(cuda):
+    """A convolution whose product writes the (n, o, h, w) output's buffer directly (no copy
+    kernel): with torch tensors in and out, each call's result is its own tensor and correct."""
+    from compiler import conv
+    specs = [compiler.spec((2, 16, 9, 9), "f16"), compiler.spec((8, 16, 3, 3), "f16")]
+    f = compiler.compile(lambda x, w: conv.conv2d(x, w, padding=1), *specs, target="cuda", budget=3, quiet=True,
+                         max_schedules=2)
+    g = torch.Generator(device="cuda").manual_seed(3)
+    held, want = [], []
+    for _ in range(4):
+        x, w = [torch.randn(s.shape, generator=g, device="cuda", dtype=torch.float16) for s in specs]
+        held.append(f(x, w))
+        want.append(torch.nn.functional.conv2d(x.float(), w.float(), padding=1))
+    torch.cuda.synchronize()
+    for h, e in zip(held, want):
+        assert h.shape == (2, 8, 9, 9)
+        _close(h, e, tol=3e-2)

@@ -139,7 +139,7 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     from backends.cuda.plan import plan, prepare
     from ir.interpreter import evaluate_nodes
     src, launches = render(graph, schedule)
-    products = {s.output: s.gemm.reduce for s in plan(graph) if s.gemm is not None}
+    products = {s.store or s.output: s.gemm.reduce for s in plan(graph) if s.gemm is not None}
     graph = prepare(graph)[0]       # (the launches name its nodes)
     kinds = {l.kind for l in launches}
     if not kinds <= set(EMULATED_KINDS) | {"cublas"}:

@@ -53,9 +53,11 @@ class Step:
     gemm: GemmMatch | None = None   # gemm: the product (its SUM may be fused away into `output`)
     attention: FlashMatch | None = None
     reductions: list[Node] = field(default_factory=list)   # row: last-axis reductions, in order
+    store: Node | None = None       # the graph output whose buffer holds `output` (a reshape of it)
 
     def describe(self) -> str:
-        return f"{self.kind} -> {self.output.dtype.value}{list(self.output.shape)}"
+        also = f" (stored as output {list(self.store.shape)})" if self.store is not None else ""
+        return f"{self.kind} -> {self.output.dtype.value}{list(self.output.shape)}{also}"
 
 
 def tree(root: Node, materialized: set[Node], stop: frozenset = frozenset()) -> list[Node]:
@@ -465,4 +467,27 @@ def plan(graph: Graph) -> list[Step]:
                 steps.append(Step("generic", n, ins))
             else:
                 steps.append(Step("elementwise", n, ins))
-    return steps
+    return _store_reshaped_outputs(steps, graph)
+
+
+def _store_reshaped_outputs(steps: list[Step], graph: Graph) -> list[Step]:
+    """A graph output that only reshapes a value another step writes (a convolution's
+    (n, o, h*w) product returned as (n, o, h, w)) would be a copy kernel of its own: instead the
+    value's step writes into the output's buffer, whose bytes are the same, and the copy goes.
+    Not for a value that is itself an output, nor for an output listed twice (each output
+    needs a buffer of its own when the caller's arrays receive them)."""
+    by_output = {s.output: s for s in steps}
+    outputs = graph.outputs
+    taken: dict[Node, Node] = {}
+    for o in outputs:
+        if not is_pure_reshape(o) or outputs.count(o) > 1 or o.numel == 0:
+            continue
+        src = o.srcs[0]
+        step = by_output.get(o)
+        if src in by_output and src not in outputs and src not in taken and src.dtype == o.dtype \
+                and step is not None and step.kind == "elementwise" and step.inputs == [src]:
+            taken[src] = o
+    if not taken:
+        return steps
+    return [replace(s, store=taken[s.output]) if s.output in taken else s
+            for s in steps if s.output not in set(taken.values())]

@@ -1078,4 +1078,9 @@ def render_program(steps: list[Step], M: set[Node], sched: Schedule, prefix: str
         parts.append(f"// step {i}: {st.describe()}  [{'; '.join(l.detail for l in group)}]\n" + src)
         # (CUDA rejects a grid of zero blocks; such a launch has nothing to do)
         launches.extend(l for l in group if l.output.numel > 0 and min(l.grid) > 0)
+    # a value stored as an output's reshape (plan._store_reshaped_outputs) lives in that output's buffer
+    stored = {st.output: st.store for st in steps if st.store is not None}
+    if stored:
+        launches = [dataclasses.replace(l, output=stored.get(l.output, l.output),
+                                        inputs=[stored.get(n, n) for n in l.inputs]) for l in launches]
     return "\n\n".join(parts), launches
