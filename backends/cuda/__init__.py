@@ -65,6 +65,11 @@ class CUDABackend:
             out.insert(1, Schedule(gemm="cublas", name="cublas"))   # plain products by cuBLAS (cublas.py)
         if "attention" in kinds:
             out += [Schedule(attn=c, name=c.name) for c in ATTN_CONFIGS]
+            if self._has_wgmma():
+                from backends.cuda.render import wgmma_mn_allowed
+                from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS
+                if wgmma_mn_allowed():
+                    out += [Schedule(attn=c, name=c.name) for c in WG_ATTN_CONFIGS]
             if "gemm" in kinds:   # a decoder: its products' tiles and its attention's together
                 pairs = [Schedule(gemm="prior", attn=c, name=f"prior+{c.name}")
                          for c in ATTN_CONFIGS[1:3]]

@@ -20,6 +20,7 @@ from backends.cuda.cexpr import (C_COMPUTE, C_STORAGE, Emitter, load_expr, reduc
 from backends.cuda.plan import Step, is_buffer_read, tree
 from backends.cuda.resolve import resolve
 from backends.cuda.templates import attention as attn_t
+from backends.cuda.templates import attention_wgmma as attn_wg
 from backends.cuda.templates import gemm_simt, gemm_tc, gemm_wgmma
 from backends.cuda.templates.prelude import PRELUDE
 
@@ -36,7 +37,7 @@ class Schedule:
     """Template parameters for one build; None picks the heuristic default per kernel."""
     tc: gemm_tc.TCConfig | None = None
     simt: gemm_simt.SimtConfig | None = None
-    attn: attn_t.AttnConfig | None = None
+    attn: attn_t.AttnConfig | attn_wg.AttnWGConfig | None = None   # attention kernel: mma.sync or wgmma
     row_threads: int | None = None      # threads per row for row kernels
     row_blocks: int = 0                 # most blocks a row kernel launches, each looping over its rows
                                         # with a grid stride (0: ROW_RESIDENT_THREADS / block threads)
@@ -1031,15 +1032,24 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
         shape = dataclasses.replace(shape, mask=attn_t.AttnMask(
             C_STORAGE[ma.dtype], ma.offset, ma.strides[nd - 3], ma.strides[nd - 2], tuple(ma.strides[:nd - 3]),
             fm.mask_log2))
+    args = (params, names[q.buffer], names[k.buffer], names[v.buffer], C_STORAGE[o.dtype],
+            names[ma.buffer] if ma is not None else "")
+    about = f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} " + "{}" \
+        + (" +mask" if ma is not None else "") + (f" kv-heads shared x{_shared_kv(shape)}" if _shared_kv(shape) > 1 else "")
+    cfg = sched.attn
+    if isinstance(cfg, attn_wg.AttnWGConfig):
+        if attn_wg.fits(shape) and sched.wgmma_allowed() and wgmma_mn_allowed():
+            src = attn_wg.render(name, q.dtype.value, shape, cfg, *args)
+            return src, Launch(name, "attention", attn_wg.grid(shape, cfg), (cfg.threads, 1, 1),
+                               attn_wg.smem_bytes(shape, cfg), o, step.inputs,
+                               about.format(f"rows/block={cfg.bq} ({cfg.wgs} warpgroups, wgmma) keys/tile={cfg.bkv}"))
+        cfg = None              # head dims or a device the wgmma kernel does not take: the default below
     # two m-tiles per warp share K/V fragments; at head dims past 64 their registers spill
-    cfg = sched.attn or attn_t.AttnConfig(4, 64, 2 if max(d, dv) <= 64 else 1)
-    src = attn_t.render(name, q.dtype.value, shape, cfg, params, names[q.buffer], names[k.buffer], names[v.buffer],
-                        C_STORAGE[o.dtype], names[ma.buffer] if ma is not None else "")
+    cfg = cfg or attn_t.AttnConfig(4, 64, 2 if max(d, dv) <= 64 else 1)
+    src = attn_t.render(name, q.dtype.value, shape, cfg, *args)
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
-                       o, step.inputs, f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} "
-                                       f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) keys/tile={cfg.bkv}"
-                                       + (" +mask" if ma is not None else "")
-                                       + (f" kv-heads shared x{_shared_kv(shape)}" if _shared_kv(shape) > 1 else ""))
+                       o, step.inputs, about.format(f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) "
+                                                    f"keys/tile={cfg.bkv}"))
 
 
 def _shared_kv(shape) -> int:

@@ -116,15 +116,8 @@ def _mask_code(shape: AttnShape, mask_ptr: str, mo: str) -> tuple[str, str, str]
     return setup, "\n        ".join(lines), f"x += {repr(float(mk.log2))}f * mk[e];"
 
 
-def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str, q: str, k: str, v: str,
-           out_type: str, mask: str = "") -> str:
-    T = "__half" if dtype == "f16" else "__nv_bfloat16"
-    mma = "mma_f16" if dtype == "f16" else "mma_bf16"
-    pack = "pack_f16" if dtype == "f16" else "pack_bf16"
-    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
-    PAD = 8
-    D, DV, BQ, BKV, NT, MT = shape.d, shape.dv, cfg.bq, cfg.bkv, cfg.threads, cfg.mtiles
-    qld, kld, vld = D + PAD, D + PAD, DV + PAD
+def batch_offsets(shape: AttnShape) -> tuple[str, str, str, str, str]:
+    """C expressions of the q, k, v, o and mask element offsets of batch entry `bz`."""
     mk = shape.mask
     offs = {"q": [str(shape.q_off)], "k": [str(shape.k_off)], "v": [str(shape.v_off)], "o": ["0"],
             "m": [str(mk.off if mk else 0)]}
@@ -135,12 +128,32 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
             if st and size > 1:
                 offs[key].append(f"(long long){i} * {st}")
         inner *= size
-    qo, ko, vo, oo, mo = (" + ".join(offs[x]) for x in "qkvom")
+    return tuple(" + ".join(offs[x]) for x in "qkvom")
+
+
+def safe_max(shape: AttnShape):
+    """A row's running max as the exponentials' reference: with a mask a key tile can be
+    masked out entirely for some rows (-inf max), and the reference is then 0 so that
+    exp2(-inf - -inf) never makes a NaN."""
+    if shape.mask is None:
+        return lambda m: m
+    return lambda m: f"({m} == -__int_as_float(0x7f800000) ? 0.f : {m})"
+
+
+def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str, q: str, k: str, v: str,
+           out_type: str, mask: str = "") -> str:
+    T = "__half" if dtype == "f16" else "__nv_bfloat16"
+    mma = "mma_f16" if dtype == "f16" else "mma_bf16"
+    pack = "pack_f16" if dtype == "f16" else "pack_bf16"
+    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
+    PAD = 8
+    D, DV, BQ, BKV, NT, MT = shape.d, shape.dv, cfg.bq, cfg.bkv, cfg.threads, cfg.mtiles
+    qld, kld, vld = D + PAD, D + PAD, DV + PAD
+    mk = shape.mask
+    qo, ko, vo, oo, mo = batch_offsets(shape)
     sc = repr(float(shape.scale_log2))
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
-    # a key tile can be masked out entirely for some rows (-inf max): exponentials then take
-    # 0 as their reference so that exp2(-inf - -inf) never makes a NaN
-    safe = (lambda m: f"({m} == -__int_as_float(0x7f800000) ? 0.f : {m})") if mk else (lambda m: m)
+    safe = safe_max(shape)
     return f"""
 extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   extern __shared__ __align__(16) unsigned char smem_raw[];

@@ -1,0 +1,220 @@
+"""Flash attention on Hopper's warpgroup MMA (f16/bf16, f32 accumulation): the same online
+softmax as `attention.py`, with both products as wgmma.mma_async.
+
+Each warpgroup (128 threads) owns 64 query rows. S = Q K^T reads Q and K from shared memory
+(k-contiguous, 128-byte swizzled, as the wgmma GEMM's operands); P stays in registers (the S
+accumulators re-packed as A fragments: wgmma's register A layout is the accumulator's) and
+O += P V reads V from shared memory as it is in memory, n-contiguous (the transposed-B
+descriptor of the GEMM's MN-major form). K/V tiles are double-buffered with cp.async. Head
+dims of 64 and 128 (a 128-byte swizzle row is 64 halves). Needs sm_90a (the marker below).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.cuda.templates.attention import AttnShape, _mask_code, batch_offsets, safe_max
+from backends.cuda.templates.gemm_wgmma import COMMON, NEEDS_ARCH_SPECIFIC, helpers
+
+
+@dataclass(frozen=True)
+class AttnWGConfig:
+    wgs: int = 2          # warpgroups per block, 64 query rows each
+    bkv: int = 64         # keys per K/V tile (the n of S = Q K^T)
+
+    @property
+    def name(self) -> str:
+        return f"attn_wg{self.wgs}_kv{self.bkv}"
+
+    @property
+    def threads(self) -> int:
+        return 128 * self.wgs
+
+    @property
+    def bq(self) -> int:
+        return 64 * self.wgs
+
+
+WG_ATTN_CONFIGS = [AttnWGConfig(2, 64), AttnWGConfig(2, 128), AttnWGConfig(1, 128)]
+
+
+def fits(shape: AttnShape) -> bool:
+    """Head dims whose rows are whole 128-byte swizzle rows, and wgmma's n limits."""
+    return shape.d in (64, 128) and shape.dv in (64, 128)
+
+
+def smem_bytes(shape: AttnShape, cfg: AttnWGConfig) -> int:
+    return 1024 + 2 * (cfg.bq * shape.d + 2 * cfg.bkv * (shape.d + shape.dv))
+
+
+def register_a_helper(n: int, dtype: str) -> str:
+    """d[64 x n] += a (registers, 64 x 16) * B (shared memory, n-contiguous: transposed)."""
+    ty = "f16" if dtype == "f16" else "bf16"
+    regs = n // 2
+    outs = ", ".join(f"%{i}" for i in range(regs))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return (f"DEV void wgmma_ra_n{n}_{ty}(float* d, const uint32_t* a, uint64_t db, int one) {{\n"
+            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
+            f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, '
+            f'{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"\n'
+            f'    : {cons}\n'
+            f'    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(one));\n'
+            "}\n")
+
+
+def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: str, q: str, k: str, v: str,
+           out_type: str, mask: str = "") -> str:
+    T = "__half" if dtype == "f16" else "__nv_bfloat16"
+    ty = "f16" if dtype == "f16" else "bf16"
+    pack = "pack_f16" if dtype == "f16" else "pack_bf16"
+    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
+    pair_t = {"__half": "__half2", "__nv_bfloat16": "__nv_bfloat162", "float": "float2"}[out_type]
+    pack2 = {"__half": "__floats2half2_rn", "__nv_bfloat16": "__floats2bfloat162_rn", "float": "make_float2"}[out_type]
+    D, DV, BQ, BKV, NT = shape.d, shape.dv, cfg.bq, cfg.bkv, cfg.threads
+    Q_BYTES, K_BYTES, V_BYTES = BQ * D * 2, BKV * D * 2, BKV * DV * 2
+    mk = shape.mask
+    qo, ko, vo, oo, mo = batch_offsets(shape)
+    sc = repr(float(shape.scale_log2))
+    mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
+    safe = safe_max(shape)
+    paired = shape.o_sd == 1          # adjacent output columns: one 2-wide store
+    if paired:
+        store = "\n".join(
+            f"      if (row{h} < {shape.sq}) *reinterpret_cast<{pair_t}*>(out + o_base + (long long)row{h} * {shape.o_ss} + col)"
+            f" = {pack2}(o[4 * j + {2 * h}] * r{h}, o[4 * j + {2 * h + 1}] * r{h});" for h in range(2))
+    else:
+        store = "\n".join(
+            f"      if (row{h} < {shape.sq}) {{\n"
+            f"        out[o_base + (long long)row{h} * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[4 * j + {2 * h}] * r{h});\n"
+            f"        out[o_base + (long long)row{h} * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[4 * j + {2 * h + 1}] * r{h});\n"
+            f"      }}" for h in range(2))
+    return f"""
+{NEEDS_ARCH_SPECIFIC}
+{COMMON}
+#ifndef SATURN_WGMMA_N{BKV}_{ty}_T0
+#define SATURN_WGMMA_N{BKV}_{ty}_T0
+{helpers(BKV, dtype, 0)}
+#endif
+#ifndef SATURN_WGMMA_RA_N{DV}_{ty}
+#define SATURN_WGMMA_RA_N{DV}_{ty}
+{register_a_helper(DV, dtype)}
+#endif
+
+extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t sQ = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t sK = sQ + {Q_BYTES}, sV = sK + {2 * K_BYTES};
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
+  const long long bz = blockIdx.y;
+  const int q0 = blockIdx.x * {BQ};
+  const {T}* Qb = reinterpret_cast<const {T}*>({q}) + ({qo});
+  const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
+  const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
+  const long long o_base = {oo};
+{mask_setup}
+  // Q, K: rows of 64 halves (128 B), 16-byte chunk c of row r at r * 128 + ((c ^ (r & 7)) * 16),
+  // one such block per 64 head-dim columns
+  for (int c = tid; c < {BQ * D // 8}; c += {NT}) {{
+    const int r = c / {D // 8}, ch = c % {D // 8};
+    const bool ok = q0 + r < {shape.sq};
+    cp_async16(sQ + (ch >> 3) * {BQ * 128} + r * 128 + (((ch & 7) ^ (r & 7)) << 4),
+               ok ? Qb + (long long)(q0 + r) * {shape.q_ss} + ch * 8 : Qb, ok ? 16 : 0);
+  }}
+  auto load_kv = [&](int buf, int t) {{
+    const int j0 = t * {BKV};
+    const uint32_t k_s = sK + buf * {K_BYTES}, v_s = sV + buf * {V_BYTES};
+    for (int c = tid; c < {BKV * D // 8}; c += {NT}) {{
+      const int r = c / {D // 8}, ch = c % {D // 8};
+      const bool ok = j0 + r < {shape.skv};
+      cp_async16(k_s + (ch >> 3) * {BKV * 128} + r * 128 + (((ch & 7) ^ (r & 7)) << 4),
+                 ok ? Kb + (long long)(j0 + r) * {shape.k_ss} + ch * 8 : Kb, ok ? 16 : 0);
+    }}
+    // V as it is (n-contiguous): atoms of 8 key rows x 64 columns (1024 B, swizzled), key
+    // groups 1024 B apart, 64-column blocks {BKV * 128} B apart
+    for (int c = tid; c < {BKV * DV // 8}; c += {NT}) {{
+      const int r = c / {DV // 8}, cn = c % {DV // 8};
+      const bool ok = j0 + r < {shape.skv};
+      cp_async16(v_s + (cn >> 3) * {BKV * 128} + (r >> 3) * 1024 + (r & 7) * 128 + (((cn & 7) ^ (r & 7)) << 4),
+                 ok ? Vb + (long long)(j0 + r) * {shape.v_ss} + cn * 8 : Vb, ok ? 16 : 0);
+    }}
+  }};
+  load_kv(0, 0);
+  cp_async_commit();
+
+  float o[{DV // 2}], s[{BKV // 2}];
+  #pragma unroll
+  for (int i = 0; i < {DV // 2}; ++i) o[i] = 0.f;
+  float m0 = -__int_as_float(0x7f800000), m1 = m0, l0 = 0.f, l1 = 0.f;
+  const int rbase = q0 + wg * 64 + wq * 16 + (lane >> 2);
+  const int NTILES = {(shape.skv + BKV - 1) // BKV};
+  for (int t = 0; t < NTILES; ++t) {{
+    if (t + 1 < NTILES) load_kv((t + 1) & 1, t + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint32_t k_s = sK + (t & 1) * {K_BYTES}, v_s = sV + (t & 1) * {V_BYTES};
+    wg_fence();
+    #pragma unroll
+    for (int kk = 0; kk < {D // 16}; ++kk)
+      wgmma_n{BKV}_{ty}_t0(s, wg_desc(sQ + (kk >> 2) * {BQ * 128} + wg * {64 * 128} + (kk & 3) * 32),
+                          wg_desc(k_s + (kk >> 2) * {BKV * 128} + (kk & 3) * 32), kk > 0);
+    wg_commit();
+    wg_wait<0>();
+    const int j0 = t * {BKV};
+    const bool ragged = j0 + {BKV} > {shape.skv};
+    // scale, mask keys past the end (last tile only), running max
+    float mx0 = m0, mx1 = m1;
+    #pragma unroll
+    for (int j = 0; j < {BKV // 8}; ++j) {{
+      {mask_loads}
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {{
+        const int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
+        float x = s[4 * j + e] * {sc}f;
+        {mask_add}
+        s[4 * j + e] = (!ragged || key < {shape.skv}) ? x : -__int_as_float(0x7f800000);
+      }}
+      mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }}
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    const float ref0 = {safe("mx0")}, ref1 = {safe("mx1")};
+    const float a0 = exp2f(m0 - ref0), a1 = exp2f(m1 - ref1);
+    m0 = mx0; m1 = mx1;
+    l0 *= a0; l1 *= a1;
+    #pragma unroll
+    for (int j = 0; j < {DV // 8}; ++j) {{ o[4 * j] *= a0; o[4 * j + 1] *= a0; o[4 * j + 2] *= a1; o[4 * j + 3] *= a1; }}
+    uint32_t pa[{BKV // 16}][4];
+    #pragma unroll
+    for (int j = 0; j < {BKV // 8}; ++j) {{
+      s[4 * j] = exp2f(s[4 * j] - ref0); s[4 * j + 1] = exp2f(s[4 * j + 1] - ref0);
+      s[4 * j + 2] = exp2f(s[4 * j + 2] - ref1); s[4 * j + 3] = exp2f(s[4 * j + 3] - ref1);
+      l0 += s[4 * j] + s[4 * j + 1]; l1 += s[4 * j + 2] + s[4 * j + 3];
+      // P as wgmma's register A fragments (rows r, r + 8; keys 16 kt + {{0..7}}, + {{8..15}})
+      pa[j >> 1][(j & 1) * 2] = {pack}(s[4 * j], s[4 * j + 1]);
+      pa[j >> 1][(j & 1) * 2 + 1] = {pack}(s[4 * j + 2], s[4 * j + 3]);
+    }}
+    wg_fence();
+    #pragma unroll
+    for (int kt = 0; kt < {BKV // 16}; ++kt)
+      wgmma_ra_n{DV}_{ty}(o, pa[kt], wg_desc2(v_s + kt * 2048, {BKV * 128}, 1024), 1);
+    wg_commit();
+    wg_wait<0>();
+    __syncthreads();           // every warpgroup is done with this stage: it may be refilled
+  }}
+  l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+  l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+  const float r0 = 1.f / l0, r1 = 1.f / l1;
+  const int row0 = rbase, row1 = rbase + 8;
+  #pragma unroll
+  for (int j = 0; j < {DV // 8}; ++j) {{
+    const int col = j * 8 + (lane & 3) * 2;
+{store}
+  }}
+}}
+"""
+
+
+def grid(shape: AttnShape, cfg: AttnWGConfig) -> tuple[int, int, int]:
+    return ((shape.sq + cfg.bq - 1) // cfg.bq, shape.batch_count, 1)

@@ -1,0 +1,125 @@
+"""Every attention kernel schedule of the CUDA backend against PyTorch's SDPA, at issue sizes.
+
+    python -m benchmarks.attention_kernels [--quick] [--json FILE]
+
+For each case (batch, heads, seq, head dim, dtype, with or without a causal mask) the traced
+attention program is built under every attention schedule the backend offers (mma.sync and
+wgmma tiles), checked against PyTorch in float32, and timed with CUDA events (median of
+`--repeat` runs after warm-up, inputs resident on the device). PyTorch's SDPA is timed the same
+way: with `is_causal=True` (it skips the masked tiles) and with the same additive mask tensor
+Saturn reads. Needs a GPU, pycuda and torch with CUDA.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+
+CASES = [  # (b, h, s, d, dtype, causal)
+    (4, 16, 2048, 64, "f16", False), (4, 16, 2048, 64, "bf16", False),
+    (4, 16, 2048, 128, "f16", False), (4, 16, 2048, 128, "bf16", False),
+    (4, 16, 2048, 64, "f16", True), (4, 16, 2048, 128, "bf16", True),
+    (4, 16, 2047, 64, "f16", False),
+]
+
+
+def _program(b, h, s, d, dtype, causal):
+    from compiler import nn
+    from compiler.trace import spec, trace
+
+    def masked(q, k, v, mask):
+        return ((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d)) + mask).softmax(-1) @ v
+    specs = [spec((b, h, s, d), dtype)] * 3
+    if causal:
+        return trace(masked, *specs, spec((s, s), dtype))
+    return trace(nn.attention, *specs)
+
+
+def _torch_time(fn, repeat: int) -> float:
+    import torch
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return float(np.median(times))
+
+
+def run_case(be, case, repeat: int, out=print) -> list[dict]:
+    import torch
+    import torch.nn.functional as F
+    b, h, s, d, dtype, causal = case
+    g = _program(*case)
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = [torch.randn((b, h, s, d), generator=gen, device="cuda", dtype=tdt) for _ in range(3)]
+    mask = torch.triu(torch.full((s, s), float("-inf"), device="cuda"), 1).to(tdt) if causal else None
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=None, is_causal=causal)
+    args = [x.cpu().float().numpy().astype(g.inputs[0].dtype.np) for x in (q, k, v)]
+    if causal:
+        args.append(mask.cpu().float().numpy().astype(g.inputs[3].dtype.np))
+    flops = 4 * b * h * s * s * d
+    label = f"b{b} h{h} s{s} d{d} {dtype}{' causal' if causal else ''}"
+    rows = []
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
+        t = _torch_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), repeat)
+    rows.append({"case": label, "kernel": "torch SDPA (flash" + (", is_causal)" if causal else ")"), "ms": t * 1e3})
+    if causal:
+        t = _torch_time(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), repeat)
+        rows.append({"case": label, "kernel": "torch SDPA (mask tensor)", "ms": t * 1e3})
+    sdpa = rows[0]["ms"]
+    for sched in [x for x in be.schedules(g) if x.attn is not None]:
+        exe, why = be.try_build(g, sched)
+        if exe is None:
+            rows.append({"case": label, "kernel": sched.name, "error": why[:200]})
+            continue
+        got = torch.from_numpy(np.asarray(exe(*args)[0], np.float32)).cuda()
+        err = float((got - want).abs().max() / want.abs().max())
+        t = float(np.median(exe.benchmark(args, warmup=5, repeat=repeat)))
+        detail = [l.detail for l in exe.launches if l.kind == "attention"]
+        rows.append({"case": label, "kernel": sched.name, "ms": t * 1e3, "max_rel_err": err,
+                     "detail": detail[0] if detail else "", "launches": len(exe.launches)})
+        exe.close()
+    for r in rows:
+        if "ms" in r:
+            r["tflops"] = flops / (r["ms"] * 1e-3) / 1e12
+            r["x_sdpa"] = sdpa / r["ms"]
+            out(f"{label:<28} {r['kernel']:<30} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s {r['x_sdpa']:5.2f}x SDPA"
+                + (f"  err {r['max_rel_err']:.1e}" if "max_rel_err" in r else ""))
+        else:
+            out(f"{label:<28} {r['kernel']:<30} failed: {r['error']}")
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="only the first case")
+    ap.add_argument("--repeat", type=int, default=30, help="timed runs per kernel (median reported)")
+    ap.add_argument("--json", help="write every row here")
+    a = ap.parse_args(argv)
+    from backends.cuda import CUDABackend
+    be = CUDABackend()
+    reason = be.unavailable_reason()
+    if reason:
+        print(f"no CUDA device: {reason}")
+        return 1
+    rows = []
+    for case in CASES[:1] if a.quick else CASES:
+        rows += run_case(be, case, a.repeat)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

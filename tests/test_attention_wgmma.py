@@ -1,0 +1,117 @@
+"""The wgmma flash-attention kernel (backends/cuda/templates/attention_wgmma.py): which programs
+it takes, that its text compiles for sm_90a (where nvcc is), and on a Hopper GPU (marked gpu)
+that it computes what the program computes: ragged query and key lengths (2, 7, 257, 1000), head
+dims 64 and 128, f16/bf16, an additive causal mask, grouped key/value heads, queries read
+through a permuted view, and a key length other than the query's."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from compiler import nn
+from compiler.trace import spec, trace
+from backends.cuda import render
+from backends.cuda.render import Schedule
+from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS
+from backends.cuda.toolchain import compile_source, find_nvcc
+from ir.interpreter import evaluate
+from tolerances import assert_close
+
+
+def _masked(q, k, v, mask):
+    return ((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1])) + mask).softmax(-1) @ v
+
+
+def _heads_first(x, k, v):
+    """Queries stored (b, s, h, d), read as (b, h, s, d): a strided view, not a copy."""
+    b, s, h, d = x.shape
+    return nn.attention(x.permute(0, 2, 1, 3), k, v)
+
+
+def _grouped(q, k, v, mask):
+    return nn.grouped_attention(q, k, v, mask, kv_heads=k.shape[1])
+
+
+def causal(s: int, dtype) -> np.ndarray:
+    return np.triu(np.full((s, s), -np.inf), 1).astype(dtype)
+
+
+# name -> (function, input specs, which inputs are masks)
+CASES = {
+    # (one query row is a matrix-vector product: the plan runs it as products, not flash)
+    "two_rows": (nn.attention, [spec((1, 2, 2, 64), "f16"), spec((1, 2, 1000, 64), "f16"),
+                               spec((1, 2, 1000, 64), "f16")], ()),
+    "seven_rows": (nn.attention, [spec((1, 3, 7, 64), "bf16")] * 3, ()),
+    "ragged_1000": (nn.attention, [spec((2, 2, 1000, 64), "f16")] * 3, ()),
+    "d128": (nn.attention, [spec((1, 2, 300, 128), "bf16")] * 3, ()),
+    "q7_keys1000": (nn.attention, [spec((1, 2, 7, 64), "f16"), spec((1, 2, 1000, 64), "f16"),
+                                   spec((1, 2, 1000, 64), "f16")], ()),
+    "causal": (_masked, [spec((1, 2, 1000, 64), "f16")] * 3 + [spec((1000, 1000), "f16")], (3,)),
+    "gqa_causal": (_grouped, [spec((1, 4, 333, 128), "bf16"), spec((1, 2, 333, 128), "bf16"),
+                              spec((1, 2, 333, 128), "bf16"), spec((333, 333), "f32")], (3,)),
+    "permuted_q": (_heads_first, [spec((2, 257, 3, 64), "f16"), spec((2, 3, 257, 64), "f16"),
+                                  spec((2, 3, 257, 64), "f16")], ()),
+}
+
+
+def _graph(name):
+    fn, specs, _ = CASES[name]
+    return trace(fn, *specs)
+
+
+def _inputs(name, g, seed=0):
+    rng = np.random.default_rng(seed)
+    masks = CASES[name][2]
+    return [causal(n.shape[-1], n.dtype.np) if i in masks else rng.standard_normal(n.shape).astype(n.dtype.np)
+            for i, n in enumerate(g.inputs)]
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_wgmma_attention_is_rendered_where_it_fits(name):
+    """One attention launch per program on sm_90 under every wgmma schedule."""
+    g = _graph(name)
+    for c in WG_ATTN_CONFIGS:
+        _, launches = render(g, Schedule(attn=c, arch="sm_90a", name=c.name))
+        attn = [l for l in launches if l.kind == "attention"]
+        assert len(attn) == 1 and "wgmma" in attn[0].detail, [l.detail for l in launches]
+
+
+def test_other_head_dims_and_devices_get_the_mma_sync_kernel():
+    """A head dim of 32 (not whole 128-byte rows) or a device before sm_90: the mma.sync kernel."""
+    g = trace(nn.attention, *[spec((1, 2, 64, 32), "f16")] * 3)
+    _, launches = render(g, Schedule(attn=WG_ATTN_CONFIGS[0], arch="sm_90a"))
+    assert "wgmma" not in launches[0].detail and "warps" in launches[0].detail
+    _, launches = render(_graph("ragged_1000"), Schedule(attn=WG_ATTN_CONFIGS[0], arch="sm_80"))
+    assert "wgmma" not in launches[0].detail
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+@pytest.mark.parametrize("name", ["ragged_1000", "gqa_causal"])
+def test_wgmma_attention_compiles_without_spills(name):
+    for c in WG_ATTN_CONFIGS:
+        src, _ = render(_graph(name), Schedule(attn=c, arch="sm_90a"))
+        res = compile_source(src, "sm_90a")
+        assert res.error is None, res.error
+        assert " 0 bytes spill stores" in res.log, res.log
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(CASES))
+def test_gpu_wgmma_attention_matches_the_interpreter(cuda_backend, module_cache_dir, name):
+    """Every wgmma schedule the backend offers computes what the program computes."""
+    be = cuda_backend
+    g = _graph(name)
+    args = _inputs(name, g)
+    want = evaluate(g, args)[0]
+    scheds = [s for s in be.schedules(g) if s.attn in WG_ATTN_CONFIGS]
+    if not scheds:
+        pytest.skip("no wgmma attention schedules here (not sm_90, or wgmma turned off)")
+    for sched in scheds:
+        exe, why = be.try_build(g, sched)
+        assert exe is not None, why
+        assert any("wgmma" in l.detail for l in exe.launches), exe.explain()
+        got = exe(*args)[0]
+        assert_close(got, want, err_msg=f"{name} {sched.name}\n{exe.explain()}", graph=g, args=args)
+        exe.close()
