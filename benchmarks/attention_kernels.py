@@ -6,8 +6,8 @@ For each case (batch, heads, seq, head dim, dtype, with or without a causal mask
 attention program is built under every attention schedule the backend offers (mma.sync and
 wgmma tiles), checked against PyTorch in float32, and timed with CUDA events (median of
 `--repeat` runs after warm-up, inputs resident on the device). PyTorch's SDPA is timed the same
-way: with `is_causal=True` (it skips the masked tiles) and with the same additive mask tensor
-Saturn reads. Needs a GPU, pycuda and torch with CUDA.
+way: with `is_causal=True` (it skips the masked tiles) and with an additive mask tensor.
+FLOP/s count every score (causal ones too). Needs a GPU, pycuda and torch with CUDA.
 """
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ import math
 
 import numpy as np
 
-CASES = [  # (b, h, s, d, dtype, causal)
+CASES = [  # (b, h, s, d, dtype, causal): False, "is_causal" (the mask computed in the kernel,
+           # its removed key tiles skipped) or "mask" (an additive mask tensor, as the decoders)
     (4, 16, 2048, 64, "f16", False), (4, 16, 2048, 64, "bf16", False),
     (4, 16, 2048, 128, "f16", False), (4, 16, 2048, 128, "bf16", False),
-    (4, 16, 2048, 64, "f16", True), (4, 16, 2048, 128, "bf16", True),
-    (4, 16, 2047, 64, "f16", False),
+    (4, 16, 2048, 64, "f16", "is_causal"), (4, 16, 2048, 64, "bf16", "is_causal"),
+    (4, 16, 2048, 128, "f16", "is_causal"), (4, 16, 2048, 128, "bf16", "is_causal"),
+    (4, 16, 2048, 64, "f16", "mask"), (4, 16, 2047, 64, "f16", False),
 ]
 
 
@@ -32,8 +34,10 @@ def _program(b, h, s, d, dtype, causal):
     def masked(q, k, v, mask):
         return ((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d)) + mask).softmax(-1) @ v
     specs = [spec((b, h, s, d), dtype)] * 3
-    if causal:
+    if causal == "mask":
         return trace(masked, *specs, spec((s, s), dtype))
+    if causal == "is_causal":
+        return trace(lambda q, k, v: nn.attention_with_scores(q, k, v, is_causal=True)[0], *specs)
     return trace(nn.attention, *specs)
 
 
@@ -62,15 +66,15 @@ def run_case(be, case, repeat: int, out=print) -> list[dict]:
     gen = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = [torch.randn((b, h, s, d), generator=gen, device="cuda", dtype=tdt) for _ in range(3)]
     mask = torch.triu(torch.full((s, s), float("-inf"), device="cuda"), 1).to(tdt) if causal else None
-    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=None, is_causal=causal)
+    want = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=None, is_causal=bool(causal))
     args = [x.cpu().float().numpy().astype(g.inputs[0].dtype.np) for x in (q, k, v)]
-    if causal:
+    if causal == "mask":
         args.append(mask.cpu().float().numpy().astype(g.inputs[3].dtype.np))
     flops = 4 * b * h * s * s * d
-    label = f"b{b} h{h} s{s} d{d} {dtype}{' causal' if causal else ''}"
+    label = f"b{b} h{h} s{s} d{d} {dtype}{' ' + causal if causal else ''}"
     rows = []
     with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
-        t = _torch_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), repeat)
+        t = _torch_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)), repeat)
     rows.append({"case": label, "kernel": "torch SDPA (flash" + (", is_causal)" if causal else ")"), "ms": t * 1e3})
     if causal:
         t = _torch_time(lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask), repeat)

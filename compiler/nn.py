@@ -95,18 +95,21 @@ def attention_with_scores(query, key, value, attn_mask=None, is_causal=False, sc
         q = q.reshape(*batch, kv_heads, group, rows, d)
         k = k.unsqueeze(-3)
         v = v.unsqueeze(-3)
+    # with grouped heads the scores stay (.., kv_heads, group, rows, cols) through the softmax
+    # and the masks are viewed that way (softmax and the product in one shape: one flash term)
     scores = (q._float() @ k._float().transpose(-1, -2)) * scale
-    if kv_heads != heads:
-        scores = scores.reshape(*batch, heads, rows, cols)
     if is_causal:
         scores = lower_triangle(rows, cols).where(scores, -math.inf)
     if attn_mask is not None:
-        scores = attn_mask.where(scores, -math.inf) if attn_mask.dtype == DType.bool else scores + attn_mask
+        m = attn_mask
+        if kv_heads != heads:
+            m = m.expand(*batch, heads, rows, cols).reshape(*batch, kv_heads, group, rows, cols)
+        scores = m.where(scores, -math.inf) if m.dtype == DType.bool else scores + m
     probs = scores.softmax(-1)
-    if kv_heads != heads:
-        probs = probs.reshape(*batch, kv_heads, group, rows, cols)
     out = (probs.astype(value.dtype) @ v) if value.dtype != DType.f32 else probs @ v
     out = out.reshape(*batch, heads, rows, value.shape[-1])
+    if kv_heads != heads:
+        scores = scores.reshape(*batch, heads, rows, cols)
     return out.astype(query.dtype), scores
 
 

@@ -12,9 +12,9 @@ rules' tiled form of it, lowers to its products, row and generic kernels).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ir.node import Node, is_pure_reshape  # noqa: F401 (read by the planner through this module)
+from ir.node import Node, is_pure_reshape, move  # noqa: F401 (is_pure_reshape: read by the planner through this module)
 from ir.ops import Op
 from ir.view import View, contiguous_strides
 
@@ -117,6 +117,33 @@ class FlashMatch:
     internal: frozenset    # nodes computed inside the kernel (never materialized)
     mask: Node | None = None   # an additive score term read from memory (S's shape), or None
     mask_log2: float = 0.0
+    keep: Node | None = None   # a bool of S's shape: scores where it is False are -inf (a causal
+                               # or padding mask as where(keep, s, -inf)), computed in the kernel
+    keep_negated: bool = False  # where(drop, -inf, s): keep is the negation of the node
+
+
+# ops a kept-position predicate may use: the kernel computes it per score (cexpr.Emitter)
+KEEP_OPS = frozenset({Op.CONST, Op.VIEW, Op.INPUT, Op.CAST, Op.WHERE, Op.CMPLT, Op.ADD, Op.MUL,
+                      Op.CONTIGUOUS})
+
+
+def _is_neg_inf(n: Node) -> bool:
+    return n.op == Op.CONST and n.dtype.is_float and float(n.arg) == float("-inf")
+
+
+def _keep_computable(keep: Node) -> bool:
+    """keep's value is a cheap per-element expression (no reductions, products or heavy math)."""
+    seen, stack = set(), [keep]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n.op not in KEEP_OPS:
+            return False
+        if n.op != Op.INPUT:
+            stack.extend(n.srcs)
+    return True
 
 
 def _query_axes(m_axes: tuple[int, ...], nd: int) -> bool:
@@ -126,23 +153,54 @@ def _query_axes(m_axes: tuple[int, ...], nd: int) -> bool:
     return bool(m_axes) and m_axes[-1] == nd - 3 and all(a < nd - 3 for a in m_axes[:-1])
 
 
-def _linear_scores(n: Node, products):
-    """n = alpha * (Q @ K^T) + beta * mask, through float casts, constant factors and one
-    ADD, with Q @ K^T a reshape of a product in `products` -> (product SUM, alpha, mask or
-    None, beta); else None. This is the flash kernel's limit on its score expression (it
-    computes the scores in f32: the casts between are roundings it skips)."""
+@dataclass(frozen=True)
+class _Scores:
+    product: Node             # the SUM of Q @ K^T
+    alpha: float
+    mask: Node | None = None  # the additive term, in the outer expression's shape
+    beta: float = 0.0
+    keep: Node | None = None  # the kept-score predicate, in the outer expression's shape
+    negated: bool = False
+    stop: frozenset = frozenset()   # the mask's own node in the graph (not computed by the kernel)
+
+    def scaled(self, c: float) -> "_Scores":
+        return replace(self, alpha=self.alpha * c, beta=self.beta * c)
+
+    def reshaped(self, shape) -> "_Scores":
+        def re(m):
+            return None if m is None else move(m, lambda st: st.reshape(shape))
+        return replace(self, mask=re(self.mask), keep=re(self.keep))
+
+
+def _linear_scores(n: Node, products) -> _Scores | None:
+    """n = alpha * (Q @ K^T) + beta * mask, through float casts, constant factors, reshapes and
+    one ADD, with Q @ K^T a reshape of a product in `products`, optionally inside one
+    where(keep, s, -inf) (or where(drop, -inf, s)); else None. This is the flash kernel's limit
+    on its score expression (it computes the scores in f32: the casts between are roundings
+    it skips; a positive factor of -inf is -inf)."""
     n = peel_casts(n)
     mc = _mul_const(n)
     if mc is not None:
         got = _linear_scores(mc[0], products)
-        return None if got is None else (got[0], got[1] * mc[1], got[2], got[3] * mc[1])
-    if is_pure_reshape(n) and n.srcs[0] in products:
-        return n.srcs[0], 1.0, None, 0.0
+        return None if got is None else got.scaled(mc[1])
+    if is_pure_reshape(n):
+        if n.srcs[0] in products:
+            return _Scores(n.srcs[0], 1.0)
+        got = _linear_scores(n.srcs[0], products)   # (grouped heads: scores reshaped around a mask)
+        return None if got is None else got.reshaped(n.shape)
     if n.op == Op.ADD:
         for sc, m in (n.srcs, n.srcs[::-1]):
             got = _linear_scores(sc, products)
-            if got is not None and got[2] is None and m.shape == n.shape:
-                return got[0], got[1], m, 1.0
+            if got is not None and got.mask is None and got.keep is None and m.shape == n.shape:
+                return replace(got, mask=m, beta=1.0, stop=frozenset({m}))
+    if n.op == Op.WHERE and n.srcs[0].shape == n.shape:
+        c, a, b = n.srcs
+        for inner, other, negated in ((a, b, False), (b, a, True)):
+            if not _is_neg_inf(peel_casts(other)) or not _keep_computable(c):
+                continue
+            got = _linear_scores(inner, products)
+            if got is not None and got.keep is None:
+                return replace(got, keep=c, negated=negated)
     return None
 
 
@@ -161,7 +219,7 @@ def attention_term(n: Node, products) -> FlashMatch | None:
     got = _linear_scores(x.srcs[0], products)
     if got is None:
         return None
-    r1, alpha, mask, beta = got
+    r1, alpha, mask, beta, keep, negated = got.product, got.alpha, got.mask, got.beta, got.keep, got.negated
     qk = contraction_axes(r1)
     if qk is None or alpha <= 0 or len(r1.shape) != nd or qk.k_axis != nd - 2 \
             or not _query_axes(qk.m_axes, nd) or qk.n_axes != (nd - 1,):
@@ -173,11 +231,11 @@ def attention_term(n: Node, products) -> FlashMatch | None:
     internal, stack = {n, r1}, [x]
     while stack:
         m = stack.pop()
-        if m in internal or m is mask:
+        if m in internal or m in got.stop or m.op == Op.INPUT:
             continue
         internal.add(m)
         stack.extend(s for s in m.srcs if s.op != Op.CONST)
-    return FlashMatch(qk, v, alpha, frozenset(internal), mask, beta if mask is not None else 0.0)
+    return FlashMatch(qk, v, alpha, frozenset(internal), mask, beta if mask is not None else 0.0, keep, negated)
 
 
 def is_row_broadcast_after(v: Node) -> bool:

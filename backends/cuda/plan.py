@@ -446,7 +446,7 @@ def plan(graph: Graph) -> list[Step]:
             continue
         if n in attns:
             a = attns[n]
-            sides = (a.qk.a, a.qk.b, a.v) + ((a.mask,) if a.mask is not None else ())
+            sides = (a.qk.a, a.qk.b, a.v) + tuple(x for x in (a.mask, a.keep) if x is not None)
             steps.append(Step("attention", n, reads([], M, sides), attention=a))
         elif n in gemms:
             g = gemms[n]

@@ -1033,7 +1033,7 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
             C_STORAGE[ma.dtype], ma.offset, ma.strides[nd - 3], ma.strides[nd - 2], tuple(ma.strides[:nd - 3]),
             fm.mask_log2))
     args = (params, names[q.buffer], names[k.buffer], names[v.buffer], C_STORAGE[o.dtype],
-            names[ma.buffer] if ma is not None else "")
+            names[ma.buffer] if ma is not None else "", _keep(fm, names, batch_shape))
     about = f"sq={shape.sq} skv={shape.skv} d={shape.d} batch={shape.batch_count} " + "{}" \
         + (" +mask" if ma is not None else "") + (f" kv-heads shared x{_shared_kv(shape)}" if _shared_kv(shape) > 1 else "")
     cfg = sched.attn
@@ -1050,6 +1050,38 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
                        o, step.inputs, about.format(f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) "
                                                     f"keys/tile={cfg.bkv}"))
+
+
+def _keep(fm, names: dict, batch_shape: tuple[int, ...]) -> "attn_t.Keep | None":
+    """The flash kernel's kept-score predicate keep(row, key) as a C++ lambda over the batch
+    entry `bz` and the kernel's inputs, and its (sq, skv) plane where it reads no input and is
+    the same for every batch entry (the kernel then skips key tiles it removes)."""
+    if fm.keep is None:
+        return None
+    from backends.cuda.match import _const_axes
+    import numpy as np
+    from ir.graph import toposort
+    from ir.interpreter import evaluate_nodes
+    from ir.node import move
+    keep = fm.keep
+    em = Emitter(names, indent="    ", prefix="kp")
+    idx, inner = [], 1
+    for size in reversed(batch_shape):
+        idx.insert(0, f"((int)((bz / {inner}) % {size}))" if size > 1 else "0")
+        inner *= size
+    val = em.value(keep, tuple(idx) + ("row", "key"))
+    code = ("auto keep = [&](int row, int key) -> bool {\n" + em.code() + "\n"
+            f"    return {'!' if fm.keep_negated else ''}{val};\n  }};")
+    plane = None
+    nb = len(batch_shape)
+    if not any(n.op == Op.INPUT for n in toposort([keep])) and set(range(nb)) <= _const_axes(keep):
+        # batch entry 0's plane (a view of keep, so that a broadcast keep is evaluated once)
+        first = move(keep, lambda st: st.shrink(tuple((0, 1) for _ in range(nb)) + ((0, keep.shape[-2]), (0, keep.shape[-1])))
+                     .reshape(keep.shape[-2:]))
+        if sum(n.numel for n in toposort([first])) <= 1 << 27:      # else: no table, every tile tested
+            plane = np.asarray(evaluate_nodes([first], {})[0], bool)
+            plane = ~plane if fm.keep_negated else plane
+    return attn_t.Keep(code, plane)
 
 
 def _shared_kv(shape) -> int:

@@ -131,17 +131,78 @@ def batch_offsets(shape: AttnShape) -> tuple[str, str, str, str, str]:
     return tuple(" + ".join(offs[x]) for x in "qkvom")
 
 
-def safe_max(shape: AttnShape):
+@dataclass(frozen=True)
+class Keep:
+    """Which scores count (where(keep, s, -inf)): `code` is a C++ lambda `keep(row, key)` the
+    renderer emits (it may read `bz` and the kernel's inputs); `plane`, when the predicate is
+    the same for every batch entry and known when compiling, is it as a (sq, skv) bool array,
+    from which each block's key tiles are tabulated (tiles it removes entirely are skipped,
+    tiles it keeps entirely need no test) and blocks are launched heaviest first."""
+    code: str
+    plane: object = None      # numpy bool (sq, skv) or None
+
+
+def tile_table(plane, bq: int, bkv: int) -> list[tuple[int, int, int, int, int]]:
+    """Per block, heaviest first: (query tile, first and past-last key tile with a kept
+    score, first and past-last of the longest run of key tiles kept entirely)."""
+    import numpy as np
+    sq, skv = plane.shape
+    nq, nk = -(-sq // bq), -(-skv // bkv)
+    anyk = np.zeros((nq * bq, nk * bkv), bool)
+    anyk[:sq, :skv] = plane
+    allk = np.ones((nq * bq, nk * bkv), bool)
+    allk[:sq, :skv] = plane
+    anyk = anyk.reshape(nq, bq, nk, bkv).any(axis=(1, 3))
+    allk = allk.reshape(nq, bq, nk, bkv).all(axis=(1, 3))
+    rows = []
+    for i in range(nq):
+        hit = np.flatnonzero(anyk[i])
+        lo, hi = (int(hit[0]), int(hit[-1]) + 1) if hit.size else (0, 0)
+        best, run = (0, 0), None
+        for t in range(nk + 1):
+            if t < nk and allk[i, t]:
+                run = t if run is None else run
+            elif run is not None:
+                if t - run > best[1] - best[0]:
+                    best = (run, t)
+                run = None
+        rows.append((i, lo, hi) + best)
+    return sorted(rows, key=lambda r: -(r[2] - r[1]))
+
+
+def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None) -> tuple[str, str, str]:
+    """(file-scope code, block setup defining q0, t_lo, t_hi, f_lo, f_hi and keep(), the test
+    of one score at `row`, `key` inside key tile t) for the attention kernels."""
+    ntiles = -(-shape.skv // bkv)
+    in_range = f"(!ragged || key < {shape.skv})"
+    if keep is None:
+        return "", (f"  const int q0 = blockIdx.x * {bq};\n"
+                    f"  const int t_lo = 0, t_hi = {ntiles};\n"), in_range
+    test = f"{in_range} && (full || row >= {shape.sq} || keep(row, key))"
+    setup = f"  {keep.code}\n"
+    if keep.plane is None:
+        return "", (f"  const int q0 = blockIdx.x * {bq};\n  const int t_lo = 0, t_hi = {ntiles}, f_lo = 0, f_hi = 0;\n"
+                    + setup), test
+    table = tile_table(keep.plane, bq, bkv)
+    flat = ", ".join(str(x) for row in table for x in row)
+    scope = f"static __device__ const int {name}_tiles[{5 * len(table)}] = {{{flat}}};\n"
+    setup = (f"  const int* tiles = {name}_tiles + blockIdx.x * 5;   // heaviest blocks first\n"
+             f"  const int q0 = tiles[0] * {bq}, t_lo = tiles[1], t_hi = tiles[2], f_lo = tiles[3], f_hi = tiles[4];\n"
+             + setup)
+    return scope, setup, test
+
+
+def safe_max(shape: AttnShape, keep=None):
     """A row's running max as the exponentials' reference: with a mask a key tile can be
     masked out entirely for some rows (-inf max), and the reference is then 0 so that
     exp2(-inf - -inf) never makes a NaN."""
-    if shape.mask is None:
+    if shape.mask is None and keep is None:
         return lambda m: m
     return lambda m: f"({m} == -__int_as_float(0x7f800000) ? 0.f : {m})"
 
 
 def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str, q: str, k: str, v: str,
-           out_type: str, mask: str = "") -> str:
+           out_type: str, mask: str = "", keep: Keep | None = None) -> str:
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     mma = "mma_f16" if dtype == "f16" else "mma_bf16"
     pack = "pack_f16" if dtype == "f16" else "pack_bf16"
@@ -153,17 +214,17 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
     qo, ko, vo, oo, mo = batch_offsets(shape)
     sc = repr(float(shape.scale_log2))
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
-    safe = safe_max(shape)
+    safe = safe_max(shape, keep)
+    keep_scope, keep_setup, score_ok = keep_parts(name, shape, BQ, BKV, keep)
     return f"""
-extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
+{keep_scope}extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   extern __shared__ __align__(16) unsigned char smem_raw[];
   {T}* sQ = reinterpret_cast<{T}*>(smem_raw);
   {T}* sK = sQ + {BQ * qld};
   {T}* sV = sK + {2 * BKV * kld};
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const long long bz = blockIdx.y;
-  const int q0 = blockIdx.x * {BQ};
-  const {T}* Qb = reinterpret_cast<const {T}*>({q}) + ({qo});
+{keep_setup}  const {T}* Qb = reinterpret_cast<const {T}*>({q}) + ({qo});
   const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
   const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
   const long long o_base = {oo};
@@ -188,7 +249,7 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
       cp_async16(smem_u32(sV + buf * {BKV * vld} + r * {vld} + cd), ok ? Vb + (long long)(j0 + r) * {shape.v_ss} + cd : Vb, ok ? 16 : 0);
     }}
   }};
-  load_kv(0, 0);
+  load_kv(0, t_lo);
   cp_async_commit();
   cp_async_wait<1>();
   __syncthreads();
@@ -212,14 +273,14 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
     l0[mt] = l1[mt] = 0.f;
   }}
 
-  const int NTILES = {(shape.skv + BKV - 1) // BKV};
-  for (int t = 0; t < NTILES; ++t) {{
-    if (t + 1 < NTILES) load_kv((t + 1) & 1, t + 1);
+  for (int t = t_lo; t < t_hi; ++t) {{
+    const int buf = (t - t_lo) & 1;
+    if (t + 1 < t_hi) load_kv(buf ^ 1, t + 1);
     cp_async_commit();
     cp_async_wait<1>();
     __syncthreads();
-    const {T}* tK = sK + (t & 1) * {BKV * kld};
-    const {T}* tV = sV + (t & 1) * {BKV * vld};
+    const {T}* tK = sK + buf * {BKV * kld};
+    const {T}* tV = sV + buf * {BKV * vld};
     float s[{MT}][{BKV // 8}][4];
     #pragma unroll
     for (int mt = 0; mt < {MT}; ++mt)
@@ -241,20 +302,21 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
     }}
     const int j0 = t * {BKV};
     const bool ragged = j0 + {BKV} > {shape.skv};
+    {"const bool full = t >= f_lo && t < f_hi;" if keep is not None else ""}
     #pragma unroll
     for (int mt = 0; mt < {MT}; ++mt) {{
       // scale, mask keys past the end (last tile only), running max
       float mx0 = m0[mt], mx1 = m1[mt];
-      {"const int rbase = q0 + (warp * " + str(MT) + " + mt) * 16 + (lane >> 2);" if mk else ""}
+      const int rbase = q0 + (warp * {MT} + mt) * 16 + (lane >> 2);
       #pragma unroll
       for (int j = 0; j < {BKV // 8}; ++j) {{
         {mask_loads}
         #pragma unroll
         for (int e = 0; e < 4; ++e) {{
-          int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
+          const int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1), row = rbase + (e >> 1) * 8;
           float x = s[mt][j][e] * {sc}f;
           {mask_add}
-          s[mt][j][e] = (!ragged || key < {shape.skv}) ? x : -__int_as_float(0x7f800000);
+          s[mt][j][e] = ({score_ok}) ? x : -__int_as_float(0x7f800000);
         }}
         mx0 = fmaxf(mx0, fmaxf(s[mt][j][0], s[mt][j][1]));
         mx1 = fmaxf(mx1, fmaxf(s[mt][j][2], s[mt][j][3]));

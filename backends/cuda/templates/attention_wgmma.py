@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from backends.cuda.templates.attention import AttnShape, _mask_code, batch_offsets, safe_max
+from backends.cuda.templates.attention import AttnShape, Keep, _mask_code, batch_offsets, keep_parts, safe_max
 from backends.cuda.templates.gemm_wgmma import COMMON, NEEDS_ARCH_SPECIFIC, helpers
 
 
@@ -62,7 +62,7 @@ def register_a_helper(n: int, dtype: str) -> str:
 
 
 def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: str, q: str, k: str, v: str,
-           out_type: str, mask: str = "") -> str:
+           out_type: str, mask: str = "", keep: Keep | None = None) -> str:
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     ty = "f16" if dtype == "f16" else "bf16"
     pack = "pack_f16" if dtype == "f16" else "pack_bf16"
@@ -75,7 +75,8 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     qo, ko, vo, oo, mo = batch_offsets(shape)
     sc = repr(float(shape.scale_log2))
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
-    safe = safe_max(shape)
+    safe = safe_max(shape, keep)
+    keep_scope, keep_setup, score_ok = keep_parts(name, shape, BQ, BKV, keep)
     paired = shape.o_sd == 1          # adjacent output columns: one 2-wide store
     if paired:
         store = "\n".join(
@@ -99,14 +100,13 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
 {register_a_helper(DV, dtype)}
 #endif
 
-extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
+{keep_scope}extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t sQ = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t sK = sQ + {Q_BYTES}, sV = sK + {2 * K_BYTES};
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7, wq = (tid >> 5) & 3;
   const long long bz = blockIdx.y;
-  const int q0 = blockIdx.x * {BQ};
-  const {T}* Qb = reinterpret_cast<const {T}*>({q}) + ({qo});
+{keep_setup}  const {T}* Qb = reinterpret_cast<const {T}*>({q}) + ({qo});
   const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
   const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
   const long long o_base = {oo};
@@ -137,7 +137,7 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
                  ok ? Vb + (long long)(j0 + r) * {shape.v_ss} + cn * 8 : Vb, ok ? 16 : 0);
     }}
   }};
-  load_kv(0, 0);
+  load_kv(0, t_lo);
   cp_async_commit();
 
   float o[{DV // 2}], s[{BKV // 2}];
@@ -145,14 +145,14 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   for (int i = 0; i < {DV // 2}; ++i) o[i] = 0.f;
   float m0 = -__int_as_float(0x7f800000), m1 = m0, l0 = 0.f, l1 = 0.f;
   const int rbase = q0 + wg * 64 + wq * 16 + (lane >> 2);
-  const int NTILES = {(shape.skv + BKV - 1) // BKV};
-  for (int t = 0; t < NTILES; ++t) {{
-    if (t + 1 < NTILES) load_kv((t + 1) & 1, t + 1);
+  for (int t = t_lo; t < t_hi; ++t) {{
+    const int buf = (t - t_lo) & 1;
+    if (t + 1 < t_hi) load_kv(buf ^ 1, t + 1);
     cp_async_commit();
     cp_async_wait<1>();
     fence_proxy_async();
     __syncthreads();
-    const uint32_t k_s = sK + (t & 1) * {K_BYTES}, v_s = sV + (t & 1) * {V_BYTES};
+    const uint32_t k_s = sK + buf * {K_BYTES}, v_s = sV + buf * {V_BYTES};
     wg_fence();
     #pragma unroll
     for (int kk = 0; kk < {D // 16}; ++kk)
@@ -162,6 +162,7 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
     wg_wait<0>();
     const int j0 = t * {BKV};
     const bool ragged = j0 + {BKV} > {shape.skv};
+    {"const bool full = t >= f_lo && t < f_hi;" if keep is not None else ""}
     // scale, mask keys past the end (last tile only), running max
     float mx0 = m0, mx1 = m1;
     #pragma unroll
@@ -169,10 +170,10 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
       {mask_loads}
       #pragma unroll
       for (int e = 0; e < 4; ++e) {{
-        const int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1);
+        const int key = j0 + j * 8 + (lane & 3) * 2 + (e & 1), row = rbase + (e >> 1) * 8;
         float x = s[4 * j + e] * {sc}f;
         {mask_add}
-        s[4 * j + e] = (!ragged || key < {shape.skv}) ? x : -__int_as_float(0x7f800000);
+        s[4 * j + e] = ({score_ok}) ? x : -__int_as_float(0x7f800000);
       }}
       mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
       mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));

@@ -1,8 +1,10 @@
-"""The wgmma flash-attention kernel (backends/cuda/templates/attention_wgmma.py): which programs
-it takes, that its text compiles for sm_90a (where nvcc is), and on a Hopper GPU (marked gpu)
-that it computes what the program computes: ragged query and key lengths (2, 7, 257, 1000), head
-dims 64 and 128, f16/bf16, an additive causal mask, grouped key/value heads, queries read
-through a permuted view, and a key length other than the query's."""
+"""The flash-attention kernels (backends/cuda/templates/attention.py on mma.sync,
+attention_wgmma.py on Hopper's wgmma): which programs they take, that their text compiles (where
+nvcc is), the key-tile table of a causal mask, and on a GPU (marked gpu) that every attention
+schedule computes what the program computes: ragged query and key lengths (2, 7, 257, 333,
+1000), head dims 64 and 128, f16/bf16, an additive causal mask, `is_causal` (a where() mask the
+kernel computes, skipping the key tiles it removes), a bool mask input, grouped key/value
+heads, queries read through a permuted view, and a key length other than the query's."""
 from __future__ import annotations
 
 import math
@@ -13,7 +15,9 @@ import pytest
 from compiler import nn
 from compiler.trace import spec, trace
 from backends.cuda import render
+from backends.cuda.plan import plan
 from backends.cuda.render import Schedule
+from backends.cuda.templates.attention import ATTN_CONFIGS, tile_table
 from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS
 from backends.cuda.toolchain import compile_source, find_nvcc
 from ir.interpreter import evaluate
@@ -34,6 +38,14 @@ def _grouped(q, k, v, mask):
     return nn.grouped_attention(q, k, v, mask, kv_heads=k.shape[1])
 
 
+def _causal(q, k, v):
+    return nn.attention_with_scores(q, k, v, is_causal=True)[0]
+
+
+def _bool_mask(q, k, v, keep):
+    return nn.attention_with_scores(q, k, v, attn_mask=keep)[0]
+
+
 def causal(s: int, dtype) -> np.ndarray:
     return np.triu(np.full((s, s), -np.inf), 1).astype(dtype)
 
@@ -51,6 +63,11 @@ CASES = {
     "causal": (_masked, [spec((1, 2, 1000, 64), "f16")] * 3 + [spec((1000, 1000), "f16")], (3,)),
     "gqa_causal": (_grouped, [spec((1, 4, 333, 128), "bf16"), spec((1, 2, 333, 128), "bf16"),
                               spec((1, 2, 333, 128), "bf16"), spec((333, 333), "f32")], (3,)),
+    "is_causal": (_causal, [spec((2, 2, 1000, 64), "f16")] * 3, ()),
+    "gqa_is_causal": (_causal, [spec((1, 4, 333, 128), "bf16"), spec((1, 2, 333, 128), "bf16"),
+                                spec((1, 2, 333, 128), "bf16")], ()),
+    "gqa_bool_mask": (_bool_mask, [spec((2, 4, 257, 64), "f16"), spec((2, 2, 257, 64), "f16"),
+                                   spec((2, 2, 257, 64), "f16"), spec((2, 1, 257, 257), "bool")], (3,)),
     "permuted_q": (_heads_first, [spec((2, 257, 3, 64), "f16"), spec((2, 3, 257, 64), "f16"),
                                   spec((2, 3, 257, 64), "f16")], ()),
 }
@@ -64,8 +81,17 @@ def _graph(name):
 def _inputs(name, g, seed=0):
     rng = np.random.default_rng(seed)
     masks = CASES[name][2]
-    return [causal(n.shape[-1], n.dtype.np) if i in masks else rng.standard_normal(n.shape).astype(n.dtype.np)
-            for i, n in enumerate(g.inputs)]
+    out = []
+    for i, n in enumerate(g.inputs):
+        if i in masks and n.dtype.np == np.bool_:      # a random keep-mask; row 3 of batch 0 keeps nothing
+            m = rng.random(n.shape) < 0.8
+            m[0, ..., 3, :] = False
+            out.append(m)
+        elif i in masks:
+            out.append(causal(n.shape[-1], n.dtype.np))
+        else:
+            out.append(rng.standard_normal(n.shape).astype(n.dtype.np))
+    return out
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -87,10 +113,35 @@ def test_other_head_dims_and_devices_get_the_mma_sync_kernel():
     assert "wgmma" not in launches[0].detail
 
 
+@pytest.mark.parametrize("name", ["is_causal", "gqa_is_causal", "gqa_bool_mask"])
+def test_where_masks_are_one_flash_kernel_with_a_tile_table_when_known(name):
+    """where(keep, s, -inf) masks (is_causal, a bool mask, with grouped heads) run as one flash
+    launch under both kernels; a causal mask known when compiling gives the kernel a table of
+    key tiles per block (heaviest blocks first), a bool mask input does not."""
+    g = _graph(name)
+    assert [s.kind for s in plan(g)] == ["attention"]
+    for sched in (Schedule(arch="sm_90a"), Schedule(attn=WG_ATTN_CONFIGS[0], arch="sm_90a")):
+        src, launches = render(g, sched)
+        assert [l.kind for l in launches] == ["attention"]
+        assert ("_tiles[" in src) == (name != "gqa_bool_mask") and "auto keep = " in src
+
+
+def test_the_tile_table_of_a_causal_mask():
+    """Block i (query rows 128i..) reads key tiles 0..(128(i+1)-1)//64 and needs no test on the
+    tiles below its diagonal; the last block (the most tiles) is launched first."""
+    plane = np.tril(np.ones((1000, 1000), bool))
+    table = tile_table(plane, 128, 64)
+    assert [r[0] for r in table] == list(range(7, -1, -1))
+    for q, lo, hi, flo, fhi in table:
+        assert (lo, hi) == (0, min(-(-min(128 * (q + 1), 1000) // 64), 16)) and (flo, fhi) == (0, 2 * q)
+    nothing = tile_table(np.zeros((10, 10), bool), 64, 64)
+    assert nothing == [(0, 0, 0, 0, 0)]
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
-@pytest.mark.parametrize("name", ["ragged_1000", "gqa_causal"])
-def test_wgmma_attention_compiles_without_spills(name):
-    for c in WG_ATTN_CONFIGS:
+@pytest.mark.parametrize("name", ["ragged_1000", "gqa_causal", "is_causal", "gqa_bool_mask"])
+def test_flash_kernels_compile_without_spills(name):
+    for c in WG_ATTN_CONFIGS + ATTN_CONFIGS[1:3]:
         src, _ = render(_graph(name), Schedule(attn=c, arch="sm_90a"))
         res = compile_source(src, "sm_90a")
         assert res.error is None, res.error
@@ -99,19 +150,20 @@ def test_wgmma_attention_compiles_without_spills(name):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", list(CASES))
-def test_gpu_wgmma_attention_matches_the_interpreter(cuda_backend, module_cache_dir, name):
-    """Every wgmma schedule the backend offers computes what the program computes."""
+def test_gpu_flash_kernels_match_the_interpreter(cuda_backend, module_cache_dir, name):
+    """Every attention schedule the backend offers (mma.sync tiles; wgmma tiles on sm_90)
+    computes what the program computes, as one launch."""
     be = cuda_backend
     g = _graph(name)
     args = _inputs(name, g)
     want = evaluate(g, args)[0]
-    scheds = [s for s in be.schedules(g) if s.attn in WG_ATTN_CONFIGS]
-    if not scheds:
-        pytest.skip("no wgmma attention schedules here (not sm_90, or wgmma turned off)")
+    scheds = [s for s in be.schedules(g) if s.attn is not None]
+    assert scheds
     for sched in scheds:
         exe, why = be.try_build(g, sched)
         assert exe is not None, why
-        assert any("wgmma" in l.detail for l in exe.launches), exe.explain()
+        assert [l.kind for l in exe.launches] == ["attention"], exe.explain()
+        assert (sched.attn in WG_ATTN_CONFIGS) == any("wgmma" in l.detail for l in exe.launches), exe.explain()
         got = exe(*args)[0]
         assert_close(got, want, err_msg=f"{name} {sched.name}\n{exe.explain()}", graph=g, args=args)
         exe.close()
