@@ -56,7 +56,9 @@ def test_node_limit_is_respected():
 def test_time_limit_is_respected():
     g = saturn.trace(lambda x: x.layer_norm((512,)), saturn.spec((2, 512)))
     t0 = time.perf_counter()
-    exp = explore(g, limits=Limits(seconds=0.05))
+    # (the whole exploration of this program takes about 0.045 s here: a limit near that
+    # was hit or not by chance)
+    exp = explore(g, limits=Limits(seconds=0.002))
     assert any(p.stopped == "time limit" for p in exp.phases)
     assert time.perf_counter() - t0 < 10
     assert exp.candidates
