@@ -15,7 +15,7 @@ import pytest
 from compiler import nn
 from compiler.trace import spec, trace
 from backends.cuda import render
-from backends.cuda.plan import plan
+from backends.cuda.plan import plan, prepare
 from backends.cuda.render import Schedule
 from backends.cuda.templates.attention import ATTN_CONFIGS, tile_table
 from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS
@@ -167,3 +167,46 @@ def test_gpu_flash_kernels_match_the_interpreter(cuda_backend, module_cache_dir,
         got = exe(*args)[0]
         assert_close(got, want, err_msg=f"{name} {sched.name}\n{exe.explain()}", graph=g, args=args)
         exe.close()
+
+
+@pytest.mark.parametrize("name", ["is_causal", "gqa_is_causal", "gqa_bool_mask"])
+def test_the_emitted_keep_predicate_computes_the_mask(name, tmp_path):
+    """The flash kernels' keep(row, key) as emitted (compiled for the host with the CUDA
+    headers) equals the program's mask for every batch entry, row and key; the compile-time
+    plane, where there is one, equals it too."""
+    import ctypes
+    import subprocess
+    from backends.cuda import hostsim
+    from backends.cuda.cexpr import C_STORAGE
+    from backends.cuda.render import _keep
+    from ir.interpreter import evaluate_nodes
+    if hostsim.available():
+        pytest.skip(hostsim.available())
+    step = [s for s in plan(_graph(name)) if s.kind == "attention"][0]
+    g = prepare(_graph(name))[0]                  # (the plan's nodes)
+    fm = step.attention
+    names = {n: f"in{j}" for j, n in enumerate(step.inputs)}
+    sq, skv = fm.keep.shape[-2:]
+    batch = fm.keep.shape[:-2]
+    keep = _keep(fm, names, batch)
+    decls = "\n".join(f"  const {C_STORAGE[n.dtype]}* in{j} = (const {C_STORAGE[n.dtype]}*)ins[{j}];"
+                      for j, n in enumerate(step.inputs))
+    src = (hostsim.HOST_PRELUDE + 'extern "C" void run(void** ins, long long bz, unsigned char* out) {\n'
+           + decls + "\n  " + keep.code + f"\n  for (int row = 0; row < {sq}; ++row)\n"
+           f"    for (int key = 0; key < {skv}; ++key) out[row * {skv} + key] = keep(row, key);\n}}\n")
+    (tmp_path / "k.cpp").write_text(src)
+    subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-w", f"-I{hostsim.cuda_include()}", str(tmp_path / "k.cpp"),
+                    "-o", str(tmp_path / "k.so")], check=True)
+    run = ctypes.CDLL(str(tmp_path / "k.so")).run
+    args = _inputs(name, g)
+    env = dict(zip(g.inputs, args))
+    want = np.asarray(evaluate_nodes([fm.keep], env)[0], bool)
+    want = ~want if fm.keep_negated else want
+    keep_args = [np.ascontiguousarray(env[n]) for n in step.inputs]
+    ptrs = (ctypes.c_void_p * len(keep_args))(*[a.ctypes.data for a in keep_args])
+    for bz in range(int(np.prod(batch))):
+        got = np.zeros((sq, skv), np.uint8)
+        run(ptrs, ctypes.c_longlong(bz), got.ctypes.data_as(ctypes.c_void_p))
+        np.testing.assert_array_equal(got.astype(bool), want.reshape(-1, sq, skv)[bz], err_msg=f"batch entry {bz}")
+    if keep.plane is not None:
+        np.testing.assert_array_equal(keep.plane, want.reshape(-1, sq, skv)[0])
