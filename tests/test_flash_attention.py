@@ -117,13 +117,23 @@ def test_other_head_dims_and_devices_get_the_mma_sync_kernel():
 def test_where_masks_are_one_flash_kernel_with_a_tile_table_when_known(name):
     """where(keep, s, -inf) masks (is_causal, a bool mask, with grouped heads) run as one flash
     launch under both kernels; a causal mask known when compiling gives the kernel a table of
-    key tiles per block (heaviest blocks first), a bool mask input does not."""
+    key tiles per block (heaviest blocks first), a bool mask input a scan of its rows instead."""
     g = _graph(name)
     assert [s.kind for s in plan(g)] == ["attention"]
     for sched in (Schedule(arch="sm_90a"), Schedule(attn=WG_ATTN_CONFIGS[0], arch="sm_90a")):
         src, launches = render(g, sched)
         assert [l.kind for l in launches] == ["attention"]
-        assert ("_tiles[" in src) == (name != "gqa_bool_mask") and "auto keep = " in src
+        assert ("static __device__ const int" in src) == (name != "gqa_bool_mask") and "auto keep = " in src
+        assert ("seen_tiles[" in src) == (name == "gqa_bool_mask")
+
+
+@pytest.mark.parametrize("name", ["causal", "gqa_causal", "ragged_1000"])
+def test_a_mask_read_from_memory_is_scanned_for_the_key_tiles_to_skip(name):
+    """An additive mask input (a decoder's causal mask) is scanned per block for the key tiles
+    its rows can see; without a mask there is nothing to scan."""
+    for sched in (Schedule(arch="sm_90a"), Schedule(attn=WG_ATTN_CONFIGS[0], arch="sm_90a")):
+        src, _ = render(_graph(name), sched)
+        assert ("seen_tiles[" in src) == (name != "ragged_1000")
 
 
 def test_the_tile_table_of_a_causal_mask():

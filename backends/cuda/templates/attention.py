@@ -170,26 +170,69 @@ def tile_table(plane, bq: int, bkv: int) -> list[tuple[int, int, int, int, int]]
     return sorted(rows, key=lambda r: -(r[2] - r[1]))
 
 
-def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None) -> tuple[str, str, str]:
-    """(file-scope code, block setup defining q0, t_lo, t_hi, f_lo, f_hi and keep(), the test
-    of one score at `row`, `key` inside key tile t) for the attention kernels."""
+def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None,
+               mask_ptr: str = "") -> tuple[str, str, str, str]:
+    """(file-scope code, block setup defining q0, t_lo, t_hi, f_lo, f_hi and keep(), the scan
+    that narrows [t_lo, t_hi) at run time (after the mask's pointer `Mb` exists), the test of
+    one score at `row`, `key` inside key tile t) for the attention kernels.
+
+    Key tiles no row of a block can see are skipped: from a table made when compiling where the
+    mask is known then (`Keep.plane`), else, for a mask read from memory, from a scan of the
+    block's mask rows first (one read of them; a causal mask input then costs half the tiles).
+    Skipped tiles contribute nothing, also where V holds inf or NaN at keys the mask removes
+    (as PyTorch's flash attention; docs/ir.md)."""
     ntiles = -(-shape.skv // bkv)
     in_range = f"(!ragged || key < {shape.skv})"
-    if keep is None:
-        return "", (f"  const int q0 = blockIdx.x * {bq};\n"
-                    f"  const int t_lo = 0, t_hi = {ntiles};\n"), in_range
-    test = f"{in_range} && (full || row >= {shape.sq} || keep(row, key))"
-    setup = f"  {keep.code}\n"
-    if keep.plane is None:
-        return "", (f"  const int q0 = blockIdx.x * {bq};\n  const int t_lo = 0, t_hi = {ntiles}, f_lo = 0, f_hi = 0;\n"
-                    + setup), test
-    table = tile_table(keep.plane, bq, bkv)
-    flat = ", ".join(str(x) for row in table for x in row)
-    scope = f"static __device__ const int {name}_tiles[{5 * len(table)}] = {{{flat}}};\n"
-    setup = (f"  const int* tiles = {name}_tiles + blockIdx.x * 5;   // heaviest blocks first\n"
-             f"  const int q0 = tiles[0] * {bq}, t_lo = tiles[1], t_hi = tiles[2], f_lo = tiles[3], f_hi = tiles[4];\n"
-             + setup)
-    return scope, setup, test
+    test = in_range if keep is None else f"{in_range} && (full || row >= {shape.sq} || keep(row, key))"
+    setup = f"  {keep.code}\n" if keep is not None else ""
+    if keep is not None and keep.plane is not None:
+        table = tile_table(keep.plane, bq, bkv)
+        flat = ", ".join(str(x) for row in table for x in row)
+        scope = f"static __device__ const int {name}_tiles[{5 * len(table)}] = {{{flat}}};\n"
+        setup = (f"  const int* tiles = {name}_tiles + blockIdx.x * 5;   // heaviest blocks first\n"
+                 f"  const int q0 = tiles[0] * {bq}, t_lo = tiles[1], t_hi = tiles[2], f_lo = tiles[3], f_hi = tiles[4];\n"
+                 + setup)
+        return scope, setup, "", test
+    if shape.mask is None and keep is None:
+        return "", f"  const int q0 = blockIdx.x * {bq};\n  const int t_lo = 0, t_hi = {ntiles};\n", "", test
+    # a mask read from memory: scan it; the last query tiles (a causal mask's heaviest) first
+    setup = (f"  const int q0 = (gridDim.x - 1 - blockIdx.x) * {bq};\n"
+             f"  int t_lo = 0, t_hi = {ntiles};\n  const int f_lo = 0, f_hi = 0;\n" + setup)
+    mk = shape.mask
+    neg_inf = {"__half": "0xFC00u", "__nv_bfloat16": "0xFF80u"}.get(mk.ctype) if mk is not None else None
+    vec = 8 if (keep is None and neg_inf and mk.sk == 1 and mk.ss % 8 == 0 and mk.off % 8 == 0
+                and all(b % 8 == 0 for b in mk.batch) and shape.skv % 8 == 0) else 1
+    if vec == 8:   # 16-byte loads of 8 halves, each compared with -inf's bits
+        check = (f"      const uint4 w = *reinterpret_cast<const uint4*>(Mb + (long long)row * {mk.ss} + key0);\n"
+                 f"      const uint32_t ws[4] = {{w.x, w.y, w.z, w.w}};\n"
+                 f"      #pragma unroll\n"
+                 f"      for (int h = 0; h < 4; ++h) found |= ((ws[h] & 0xFFFFu) != {neg_inf}) | ((ws[h] >> 16) != {neg_inf});")
+    else:
+        seen = []
+        if mk is not None:
+            seen.append(f"{_mask_load(mk, 'Mb', 'row', 'key0')} != -__int_as_float(0x7f800000)")
+        if keep is not None:
+            seen.append("keep(row, key0)")
+        check = f"      found |= ({' && '.join(seen)});"
+    scan = f"""  __shared__ int seen_tiles[{ntiles}];      // key tiles some row of this block can see
+  for (int i = threadIdx.x; i < {ntiles}; i += blockDim.x) seen_tiles[i] = 0;
+  __syncthreads();
+  for (int c = threadIdx.x; c < {-(-shape.skv // vec)}; c += blockDim.x) {{
+    const int key0 = c * {vec};
+    bool found = false;
+    for (int r = 0; r < {bq} && q0 + r < {shape.sq}; ++r) {{
+      const int row = q0 + r;
+{check}
+    }}
+    if (found) seen_tiles[key0 / {bkv}] = 1;
+  }}
+  __syncthreads();
+  t_lo = {ntiles}; t_hi = 0;
+  for (int i = 0; i < {ntiles}; ++i)
+    if (seen_tiles[i]) {{ t_lo = min(t_lo, i); t_hi = i + 1; }}
+  if (t_lo >= t_hi) t_lo = t_hi = 0;
+"""
+    return "", setup, scan, test
 
 
 def safe_max(shape: AttnShape, keep=None):
@@ -215,7 +258,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
     sc = repr(float(shape.scale_log2))
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
     safe = safe_max(shape, keep)
-    keep_scope, keep_setup, score_ok = keep_parts(name, shape, BQ, BKV, keep)
+    keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep)
     return f"""
 {keep_scope}extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -228,7 +271,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
   const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
   const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
   const long long o_base = {oo};
-{mask_setup}
+{mask_setup}{keep_scan}
   // Q tile -> shared
   for (int c = tid; c < {BQ * D // 8}; c += {NT}) {{
     int r = c / {D // 8}, cd = (c % {D // 8}) * 8;

@@ -76,7 +76,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     sc = repr(float(shape.scale_log2))
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
     safe = safe_max(shape, keep)
-    keep_scope, keep_setup, score_ok = keep_parts(name, shape, BQ, BKV, keep)
+    keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep)
     paired = shape.o_sd == 1          # adjacent output columns: one 2-wide store
     if paired:
         store = "\n".join(
@@ -110,7 +110,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
   const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
   const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
   const long long o_base = {oo};
-{mask_setup}
+{mask_setup}{keep_scan}
   // Q, K: rows of 64 halves (128 B), 16-byte chunk c of row r at r * 128 + ((c ^ (r & 7)) * 16),
   // one such block per 64 head-dim columns
   for (int c = tid; c < {BQ * D // 8}; c += {NT}) {{
