@@ -23,7 +23,7 @@ CASES = [  # (b, h, s, d, dtype, causal): False, "is_causal" (the mask computed 
     (4, 16, 2048, 128, "f16", False), (4, 16, 2048, 128, "bf16", False),
     (4, 16, 2048, 64, "f16", "is_causal"), (4, 16, 2048, 64, "bf16", "is_causal"),
     (4, 16, 2048, 128, "f16", "is_causal"), (4, 16, 2048, 128, "bf16", "is_causal"),
-    (4, 16, 2048, 64, "f16", "mask"), (4, 16, 2047, 64, "f16", False),
+    (4, 16, 2048, 64, "f16", "mask"), (1, 16, 1024, 128, "f16", "mask"), (4, 16, 2047, 64, "f16", False),
 ]
 
 
