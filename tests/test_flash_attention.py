@@ -220,3 +220,38 @@ def test_the_emitted_keep_predicate_computes_the_mask(name, tmp_path):
         np.testing.assert_array_equal(got.astype(bool), want.reshape(-1, sq, skv)[bz], err_msg=f"batch entry {bz}")
     if keep.plane is not None:
         np.testing.assert_array_equal(keep.plane, want.reshape(-1, sq, skv)[0])
+
+
+def test_a_decoder_attention_stores_its_heads_where_the_next_product_reads_them():
+    """The attention output (b, heads, s, d) moved back to (b, s, heads * d) for the output
+    projection: the flash kernel stores it in that order (no staging copy before the product),
+    and the strides it stores with are the layout view's."""
+    from benchmarks import workloads as W
+    from backends.cuda.plan import flash_output_strides, is_layout_view
+    from backends.cuda.templates.attention import ATTN_CONFIGS
+    from compiler.trace import Spec
+    from ir.ops import Op
+    case = [c for c in W.select_cases("cuda", "quick", ["decoder"])][0]
+    g = trace(case.saturn_fn, *[Spec(i.shape, i.dtype, i.name) for i in case.inputs])
+    steps = plan(g)
+    attn = [s for s in steps if s.kind == "attention"]
+    assert attn and all(s.output.op == Op.VIEW and is_layout_view(s.output) for s in attn)
+    b, s, d = case.inputs[0].shape
+    assert all(s_.output.shape == (b, s, d) for s_ in attn)
+    _, launches = render(g, Schedule(gemm="cublas", cublas_fallback="prior", attn=ATTN_CONFIGS[2], arch="sm_90a"))
+    assert not any(l.kind == "stage" for l in launches), [l.name for l in launches]
+    term = attn[0].output
+    while term.op != Op.ATTEND:
+        term = term.srcs[0]
+    heads, hd = term.shape[1] * term.shape[2], term.shape[-1]
+    st = flash_output_strides(term, attn[0].output)     # (b, kv, group, s, 1, d) in (b, s, heads * d)
+    assert st[2:] == (hd, heads * hd, 0, 1) and st[1] == term.shape[2] * hd
+
+
+def test_layout_views_place_every_element_once():
+    from backends.cuda.plan import is_layout_view
+    x = trace(lambda t: t.permute(0, 2, 1, 3).reshape(2, 5, 12), spec((2, 3, 5, 4)))
+    assert is_layout_view(x.outputs[0])
+    for fn in (lambda t: t[:, :2], lambda t: t.expand(2, 2, 3, 5, 4).reshape(4, 3, 5, 4), lambda t: t.flip(1)):
+        y = trace(fn, spec((2, 3, 5, 4)))
+        assert not is_layout_view(y.outputs[0]), y

@@ -32,16 +32,17 @@ def is_lossless_cast(n: Node) -> bool:
     return n.op == Op.CAST and n.dtype == DType.f32 and n.srcs[0].dtype in HALVES
 
 
-def base_of(x: Node) -> Node:
-    """x with views and lossless up-casts peeled off: the value that must sit in memory."""
-    while x.op == Op.VIEW or is_lossless_cast(x):
+def base_of(x: Node, stop=frozenset()) -> Node:
+    """x with views and lossless up-casts peeled off: the value that must sit in memory
+    (`stop`: values that sit in memory as they are, e.g. a flash output stored through a view)."""
+    while (x.op == Op.VIEW or is_lossless_cast(x)) and x not in stop:
         x = x.srcs[0]
     return x
 
 
 def is_buffer_read(n: Node, materialized: set[Node]) -> bool:
     """n is a buffer read through views and lossless casts only."""
-    b = base_of(n)
+    b = base_of(n, materialized)
     return b.op == Op.INPUT or b in materialized
 
 
@@ -168,16 +169,62 @@ def flash_access(fm: FlashMatch):
     return q, k, v
 
 
+def is_layout_view(v: Node) -> bool:
+    """v places every element of its source once, in another order (permutes and reshapes,
+    nothing dropped, repeated or padded): each of its views addresses every element of the
+    one before exactly once."""
+    if v.op != Op.VIEW or v.numel != v.srcs[0].numel:
+        return False
+    for w in v.arg.views:
+        if w.offset != 0 or w.mask is not None:
+            return False
+        # every address 0..numel-1 once: by stride, each is the product of the sizes below it
+        step = 1
+        for n, st in sorted((st, n) for n, st in zip(w.shape, w.strides) if n > 1):
+            if n != step:
+                return False
+            step *= st
+        if step != v.numel:
+            return False
+    return True
+
+
 def _flash_output(out: Node, consumers, outputs) -> Node:
-    """The node the flash kernel writes: out, or its single reshape / float cast consumer
-    chain (the kernel stores any float dtype)."""
+    """The node the flash kernel writes: out, or its single consumer chain of reshapes,
+    layout views (heads moved back beside each other: the kernel stores in any order) and
+    float casts (it stores any float dtype), stopping before an exact up-cast (a product reads
+    through those)."""
     while out not in outputs and len(consumers[out]) == 1:
         c = consumers[out][0]
-        if (c.op == Op.VIEW and is_pure_reshape(c)) or (c.op == Op.CAST and c.dtype.is_float):
+        if (c.op == Op.VIEW and is_layout_view(c)) or (c.op == Op.CAST and c.dtype.is_float and not is_lossless_cast(c)):
             out = c
         else:
             break
     return out
+
+
+def flash_output_strides(start: Node, out: Node) -> tuple[int, ...]:
+    """Element strides in `out`'s buffer of the axes of `start` (an attend term; `out` the
+    node `_flash_output` chose): the views between are applied to the element numbers."""
+    import numpy as np
+    from ir.interpreter import apply_tracker
+    chain, n = [], out
+    while n is not start:
+        if n.op == Op.VIEW:
+            chain.append(n.arg)
+        n = n.srcs[0]
+    ids = np.arange(start.numel, dtype=np.int64).reshape(start.shape)
+    for st in reversed(chain):
+        ids = apply_tracker(st, ids)
+    where = np.empty(start.numel, np.int64)
+    where[ids.reshape(-1)] = np.arange(start.numel)      # source element -> its place in out
+    where = where.reshape(start.shape)
+    strides = tuple(int(where[tuple(1 if a == i else 0 for a in range(len(start.shape)))]) if start.shape[i] > 1 else 0
+                    for i in range(len(start.shape)))
+    grid = sum(np.arange(n_).reshape([-1 if a == i else 1 for a in range(len(start.shape))]) * st
+               for i, (n_, st) in enumerate(zip(start.shape, strides)))
+    assert np.array_equal(where, np.broadcast_to(grid, start.shape)), "a layout view that is not strided"
+    return strides
 
 
 def _chain(start: Node, end: Node) -> set[Node]:
@@ -384,19 +431,19 @@ def plan(graph: Graph) -> list[Step]:
         if r in internal or r in attns:
             continue
         for side in (g.a, g.b):
-            src = base_of(side)
+            src = base_of(side, attns.keys())
             if src.op not in (Op.INPUT, Op.CONST):
                 operands.add(src)
     for r, a in attns.items():
         for side in (a.qk.a, a.qk.b, a.v) + ((a.mask,) if a.mask is not None else ()):
-            src = base_of(side)
+            src = base_of(side, attns.keys())
             if src.op not in (Op.INPUT, Op.CONST):
                 operands.add(src)
     M |= operands
     # values read through an expanding view (other than a per-row broadcast) are materialized
     for n in nodes:
         if n.op == Op.VIEW and n not in internal:
-            src = base_of(n.srcs[0])
+            src = base_of(n.srcs[0], attns.keys())
             if src.op in (Op.INPUT, Op.CONST):
                 continue
             if n.numel > src.numel and not is_row_broadcast(n) and not _pads_only(n, src):

@@ -77,7 +77,8 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
     safe = safe_max(shape, keep)
     keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep)
-    paired = shape.o_sd == 1          # adjacent output columns: one 2-wide store
+    # adjacent output columns: one 2-wide store (aligned: every row and batch start even)
+    paired = shape.o_sd == 1 and shape.o_ss % 2 == 0 and all(b[4] % 2 == 0 for b in shape.batch)
     if paired:
         store = "\n".join(
             f"      if (row{h} < {shape.sq}) *reinterpret_cast<{pair_t}*>(out + o_base + (long long)row{h} * {shape.o_ss} + col)"
