@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One device call that checks what changed in the CUDA kernels and measures it, within a time
+# limit (a device lease is short): the GPU tests of the flash kernels, cuBLAS products and
+# convolutions, decoders, device tensors and the search, four pytest processes side by side;
+# every attention schedule against SDPA (benchmarks/attention_kernels.py); then `saturn bench`
+# of WORKLOADS with what is left. Everything is written under OUT_DIR; a short summary is
+# printed last.
+# usage: benchmarks/device_session.sh TREE SECONDS OUT_DIR [WORKLOADS...]
+set -u
+tree=$1 total=$2 out=$3; shift 3
+workloads=${*:-attention decoder gpt2 conv2d}
+mkdir -p "$out/tests"
+t0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - t0 )); }
+T="python3 -m pytest -q -m gpu -p no:cacheprovider -x"
+cap=$(( total / 3 ))
+( timeout $cap $T tests/test_flash_attention.py \
+    "tests/test_cuda_gpu.py::test_attend_term_runs_as_one_flash_kernel_under_every_attention_schedule" \
+    > "$out/tests/attention.log" 2>&1 ) &
+( timeout $cap $T tests/test_library_cuda.py > "$out/tests/library_cuda.log" 2>&1 ) &
+( timeout $cap $T tests/test_decoder_gpu.py > "$out/tests/decoder_gpu.log" 2>&1 ) &
+( timeout $cap $T tests/test_device_tensors_gpu.py tests/test_search_gpu.py > "$out/tests/device_search.log" 2>&1 ) &
+wait
+for f in "$out"/tests/*.log; do echo "$(basename "$f"): $(tail -n 1 "$f")"; done
+echo "tests took $(elapsed) s"
+grep -h -B3 -A25 "^E " "$out"/tests/*.log | head -80
+timeout $(( total / 3 )) python3 -m benchmarks.attention_kernels --repeat 20 \
+  --json "$out/attention-kernels-$tree.json" > "$out/attention-kernels-$tree.txt" 2>&1
+tail -60 "$out/attention-kernels-$tree.txt"
+left=$(( total - $(elapsed) ))
+if [ $left -gt 90 ]; then
+  echo "bench of $workloads with $left s left"
+  SATURN_TREE=$tree timeout $left python3 -m benchmarks.cli --target cuda --budget 10 --cold --workloads $workloads \
+    --time-limit $(( left - 60 )) --json "$out/bench-$tree.json" --md "$out/bench-$tree.md" > "$out/bench.log" 2>&1
+  tail -3 "$out/bench.log"; head -30 "$out/bench-$tree.md"
+fi
+echo "total $(elapsed) s"
