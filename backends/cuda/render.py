@@ -17,7 +17,7 @@ from ir.ops import Op
 from ir.view import contiguous_strides
 from backends.cuda.cexpr import (C_COMPUTE, C_STORAGE, Emitter, load_expr, reduce_combine, reduce_identity, round_to,
                                  store_value, unflatten)
-from backends.cuda.plan import Step, flash_output_strides, is_buffer_read, tree
+from backends.cuda.plan import Step, _chain, flash_output_strides, is_buffer_read, tree
 from backends.cuda.resolve import resolve
 from backends.cuda.templates import attention as attn_t
 from backends.cuda.templates import attention_wgmma as attn_wg
@@ -1027,7 +1027,7 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
     while term.op != Op.ATTEND:
         term = term.srcs[0]
     cO = contiguous_strides(batch_shape + (sq, dv))
-    if any(n.op == Op.VIEW and not is_pure_reshape(n) for n in _between(term, o)):
+    if any(n.op == Op.VIEW and not is_pure_reshape(n) for n in _chain(term, o)):
         st = flash_output_strides(term, o)           # over the term's axes (.., q, 1, d)
         cO = st[:nd - 2] + st[nd - 1:]
     batch = tuple((batch_shape[a], q.strides[a], k.strides[a], v.strides[a], cO[a]) for a in range(nd - 3))
@@ -1058,14 +1058,6 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
     return src, Launch(name, "attention", attn_t.grid(shape, cfg), (cfg.threads, 1, 1), attn_t.smem_bytes(shape, cfg),
                        o, step.inputs, about.format(f"rows/block={cfg.bq} ({cfg.warps} warps x {cfg.mtiles} m-tiles) "
                                                     f"keys/tile={cfg.bkv}"))
-
-
-def _between(start: Node, end: Node) -> list[Node]:
-    out, n = [], end
-    while n is not start:
-        out.append(n)
-        n = n.srcs[0]
-    return out
 
 
 def _keep(fm, names: dict, batch_shape: tuple[int, ...]) -> "attn_t.Keep | None":
