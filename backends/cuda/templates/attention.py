@@ -170,8 +170,7 @@ def tile_table(plane, bq: int, bkv: int) -> list[tuple[int, int, int, int, int]]
     return sorted(rows, key=lambda r: -(r[2] - r[1]))
 
 
-def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None,
-               mask_ptr: str = "") -> tuple[str, str, str, str]:
+def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None) -> tuple[str, str, str, str]:
     """(file-scope code, block setup defining q0, t_lo, t_hi, f_lo, f_hi and keep(), the scan
     that narrows [t_lo, t_hi) at run time (after the mask's pointer `Mb` exists), the test of
     one score at `row`, `key` inside key tile t) for the attention kernels.
