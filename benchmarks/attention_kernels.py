@@ -42,19 +42,9 @@ def _program(b, h, s, d, dtype, causal):
 
 
 def _torch_time(fn, repeat: int) -> float:
-    import torch
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return float(np.median(times))
+    """Median seconds per call (CUDA events around each, after 5 untimed calls)."""
+    from benchmarks.hf_models_gpu import time_calls
+    return float(np.median(time_calls(fn, 5, repeat)))
 
 
 def run_case(be, case, repeat: int, out=print) -> list[dict]:

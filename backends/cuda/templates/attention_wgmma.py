@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.cuda.templates.attention import AttnShape, Keep, _mask_code, batch_offsets, keep_parts, safe_max
-from backends.cuda.templates.gemm_wgmma import COMMON, NEEDS_ARCH_SPECIFIC, helpers
+from backends.cuda.templates.gemm_wgmma import COMMON, NEEDS_ARCH_SPECIFIC, helpers, register_a_helper
 
 
 @dataclass(frozen=True)
@@ -44,21 +44,6 @@ def fits(shape: AttnShape) -> bool:
 
 def smem_bytes(shape: AttnShape, cfg: AttnWGConfig) -> int:
     return 1024 + 2 * (cfg.bq * shape.d + 2 * cfg.bkv * (shape.d + shape.dv))
-
-
-def register_a_helper(n: int, dtype: str) -> str:
-    """d[64 x n] += a (registers, 64 x 16) * B (shared memory, n-contiguous: transposed)."""
-    ty = "f16" if dtype == "f16" else "bf16"
-    regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
-    return (f"DEV void wgmma_ra_n{n}_{ty}(float* d, const uint32_t* a, uint64_t db, int one) {{\n"
-            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
-            f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, '
-            f'{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"\n'
-            f'    : {cons}\n'
-            f'    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(one));\n'
-            "}\n")
 
 
 def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: str, q: str, k: str, v: str,

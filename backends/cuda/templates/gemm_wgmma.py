@@ -42,16 +42,35 @@ WG_CONFIGS += [WGConfig(128, 256, 4, 0, True), WGConfig(128, 128, 5, 0, True)]
 WG_MN_CONFIGS = [WGConfig(128, 256, 4, 1), WGConfig(128, 256, 4, 1, True), WGConfig(128, 128, 5, 1, True)]
 
 
-def helpers(n: int, dtype: str, trans_b: int = 0) -> str:
-    ty = "f16" if dtype == "f16" else "bf16"
+def _accumulators(n: int) -> tuple[int, str, str]:
+    """(registers, asm operand list, constraints) of a m64nN f32 accumulator d[]."""
     regs = n // 2
-    outs = ", ".join(f"%{i}" for i in range(regs))
-    cons = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    return regs, ", ".join(f"%{i}" for i in range(regs)), ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+
+
+def helpers(n: int, dtype: str, trans_b: int = 0) -> str:
+    """wgmma_n{n}_{ty}_t{trans_b}(d, desc A, desc B, scale-d): both operands in shared memory."""
+    ty = "f16" if dtype == "f16" else "bf16"
+    regs, outs, cons = _accumulators(n)
     return (f"DEV void wgmma_n{n}_{ty}_t{trans_b}(float* d, uint64_t da, uint64_t db, int one) {{\n"
             f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"\n'
             f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, %{regs}, %{regs + 1}, p, 1, 1, 0, {trans_b};\\n}}\\n"\n'
             f'    : {cons}\n'
             f'    : "l"(da), "l"(db), "r"(one));\n'
+            "}\n")
+
+
+def register_a_helper(n: int, dtype: str) -> str:
+    """wgmma_ra_n{n}_{ty}(d, a, desc B, scale-d): d[64 x n] += a (registers, 64 x 16) * B
+    (shared memory, n-contiguous: transposed)."""
+    ty = "f16" if dtype == "f16" else "bf16"
+    regs, outs, cons = _accumulators(n)
+    return (f"DEV void wgmma_ra_n{n}_{ty}(float* d, const uint32_t* a, uint64_t db, int one) {{\n"
+            f'  asm volatile("{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 5}, 0;\\n"\n'
+            f'    "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{outs}}}, '
+            f'{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, p, 1, 1, 1;\\n}}\\n"\n'
+            f'    : {cons}\n'
+            f'    : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(one));\n'
             "}\n")
 
 
