@@ -4,8 +4,8 @@
 # convolutions, decoders, device tensors and the search, four pytest processes side by side;
 # every attention schedule against SDPA (benchmarks/attention_kernels.py); then `saturn bench`
 # of WORKLOADS with what is left. Everything is written under OUT_DIR; a short summary is
-# printed last.
-# usage: benchmarks/device_session.sh TREE SECONDS OUT_DIR [WORKLOADS...]
+# printed last. With FUZZ_SEED set, CUDA fuzz batches (10 jobs) run beside the tests until they end.
+# usage: [FUZZ_SEED=S] benchmarks/device_session.sh TREE SECONDS OUT_DIR [WORKLOADS...]
 set -u
 tree=$1 total=$2 out=$3; shift 3
 workloads=${*:-attention decoder gpt2 conv2d}
@@ -14,6 +14,10 @@ t0=$(date +%s)
 elapsed() { echo $(( $(date +%s) - t0 )); }
 T="python3 -m pytest -q -m gpu -p no:cacheprovider -x"
 cap=$(( total / 3 ))
+if [ -n "${FUZZ_SEED:-}" ]; then
+  ( SATURN_TREE=$tree bash benchmarks/fuzz_batches.sh cuda "$FUZZ_SEED" 25 10 $(( cap - 40 )) "$out/fuzz" \
+      > "$out/fuzz.log" 2>&1 ) &
+fi
 ( timeout $cap $T tests/test_flash_attention.py \
     "tests/test_cuda_gpu.py::test_attend_term_runs_as_one_flash_kernel_under_every_attention_schedule" \
     > "$out/tests/attention.log" 2>&1 ) &
@@ -21,6 +25,7 @@ cap=$(( total / 3 ))
 ( timeout $cap $T tests/test_decoder_gpu.py > "$out/tests/decoder_gpu.log" 2>&1 ) &
 ( timeout $cap $T tests/test_device_tensors_gpu.py tests/test_search_gpu.py > "$out/tests/device_search.log" 2>&1 ) &
 wait
+[ -n "${FUZZ_SEED:-}" ] && { echo "fuzz beside the tests:"; cat "$out/fuzz.log"; }
 for f in "$out"/tests/*.log; do echo "$(basename "$f"): $(tail -n 1 "$f")"; done
 echo "tests took $(elapsed) s"
 grep -h -B3 -A25 "^E " "$out"/tests/*.log | head -80
