@@ -18,6 +18,7 @@ from typing import Callable
 
 import numpy as np
 
+from backends.cuda import cindex
 from ir.dtypes import DType
 from ir.interpreter import typed_fill
 from ir.node import Node
@@ -131,40 +132,13 @@ def flat_offset(idx: tuple[str, ...], strides: tuple[int, ...], offset: int = 0,
     return "(" + " + ".join(terms) + ")" if terms else "0"
 
 
-def mask_test(idx: tuple[str, ...], v: View) -> list[str]:
-    if v.mask is None:
-        return []
-    tests = []
-    for i, (lo, hi), s in zip(idx, v.mask, v.shape):
-        if lo == 0 and hi == s:
-            continue
-        if hi <= lo:
-            return ["false"]
-        if lo > 0:
-            tests.append(f"({i} >= {lo})")
-        if hi < s:
-            tests.append(f"({i} < {hi})")
-    return tests
-
-
-def _reach(v: View) -> int:
-    """One past the largest offset a view reaches (its source's size, at most)."""
-    return v.offset + sum((n - 1) * abs(st) for n, st in zip(v.shape, v.strides)) + 1
-
-
 def apply_tracker(st: ShapeTracker, idx: tuple[str, ...]) -> tuple[str, list[str]]:
-    """(flat offset into the source's contiguous layout, validity tests) for output index idx."""
-    tests: list[str] = []
-    cur = idx
-    off = "0"
-    for k in range(len(st.views) - 1, -1, -1):
-        v = st.views[k]
-        tests += mask_test(cur, v)
-        extent = math.prod(st.views[k - 1].shape) if k > 0 else _reach(v)
-        off = flat_offset(cur, v.strides, v.offset, extent)
-        if k > 0:
-            cur = unflatten(off, st.views[k - 1].shape)
-    return off, tests
+    """(flat offset into the source's contiguous layout, validity tests) for output index idx
+    (each index within the tracker's shape); ["false"] when no index is valid."""
+    got = cindex.tracker_offset(st, tuple(cindex.Ix.var(i, s) for i, s in zip(idx, st.views[-1].shape)))
+    if got is None:
+        return "0", ["false"]
+    return got[0].render(), got[1]
 
 
 class Emitter:
@@ -298,17 +272,19 @@ class Emitter:
     def _view(self, n: Node, idx: tuple[str, ...]) -> str:
         st: ShapeTracker = n.arg
         src = n.srcs[0]
-        off, tests = apply_tracker(st, idx)
         ct = C_COMPUTE[n.dtype]
         fill = c_literal(st.fill if n.dtype.is_float else typed_fill(st.fill, n.dtype.np), n.dtype)
-        if "false" in tests:
+        got = cindex.tracker_offset(st, tuple(cindex.Ix.var(i, s) for i, s in zip(idx, st.views[-1].shape)))
+        if got is None:
             return fill
+        off_ix, tests = got
+        off = off_ix.render()
         if src in self.buffers and src not in self.hooks:
             load = load_expr(self.buffers[src], off, src.dtype)
             if not tests:
                 return self.tmp(ct, load)
             return self.tmp(ct, f"(({' && '.join(tests)}) ? {load} : {fill})")
-        src_idx = unflatten(off, src.shape)
+        src_idx = tuple(i.render() for i in cindex.unflatten(off_ix, src.shape))
         if not tests:
             return self.value(src, src_idx)
         # masked read of a computed value: compute it only where valid

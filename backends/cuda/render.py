@@ -499,14 +499,11 @@ def _cp_async_ready(acc, unit_axis: int, sizes) -> bool:
     return acc.offset % 8 == 0 and all(st % 8 == 0 for i, st in enumerate(acc.strides) if i != unit_axis)
 
 
-def _stage(side: Node, names: dict[Node, str], drop_axes, last_axis: int, k_axis: int):
-    """A contiguous copy of a half-precision operand that cp.async can read: its broadcast axes
-    dropped to size 1, `last_axis` made innermost, and the innermost and k axes zero-padded to
-    multiples of 8. -> (copy node, its buffer, Access over the product's axes) or None."""
-    from ir import node as N
+def _read_tracker(side: Node, names: dict[Node, str]):
+    """(one ShapeTracker from `side`'s index to its buffer, the buffer's node) for an operand
+    read through views (zero fill) and lossless casts only, else None."""
     from ir.view import ShapeTracker
     from backends.cuda.plan import is_lossless_cast
-    from backends.cuda.resolve import Access
     trackers, n = [], side
     while n not in names:
         if n.op == Op.VIEW:
@@ -522,7 +519,44 @@ def _stage(side: Node, names: dict[Node, str], drop_axes, last_axis: int, k_axis
     views = []
     for t in reversed(trackers):
         views.extend(t.views)
-    st = ShapeTracker(tuple(views), fill=0.0) if views else ShapeTracker.from_shape(n.shape)
+    return (ShapeTracker(tuple(views), fill=0.0) if views else ShapeTracker.from_shape(n.shape)), n
+
+
+def _columns_adjacent(side: Node, names: dict[Node, str], n_axis: int, k_axis: int) -> bool:
+    """Whether neighbouring columns (n) of a gathered operand lie side by side in memory more
+    often than neighbouring k do, measured on a corner of its index space (a convolution's
+    windows: along n always but at row ends, along k only within a 3-wide filter row)."""
+    import numpy as np
+    from ir.interpreter import apply_tracker
+    read = _read_tracker(side, names)
+    if read is None:
+        return False
+    st, base = read
+    if base.numel > 1 << 27:
+        return False
+    span = 64
+    bounds = tuple((0, min(sz, span)) if ax in (n_axis, k_axis) else (0, 1) for ax, sz in enumerate(side.shape))
+    small = st.shrink(bounds)
+    where = apply_tracker(small, np.arange(1, base.numel + 1, dtype=np.float64))
+
+    def unit_steps(axis: int) -> float:    # neighbours both read from memory, one element apart
+        left = np.take(where, range(where.shape[axis] - 1), axis=axis)
+        right = np.take(where, range(1, where.shape[axis]), axis=axis)
+        both = (left > 0) & (right > 0)
+        return float(np.mean((right - left)[both] == 1)) if both.any() else 0.0
+    return unit_steps(n_axis) > unit_steps(k_axis)
+
+
+def _stage(side: Node, names: dict[Node, str], drop_axes, last_axis: int, k_axis: int):
+    """A contiguous copy of a half-precision operand that cp.async can read: its broadcast axes
+    dropped to size 1, `last_axis` made innermost, and the innermost and k axes zero-padded to
+    multiples of 8. -> (copy node, its buffer, Access over the product's axes) or None."""
+    from ir import node as N
+    from backends.cuda.resolve import Access
+    read = _read_tracker(side, names)
+    if read is None:
+        return None
+    st, n = read
     rank = len(side.shape)
     st = st.shrink(tuple((0, 1) if ax in drop_axes else (0, sz) for ax, sz in enumerate(side.shape)))
     order = [ax for ax in range(rank) if ax != last_axis] + [last_axis]
@@ -593,6 +627,9 @@ def tc_plan(step: Step, names: dict[Node, str], staged: dict | None = None, rela
     return (shape, acc_a, acc_b, a_gather, b_gather, ta, groups), ""
 
 
+EXPANDED_COPY = 2   # a staged operand more than this many times its buffer is gathered instead
+
+
 def stage_operands(name: str, step: Step, names: dict[Node, str], M: set[Node], sched: "Schedule",
                    keep_kn_b: bool = False):
     """Copy kernels for the operands cp.async cannot read directly (unaligned rows, several
@@ -620,6 +657,8 @@ def stage_operands(name: str, step: Step, names: dict[Node, str], M: set[Node], 
         if r is None:
             continue
         copy, base, acc = r
+        if copy.numel > EXPANDED_COPY * base.numel:
+            continue        # a window view (im2col): gathered in the product, not copied whole
         src, launch = _stage_kernel(name, side, copy, base, M, sched)
         staged[side] = acc
         extra.append(copy)
@@ -909,11 +948,14 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
         pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
             and o.dtype in (DType.f16, DType.bf16, DType.f32)
         loaders = _loaders(name, step, names, params, groups) if (a_gather or b_gather) else ""
+        g = step.gemm
+        b_n_fast = b_gather and bool(g.n_axes) and _columns_adjacent(g.b, names, g.n_axes[-1], g.k_axis)
         src = gemm_tc.render(name, dt.value, shape, cfg, params, call, epi, out_t, pair,
                              names[acc_a.buffer] if acc_a is not None else "in0",
                              names[acc_b.buffer] if acc_b is not None else "in0",
-                             a_gather, b_gather, loaders)
+                             a_gather, b_gather, loaders, b_n_fast)
         mode = ("A gathered " if a_gather else "") + ("B gathered " if b_gather else "") + \
+            ("by columns " if b_n_fast else "") + \
             "".join(f"{x.upper()} staged " for x in staged)
         return "\n".join(pre_src + [src]), pre + [Launch(name, "gemm_tc", gemm_tc.grid(shape, cfg), (cfg.threads, 1, 1),
                            cfg.smem_bytes(shape.b_layout), o, list(step.inputs) + list(extra),
@@ -981,6 +1023,8 @@ def default_wg() -> gemm_wgmma.WGConfig:
 
 def default_tc(shape: gemm_tc.GemmShape) -> gemm_tc.TCConfig:
     tiles = ((shape.m + 127) // 128) * ((shape.n + 127) // 128) * shape.batch_count
+    if tiles >= 66 and shape.m <= 64:   # (a convolution's output channels) half a 128-row tile would be idle
+        return gemm_tc.TCConfig(64, 128, 32, 2, 2, 4)
     if tiles >= 66:      # measured best across the H200 workloads (benchmarks/results/h200-cuda.md)
         return gemm_tc.TCConfig(128, 128, 32, 2, 4, 4)
     return gemm_tc.TCConfig(64, 64, 32, 2, 2, 4)

@@ -103,12 +103,15 @@ def _gather_chunk(T: str, conv: str, loader: str, call_args: str, dst: str, r_ex
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, call_args: str,
            epilogue: str, out_type: str, pair_store: bool, a_name: str = "A", b_name: str = "B",
-           a_gather: bool = False, b_gather: bool = False, loaders: str = "") -> str:
+           a_gather: bool = False, b_gather: bool = False, loaders: str = "", b_n_fast: bool = False) -> str:
     """The kernel `name`. `params` is the C parameter list (first is `out`), `call_args` the
     matching argument names, `epilogue` a device function epi_<name>(params..., long long flat, float acc)
     returning the output's compute value. `out_type` is the output's storage type.
     a_gather / b_gather: read that operand through lda_<name>/ldb_<name> (in `loaders`) instead
-    of cp.async (B is then staged k-contiguous, as for "nk")."""
+    of cp.async (B is then staged k-contiguous, as for "nk"). b_n_fast: a gathered B's threads
+    take consecutive columns (each its 8 k values), so one load instruction of a warp reads 32
+    neighbouring columns: for views whose columns lie side by side in memory (a convolution's
+    windows), where k-chunks first would read 8 scattered rows per warp."""
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     mma = "mma_f16" if dtype == "f16" else "mma_bf16"
     bz, my, past_end = block_coords(-(-shape.m // cfg.bm), shape.batch_count)
@@ -126,16 +129,43 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
     b_chunks = cfg.bk * cfg.bn // 8 // cfg.threads
     a_off, b_off, c_off = batch_offsets(shape)
     tconv = "__float2half_rn" if dtype == "f16" else "__float2bfloat16_rn"
+    b_fetch, b_k0 = "", f"\n    const int k0 = kt * {cfg.bk};"
+    b_next, b_after = f"load_stage(nk % {cfg.stages}, nk);", ""
     if b_gather:
-        b_load = f"""
+        # fetched into registers before the stage's products and stored after them, so the
+        # loads' latency hides behind the tensor-core work (cp.async cannot gather)
+        pick = f"int r = c % {cfg.bn}, ck = (c / {cfg.bn}) * 8;" if b_n_fast else \
+            f"int r = c / {cfg.bk // 8}, ck = (c % {cfg.bk // 8}) * 8;"
+        b_fetch = f"""
+  uint4 breg[{b_chunks}];
+  auto fetch_b = [&](int kt) {{
+    const int k0 = kt * {cfg.bk};
     #pragma unroll
     for (int i = 0; i < {b_chunks}; ++i) {{
       int c = tid + i * {cfg.threads};
-      int r = c / {cfg.bk // 8}, ck = (c % {cfg.bk // 8}) * 8;
-      int gn = n0 + r, gk = k0 + ck;""" + _gather_chunk(T, tconv, f"ldb_{name}", call_args,
-                                                     f"sB + stage * {b_stage} + r * {b_ld} + ck", "",
-                                                     "", f"gn < {shape.n} && gk + j < {shape.k}", "bz, gk + j, gn") + """
-    }"""
+      {pick}
+      int gn = n0 + r, gk = k0 + ck;
+      {T}* e = reinterpret_cast<{T}*>(&breg[i]);
+      #pragma unroll
+      for (int j = 0; j < 8; ++j)
+        e[j] = (gn < {shape.n} && gk + j < {shape.k}) ? {tconv}(ldb_{name}({call_args}, bz, gk + j, gn)) : {tconv}(0.f);
+    }}
+  }};
+  auto store_b = [&](int stage) {{
+    #pragma unroll
+    for (int i = 0; i < {b_chunks}; ++i) {{
+      int c = tid + i * {cfg.threads};
+      {pick}
+      *reinterpret_cast<uint4*>(sB + stage * {b_stage} + r * {b_ld} + ck) = breg[i];
+    }}
+  }};"""
+        b_load = """
+    fetch_b(kt);
+    store_b(stage);"""
+        b_k0 = ""
+        b_next = f"{{ load_a(nk % {cfg.stages}, nk); fetch_b(nk); }}"
+        # that stage was last read before this step's barrier
+        b_after = f"\n    if (nk < KT) store_b(nk % {cfg.stages});"
     if kn:
         b_load = f"""
     #pragma unroll
@@ -222,14 +252,18 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}) {name}({params}) {{
       #pragma unroll
       for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.f;
 
-  auto load_stage = [&](int stage, int kt) {{
+{b_fetch}
+  auto load_a = [&](int stage, int kt) {{
     const int k0 = kt * {cfg.bk};
     #pragma unroll
     for (int i = 0; i < {a_chunks}; ++i) {{
       int c = tid + i * {cfg.threads};
       int r = c / {cfg.bk // 8}, ck = (c % {cfg.bk // 8}) * 8;
       int gm = m0 + r, gk = k0 + ck;{a_load}
-    }}{b_load}
+    }}
+  }};
+  auto load_stage = [&](int stage, int kt) {{
+    load_a(stage, kt);{b_k0}{b_load}
   }};
 
   const int KT = {(shape.k + cfg.bk - 1) // cfg.bk};
@@ -241,11 +275,9 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}) {name}({params}) {{
   for (int kt = 0; kt < KT; ++kt) {{
     cp_async_wait<{cfg.stages - 2}>();
     __syncthreads();
-    {{
-      int nk = kt + {cfg.stages - 1};
-      if (nk < KT) load_stage(nk % {cfg.stages}, nk);
-      cp_async_commit();
-    }}
+    const int nk = kt + {cfg.stages - 1};
+    if (nk < KT) {b_next}
+    cp_async_commit();
     const {T}* tA = sA + (kt % {cfg.stages}) * {a_stage};
     const {T}* tB = sB + (kt % {cfg.stages}) * {b_stage};
     #pragma unroll
@@ -261,7 +293,7 @@ extern "C" __global__ void __launch_bounds__({cfg.threads}) {name}({params}) {{
       for (int i = 0; i < {mi}; ++i)
         #pragma unroll
         for (int j = 0; j < {ni}; ++j) {mma}(acc[i][j], af[i], bf[j][0], bf[j][1]);
-    }}
+    }}{b_after}
   }}
   cp_async_wait<0>();
 

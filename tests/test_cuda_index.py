@@ -1,0 +1,107 @@
+"""The CUDA renderer's index expressions (backends/cuda/cindex.py): for any chain of movement
+ops, the C offset and validity tests it renders, evaluated with C's integer semantics
+(division and remainder truncate toward zero), read the same elements as the interpreter, at
+every index of the view; and the folds that make a convolution's windows cheap happen."""
+from __future__ import annotations
+
+import ast
+import itertools
+import math
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from backends.cuda import cexpr
+from backends.cuda.cindex import Ix, unflatten
+from ir.interpreter import apply_tracker
+from tests.test_ir_view import SIZES, movement_chain, tracker_chain
+
+
+def _cdiv(a: int, b: int) -> int:
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _cmod(a: int, b: int) -> int:
+    return a - b * _cdiv(a, b)
+
+
+class _CSemantics(ast.NodeTransformer):
+    def visit_BinOp(self, node):
+        self.generic_visit(node)
+        fn = {ast.Div: "_cdiv", ast.Mod: "_cmod"}.get(type(node.op))
+        if fn is None:
+            return node
+        return ast.Call(ast.Name(fn, ast.Load()), [node.left, node.right], [])
+
+
+def c_eval(expr: str, env: dict) -> int:
+    """Evaluate a rendered C integer expression (casts, + - * / %, && , comparisons)."""
+    py = expr.replace("(long long)", "").replace("(int)", "").replace("&&", " and ").replace("||", " or ")
+    tree = ast.fix_missing_locations(_CSemantics().visit(ast.parse(py, mode="eval")))
+    return eval(compile(tree, "<c>", "eval"), {"_cdiv": _cdiv, "_cmod": _cmod}, env)
+
+
+def check_tracker(tracker, base_size: int) -> None:
+    """Every index of the tracker: valid per the rendered tests exactly where the interpreter
+    reads the source (the source holds 1.., the fill is 0), and then the same element."""
+    names = tuple(f"i{a}" for a in range(len(tracker.shape)))
+    off, tests = cexpr.apply_tracker(tracker, names)
+    src = np.arange(1, 1 + base_size, dtype=np.float32)
+    want = apply_tracker(tracker, src)
+    for index in itertools.product(*(range(s) for s in tracker.shape)):
+        env = dict(zip(names, index))
+        valid = "false" not in tests and all(c_eval(t, env) for t in tests)
+        assert valid == (want[index] != 0), (tracker, index, off, tests)
+        if valid:
+            o = c_eval(off, env)
+            assert 0 <= o < base_size and src[o] == want[index], (tracker, index, off, tests)
+
+
+shapes = st.lists(st.sampled_from(SIZES), min_size=1, max_size=3).map(tuple)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data(), shapes)
+def test_rendered_offsets_read_what_the_interpreter_reads(data, shape):
+    ops = data.draw(movement_chain(shape))
+    tracker = tracker_chain(shape, ops, 0.0)
+    if math.prod(tracker.shape) <= 4000:
+        check_tracker(tracker, math.prod(shape))
+
+
+def test_a_convolution_window_folds_to_its_loop_indices():
+    """conv2d's B operand (batch, k = (c, r, s), n = (h, w)) over a padded input: one division
+    per index digit, all in 32 bits, no division of a whole sum."""
+    from compiler import conv
+    from compiler.trace import Spec, trace
+    import backends.cuda as bc
+    from backends.cuda.render import Schedule
+    g = trace(lambda x, w: conv.conv2d(x, w, stride=1, padding=1), Spec((32, 64, 56, 56), "f16"),
+              Spec((64, 64, 3, 3), "f16"))
+    src, _ = bc.render(g, Schedule(stage_operands=False))
+    loader = src[src.index("DEV float ldb_"):]
+    loader = loader[:loader.index("}")]
+    assert "(int)k / 9" in loader and "(int)n / 56" in loader and "(int)n % 56" in loader
+    assert "k * 3136" not in loader and "long long)" not in loader.split("{", 1)[1]
+
+
+def test_folds():
+    k, n = Ix.var("k", 576), Ix.var("n", 3136)
+    flat = k * 3136 + n
+    assert flat.floordiv(3136).render() == "k"
+    assert flat.floordiv(9408).render() == "((int)k / 3)"
+    assert unflatten(flat, (64, 3, 3, 56, 56))[3].render() == "((int)n / 56)"
+    # a rest that may be negative: C's truncating division must still give the floor wherever
+    # the whole operand is >= 0
+    w = Ix.var("w", 56) + (-1)
+    for e, d in (((w + k * 56), 56), ((w + k * 56), 7), ((w * -1 + k * 3), 6), ((w * 5 + n), 112)):
+        q, r = e.floordiv(d).render(), e.mod(d).render()
+        for kv, wv, nv in itertools.product(range(0, 576, 97), range(56), range(0, 3136, 311)):
+            env = {"k": kv, "w": wv, "n": nv}
+            total = c_eval(e.render(), env)
+            if total >= 0:
+                assert (c_eval(q, env), c_eval(r, env)) == divmod(total, d), (e, d, env, q, r)
+    # 64-bit sums where a partial sum may pass 2^31
+    big = Ix.var("b", 1 << 20) * 4096 + n
+    assert big.wide() and "(long long)b" in big.render()
