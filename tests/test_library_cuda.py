@@ -201,3 +201,29 @@ def test_gpu_convolutions_under_cublas_match_the_interpreter(backend, dtype):
         g, args, exe, outs = _run(backend, fn, [saturn.spec(s, dtype) for s in shapes])
         assert "cublas" in [l.kind for l in exe.launches], exe.explain()
         assert_close(outs[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_gpu_generated_convolutions_gather_their_windows(backend, dtype):
+    """Convolutions as generated tensor-core products: the im2col windows are gathered in the
+    product (by columns, prefetched into registers), never copied whole, under the default
+    tile and the prior's; odd sizes, stride 2, and a 64-channel layer whose tile has 64 rows."""
+    from compiler import conv
+    from backends.cuda.render import Schedule
+    cases = [
+        (lambda x, w: conv.conv2d(x, w, padding=1), [(4, 16, 14, 14), (32, 16, 3, 3)]),
+        (lambda x, w: conv.conv2d(x, w, padding=1), [(3, 63, 13, 13), (65, 63, 3, 3)]),
+        (lambda x, w: conv.conv2d(x, w, stride=2, padding=1), [(3, 16, 11, 11), (24, 16, 3, 3)]),
+        (lambda x, w: conv.conv2d(x, w, padding=1), [(2, 64, 28, 28), (64, 64, 3, 3)]),
+    ]
+    for fn, shapes in cases:
+        specs = [saturn.spec(s, dtype) for s in shapes]
+        g = saturn.trace(fn, *specs)
+        rng = np.random.default_rng(1)
+        args = [rng.standard_normal(s.shape).astype(s.dtype.np) for s in specs]
+        for sched in (Schedule(), Schedule(gemm="prior", name="prior")):
+            exe = backend.build(g, sched)
+            assert "gemm_tc" in [l.kind for l in exe.launches], exe.explain()
+            assert not [l for l in exe.launches if l.kind == "stage" and l.detail.startswith("B")], exe.explain()
+            assert_close(exe(*args)[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)
