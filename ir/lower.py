@@ -31,7 +31,7 @@ from collections import defaultdict
 from ir.dtypes import DType
 from ir.graph import Graph
 from ir.online import fuse_online
-from ir.kernel import (Buffer, Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
+from ir.kernel import (Bound, Buffer, Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
                        Ref, Store, Value, Var, as_lin, bound, children, floordiv, mod, value_vars, walk)
 from ir.interpreter import typed_fill
 from ir.node import Node, is_pure_reshape
@@ -72,6 +72,30 @@ def to_flat(shape, idx: Index) -> Lin:
     for i, st in zip(idx[1], row_strides(shape)):
         out = out + i * st
     return out
+
+
+def view_index(st, cur: tuple[Lin, ...]) -> tuple[Lin, list[Bound]] | None:
+    """(flat offset into the source's row-major layout, the bounds that must hold for the
+    element to be read rather than filled) of a ShapeTracker at multi-index `cur`; None where
+    no index is valid. Views apply last to first, each flat offset unflattened into the shape
+    of the view below (and simplified by the ranges of the indices)."""
+    valid = []
+    flat = Lin()
+    for k in range(len(st.views) - 1, -1, -1):
+        v = st.views[k]
+        if v.mask is not None:
+            for i, (lo, hi) in zip(cur, v.mask):
+                b = bound(i, lo, hi)
+                if b is False:
+                    return None
+                if b is not True:
+                    valid.append(b)
+        flat = Lin(const=v.offset)
+        for i, s in zip(cur, v.strides):
+            flat = flat + i * s
+        if k > 0:
+            cur = to_multi(st.views[k - 1].shape, ("flat", flat))
+    return flat, valid
 
 
 def _fill_value(fill: float, dtype):
@@ -209,23 +233,10 @@ class _KernelBuilder:
 
     def _view(self, n: Node, idx: Index):
         st = n.arg
-        cur = to_multi(n.shape, idx)
-        valid = []
-        flat = Lin()
-        for k in range(len(st.views) - 1, -1, -1):
-            v = st.views[k]
-            if v.mask is not None:
-                for i, (lo, hi) in zip(cur, v.mask):
-                    b = bound(i, lo, hi)
-                    if b is False:
-                        return Const(_fill_value(st.fill, n.dtype), n.dtype)
-                    if b is not True:
-                        valid.append(b)
-            flat = Lin(const=v.offset)
-            for i, s in zip(cur, v.strides):
-                flat = flat + i * s
-            if k > 0:
-                cur = to_multi(st.views[k - 1].shape, ("flat", flat))
+        got = view_index(st, to_multi(n.shape, idx))
+        if got is None:
+            return Const(_fill_value(st.fill, n.dtype), n.dtype)
+        flat, valid = got
         src = n.srcs[0]
         if not valid:
             return (yield src, ("flat", flat))

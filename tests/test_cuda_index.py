@@ -1,7 +1,8 @@
-"""The CUDA renderer's index expressions (backends/cuda/cindex.py): for any chain of movement
-ops, the C offset and validity tests it renders, evaluated with C's integer semantics
-(division and remainder truncate toward zero), read the same elements as the interpreter, at
-every index of the view; and the folds that make a convolution's windows cheap happen."""
+"""The CUDA templates' index expressions (backends/cuda/cexpr.py on ir.kernel's Lin): for any
+chain of movement ops, the C offset and validity tests rendered, evaluated with C's integer
+semantics (division and remainder truncate toward zero), read the same elements as the
+interpreter at every index of the view; and the folds that make a convolution's windows cheap
+happen, in 32-bit arithmetic where the ranges allow."""
 from __future__ import annotations
 
 import ast
@@ -12,7 +13,8 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from backends.cuda import cexpr
-from backends.cuda.cindex import Ix, unflatten
+from ir.kernel import Var, as_lin, floordiv, mod
+from ir.lower import to_multi
 from ir.interpreter import apply_tracker
 from tests.test_ir_view import SIZES, movement_chain, tracker_chain
 
@@ -87,21 +89,20 @@ def test_a_convolution_window_folds_to_its_loop_indices():
 
 
 def test_folds():
-    k, n = Ix.var("k", 576), Ix.var("n", 3136)
+    k, n = as_lin(Var("k", 576)), as_lin(Var("n", 3136))
     flat = k * 3136 + n
-    assert flat.floordiv(3136).render() == "k"
-    assert flat.floordiv(9408).render() == "((int)k / 3)"
-    assert unflatten(flat, (64, 3, 3, 56, 56))[3].render() == "((int)n / 56)"
-    # a rest that may be negative: C's truncating division must still give the floor wherever
-    # the whole operand is >= 0
-    w = Ix.var("w", 56) + (-1)
+    assert cexpr.c_index(floordiv(flat, 3136)) == "k"
+    assert cexpr.c_index(floordiv(flat, 9408)) == "((int)k / 3)"
+    assert cexpr.c_index(to_multi((64, 3, 3, 56, 56), ("flat", flat))[3]) == "((int)n / 56)"
+    # rests that may be negative: C's truncating operators still give the floor everywhere
+    w = as_lin(Var("w", 56)) + (-1)
     for e, d in (((w + k * 56), 56), ((w + k * 56), 7), ((w * -1 + k * 3), 6), ((w * 5 + n), 112)):
-        q, r = e.floordiv(d).render(), e.mod(d).render()
+        q, r = cexpr.c_index(floordiv(e, d)), cexpr.c_index(mod(e, d))
         for kv, wv, nv in itertools.product(range(0, 576, 97), range(56), range(0, 3136, 311)):
             env = {"k": kv, "w": wv, "n": nv}
-            total = c_eval(e.render(), env)
-            if total >= 0:
-                assert (c_eval(q, env), c_eval(r, env)) == divmod(total, d), (e, d, env, q, r)
-    # 64-bit sums where a partial sum may pass 2^31
-    big = Ix.var("b", 1 << 20) * 4096 + n
-    assert big.wide() and "(long long)b" in big.render()
+            total = c_eval(cexpr.c_index(e), env)
+            assert (c_eval(q, env), c_eval(r, env)) == divmod(total, d), (e, d, env, q, r)
+    # 64 bits where a partial sum may pass 2^31
+    big = as_lin(Var("b", 1 << 20)) * 4096 + n
+    assert "(long long)b" in cexpr.c_index(big)
+    assert cexpr.c_index(n * 2) == "n * 2"

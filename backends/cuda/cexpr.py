@@ -18,8 +18,8 @@ from typing import Callable
 
 import numpy as np
 
-from backends.cuda import cindex
 from ir.dtypes import DType
+from ir.kernel import Div, Lin, Mod, Var, as_lin, lin_range
 from ir.interpreter import typed_fill
 from ir.node import Node
 from ir.ops import Op
@@ -132,13 +132,83 @@ def flat_offset(idx: tuple[str, ...], strides: tuple[int, ...], offset: int = 0,
     return "(" + " + ".join(terms) + ")" if terms else "0"
 
 
+def c_index(e: Lin) -> str:
+    """An index expression (ir.kernel.Lin) as C: in 32 bits where every partial sum fits (a
+    64-bit division by a constant costs several times the instructions), else each term cast
+    to 64 bits. Div / Mod operands are non-negative over their ranges (ir/kernel.py), so C's
+    truncating `/` and `%` compute them."""
+    wide = _magnitude(e) > INT_MAX
+    parts = []
+    for atom, c in e.terms:
+        a = _c_atom(atom)
+        if wide:
+            a = f"(long long){a}"
+        parts.append(a if c == 1 else f"{a} * {c}")
+    if e.const or not parts:
+        parts.append(f"{e.const}LL" if wide and not parts else str(e.const))
+    return parts[0] if len(parts) == 1 else "(" + " + ".join(parts) + ")"
+
+
+def _magnitude(e: Lin) -> int:
+    """A bound on |any partial sum| of `e` as rendered."""
+    total = abs(e.const)
+    for atom, c in e.terms:
+        lo, hi = lin_range(as_lin(atom))
+        total += abs(c) * max(abs(lo), abs(hi))
+    return total
+
+
+def _c_atom(a) -> str:
+    if isinstance(a, Var):
+        return a.name if a.name.isidentifier() else f"({a.name})"
+    arg = a.arg
+    cast = "(long long)" if _magnitude(arg) > INT_MAX else "(int)"
+    op = "/" if isinstance(a, Div) else "%"
+    return f"({cast}{c_index(arg)} {op} {a.divisor})"
+
+
+def _index_vars(idx: tuple[str, ...], shape: tuple[int, ...]) -> tuple[Lin, ...]:
+    """C index expressions (each within its axis of `shape`) as index variables."""
+    out = []
+    for i, s in zip(idx, shape):
+        try:
+            out.append(Lin((), int(i)))
+        except ValueError:
+            out.append(as_lin(Var(i, s)) if s > 1 else Lin())
+    return tuple(out)
+
+
+def _bound_tests(valid) -> list[str]:
+    tests = []
+    for b in valid:
+        lo, hi = lin_range(b.expr)
+        e = c_index(b.expr)
+        if lo < b.lo:
+            tests.append(f"({e} >= {b.lo})")
+        if hi >= b.hi:
+            tests.append(f"({e} < {b.hi})")
+    return tests
+
+
+def tracker_offset(st: ShapeTracker, idx: tuple[str, ...]):
+    """(flat offset into the source's row-major layout as a Lin, validity tests in C) for
+    output index idx (each index within the tracker's shape); None when no index is valid."""
+    from ir.lower import view_index
+    if any(0 in v.shape for v in st.views):
+        return None         # an empty layout: nothing is ever read
+    got = view_index(st, _index_vars(idx, st.views[-1].shape))
+    if got is None:
+        return None
+    return got[0], _bound_tests(dict.fromkeys(got[1]))
+
+
 def apply_tracker(st: ShapeTracker, idx: tuple[str, ...]) -> tuple[str, list[str]]:
     """(flat offset into the source's contiguous layout, validity tests) for output index idx
     (each index within the tracker's shape); ["false"] when no index is valid."""
-    got = cindex.tracker_offset(st, tuple(cindex.Ix.var(i, s) for i, s in zip(idx, st.views[-1].shape)))
+    got = tracker_offset(st, idx)
     if got is None:
         return "0", ["false"]
-    return got[0].render(), got[1]
+    return c_index(got[0]), got[1]
 
 
 class Emitter:
@@ -274,17 +344,20 @@ class Emitter:
         src = n.srcs[0]
         ct = C_COMPUTE[n.dtype]
         fill = c_literal(st.fill if n.dtype.is_float else typed_fill(st.fill, n.dtype.np), n.dtype)
-        got = cindex.tracker_offset(st, tuple(cindex.Ix.var(i, s) for i, s in zip(idx, st.views[-1].shape)))
+        got = tracker_offset(st, idx)
         if got is None:
             return fill
-        off_ix, tests = got
-        off = off_ix.render()
+        flat, tests = got
+        off = c_index(flat)
         if src in self.buffers and src not in self.hooks:
             load = load_expr(self.buffers[src], off, src.dtype)
             if not tests:
                 return self.tmp(ct, load)
             return self.tmp(ct, f"(({' && '.join(tests)}) ? {load} : {fill})")
-        src_idx = tuple(i.render() for i in cindex.unflatten(off_ix, src.shape))
+        from ir.lower import to_multi
+        if src.numel == 0:
+            return fill
+        src_idx = tuple(c_index(i) for i in to_multi(src.shape, ("flat", flat)))
         if not tests:
             return self.value(src, src_idx)
         # masked read of a computed value: compute it only where valid

@@ -17,33 +17,18 @@ import math
 from dataclasses import dataclass
 
 from ir.dtypes import DType
-from ir.kernel import (Compute, Const, Div, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Mod, Online, Reduce,
-                       Ref, Var)
+from ir.kernel import (Compute, Const, Gather, Iota, Kernel, KernelProgram, Let, Lin, Load, Online, Reduce,
+                       Ref)
 from ir.ops import Op
-from backends.cuda.cexpr import (C_COMPUTE, C_STORAGE, Emitter, c_literal, load_expr, reduce_combine, reduce_identity,
-                                 round_to, store_value)
+from backends.cuda.cexpr import (C_COMPUTE, C_STORAGE, Emitter, c_index, c_literal, load_expr, reduce_combine,
+                                 reduce_identity, round_to, store_value)
 
 BLOCK = 256
 
 
 def _lin(e: Lin) -> str:
-    parts = []
-    for atom, c in e.terms:
-        a = _atom(atom)
-        parts.append(a if c == 1 else f"{c}LL * {a}")
-    if e.const or not parts:
-        parts.append(f"{e.const}LL")
-    return "(" + " + ".join(parts) + ")"
-
-
-def _atom(a) -> str:
-    if isinstance(a, Var):
-        return a.name
-    if isinstance(a, Div):   # operands are non-negative wherever a load is valid (ir/kernel.py)
-        return f"({_lin(a.arg)} / {a.divisor}LL)"
-    if isinstance(a, Mod):
-        return f"({_lin(a.arg)} % {a.divisor}LL)"
-    raise TypeError(a)
+    """An index expression as C (cexpr.c_index: 32-bit divisions where the ranges allow)."""
+    return f"({c_index(e)})"
 
 
 class _ValueEmitter:
