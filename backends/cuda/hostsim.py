@@ -80,8 +80,13 @@ def build(source: str, kernels: list[tuple[str, int, int, int]]):
     """Compile `source` (kernels as rendered) for the host. kernels: (name, n_params, grid, block).
     Returns a function run(name, pointers) that runs one launch."""
     body = _strip_prelude(source)
-    wrappers = []
+    wrappers, seen = [], {}
     for name, nparams, grid, block in kernels:
+        if name in seen:    # one kernel launched again (a generic kernel reused): one wrapper
+            if seen[name] != (nparams, grid, block):
+                raise ValueError(f"kernel {name} launched with two shapes: {seen[name]}, {(nparams, grid, block)}")
+            continue
+        seen[name] = (nparams, grid, block)
         sig = ", ".join(["void*"] * nparams)
         args = ", ".join(f"a[{i}]" for i in range(nparams))
         wrappers.append(
