@@ -181,7 +181,8 @@ def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None
     Skipped tiles contribute nothing, also where V holds inf or NaN at keys the mask removes
     (as PyTorch's flash attention; docs/ir.md)."""
     ntiles = -(-shape.skv // bkv)
-    in_range = f"(!ragged || key < {shape.skv})"
+    # only a last tile that runs past the keys needs the test (none when the tiles divide them)
+    in_range = "true" if shape.skv % bkv == 0 else f"(!ragged || key < {shape.skv})"
     test = in_range if keep is None else f"{in_range} && (full || row >= {shape.sq} || keep(row, key))"
     setup = f"  {keep.code}\n" if keep is not None else ""
     if keep is not None and keep.plane is not None:
@@ -366,15 +367,15 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
       mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
       mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
       const float ref0 = {safe("mx0")}, ref1 = {safe("mx1")};
-      const float a0 = exp2f(m0[mt] - ref0), a1 = exp2f(m1[mt] - ref1);
+      const float a0 = ex2_ftz(m0[mt] - ref0), a1 = ex2_ftz(m1[mt] - ref1);
       m0[mt] = mx0; m1[mt] = mx1;
       l0[mt] *= a0; l1[mt] *= a1;
       #pragma unroll
       for (int j = 0; j < {DV // 8}; ++j) {{ o[mt][j][0] *= a0; o[mt][j][1] *= a0; o[mt][j][2] *= a1; o[mt][j][3] *= a1; }}
       #pragma unroll
       for (int j = 0; j < {BKV // 8}; ++j) {{
-        s[mt][j][0] = exp2f(s[mt][j][0] - ref0); s[mt][j][1] = exp2f(s[mt][j][1] - ref0);
-        s[mt][j][2] = exp2f(s[mt][j][2] - ref1); s[mt][j][3] = exp2f(s[mt][j][3] - ref1);
+        s[mt][j][0] = ex2_ftz(s[mt][j][0] - ref0); s[mt][j][1] = ex2_ftz(s[mt][j][1] - ref0);
+        s[mt][j][2] = ex2_ftz(s[mt][j][2] - ref1); s[mt][j][3] = ex2_ftz(s[mt][j][3] - ref1);
         l0[mt] += s[mt][j][0] + s[mt][j][1]; l1[mt] += s[mt][j][2] + s[mt][j][3];
       }}
     }}

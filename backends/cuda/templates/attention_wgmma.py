@@ -167,7 +167,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1)); mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1)); mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
     const float ref0 = {safe("mx0")}, ref1 = {safe("mx1")};
-    const float a0 = exp2f(m0 - ref0), a1 = exp2f(m1 - ref1);
+    const float a0 = ex2_ftz(m0 - ref0), a1 = ex2_ftz(m1 - ref1);
     m0 = mx0; m1 = mx1;
     l0 *= a0; l1 *= a1;
     #pragma unroll
@@ -175,8 +175,8 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     uint32_t pa[{BKV // 16}][4];
     #pragma unroll
     for (int j = 0; j < {BKV // 8}; ++j) {{
-      s[4 * j] = exp2f(s[4 * j] - ref0); s[4 * j + 1] = exp2f(s[4 * j + 1] - ref0);
-      s[4 * j + 2] = exp2f(s[4 * j + 2] - ref1); s[4 * j + 3] = exp2f(s[4 * j + 3] - ref1);
+      s[4 * j] = ex2_ftz(s[4 * j] - ref0); s[4 * j + 1] = ex2_ftz(s[4 * j + 1] - ref0);
+      s[4 * j + 2] = ex2_ftz(s[4 * j + 2] - ref1); s[4 * j + 3] = ex2_ftz(s[4 * j + 3] - ref1);
       l0 += s[4 * j] + s[4 * j + 1]; l1 += s[4 * j + 2] + s[4 * j + 3];
       // P as wgmma's register A fragments (rows r, r + 8; keys 16 kt + {{0..7}}, + {{8..15}})
       pa[j >> 1][(j & 1) * 2] = {pack}(s[4 * j], s[4 * j + 1]);

@@ -19,6 +19,10 @@ PRELUDE = r"""
 
 DEV uint32_t smem_u32(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
+// 2^x as one MUFU.EX2 (exp2f adds a range test and two multiplies to keep subnormal results):
+// the attention kernels' probabilities, where a result below 2^-126 counts as 0
+DEV float ex2_ftz(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); return y; }
+
 // 16-byte global->shared copy; src_bytes = 0 fills the destination with zeros (bounds).
 DEV void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes));
