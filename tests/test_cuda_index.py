@@ -82,7 +82,12 @@ def test_a_convolution_window_folds_to_its_loop_indices():
     from backends.cuda.render import Schedule
     g = trace(lambda x, w: conv.conv2d(x, w, stride=1, padding=1), Spec((32, 64, 56, 56), "f16"),
               Spec((64, 64, 3, 3), "f16"))
-    src, _ = bc.render(g, Schedule(stage_operands=False))
+    src, launches = bc.render(g, Schedule())
+    # gathered in the product (no 9x im2col copy), a warp's loads along the image rows
+    assert [l.kind for l in launches] == ["gemm_tc"] and "B gathered by columns" in launches[0].detail
+    g2 = trace(lambda x, w: conv.conv2d(x, w, stride=2, padding=1), Spec((3, 16, 11, 11), "f16"),
+               Spec((24, 16, 3, 3), "f16"))
+    assert "by columns" not in bc.render(g2, Schedule())[1][0].detail   # stride 2: no neighbours
     loader = src[src.index("DEV float ldb_"):]
     loader = loader[:loader.index("}")]
     assert "(int)k / 9" in loader and "(int)n / 56" in loader and "(int)n % 56" in loader

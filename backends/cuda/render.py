@@ -524,27 +524,42 @@ def _read_tracker(side: Node, names: dict[Node, str]):
 
 def _columns_adjacent(side: Node, names: dict[Node, str], n_axis: int, k_axis: int) -> bool:
     """Whether neighbouring columns (n) of a gathered operand lie side by side in memory more
-    often than neighbouring k do, measured on a corner of its index space (a convolution's
-    windows: along n always but at row ends, along k only within a 3-wide filter row)."""
+    often than neighbouring k do, over a corner of its index space (a convolution's windows:
+    along n always but at row ends, along k only within a 3-wide filter row). The corner's
+    offsets come from the operand's views as index expressions, evaluated on a grid."""
     import numpy as np
-    from ir.interpreter import apply_tracker
+    from ir.kernel import Div, Lin, Var, as_lin
+    from ir.lower import view_index
     read = _read_tracker(side, names)
     if read is None:
         return False
-    st, base = read
-    if base.numel > 1 << 27:
+    st = read[0]
+    vn, vk = Var("n", min(side.shape[n_axis], 64)), Var("k", min(side.shape[k_axis], 64))
+    cur = tuple(as_lin(vn) if ax == n_axis else as_lin(vk) if ax == k_axis else Lin() for ax in range(len(side.shape)))
+    got = view_index(st, cur)
+    if got is None:
         return False
-    span = 64
-    bounds = tuple((0, min(sz, span)) if ax in (n_axis, k_axis) else (0, 1) for ax, sz in enumerate(side.shape))
-    small = st.shrink(bounds)
-    where = apply_tracker(small, np.arange(1, base.numel + 1, dtype=np.float64))
+    grid = {vk: np.arange(vk.extent)[:, None], vn: np.arange(vn.extent)[None, :]}
+
+    def ev(e: Lin) -> np.ndarray:
+        out = np.full((vk.extent, vn.extent), e.const, dtype=np.int64)
+        for a, c in e.terms:
+            x = grid[a] if isinstance(a, Var) else \
+                (np.floor_divide if isinstance(a, Div) else np.mod)(ev(a.arg), a.divisor)
+            out = out + c * x
+        return out
+    where = ev(got[0])
+    read_here = np.ones(where.shape, bool)
+    for b in got[1]:
+        x = ev(b.expr)
+        read_here &= (x >= b.lo) & (x < b.hi)
 
     def unit_steps(axis: int) -> float:    # neighbours both read from memory, one element apart
-        left = np.take(where, range(where.shape[axis] - 1), axis=axis)
-        right = np.take(where, range(1, where.shape[axis]), axis=axis)
-        both = (left > 0) & (right > 0)
-        return float(np.mean((right - left)[both] == 1)) if both.any() else 0.0
-    return unit_steps(n_axis) > unit_steps(k_axis)
+        step = np.diff(where, axis=axis)
+        both = np.take(read_here, range(where.shape[axis] - 1), axis=axis) & \
+            np.take(read_here, range(1, where.shape[axis]), axis=axis)
+        return float(np.mean(step[both] == 1)) if both.any() else 0.0
+    return unit_steps(1) > unit_steps(0)
 
 
 def _stage(side: Node, names: dict[Node, str], drop_axes, last_axis: int, k_axis: int):
