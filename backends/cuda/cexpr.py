@@ -19,11 +19,11 @@ from typing import Callable
 import numpy as np
 
 from ir.dtypes import DType
-from ir.kernel import Div, Lin, Mod, Var, as_lin, lin_range
+from ir.kernel import Div, Lin, Var, as_lin, lin_range
 from ir.interpreter import typed_fill
 from ir.node import Node
 from ir.ops import Op
-from ir.view import ShapeTracker, View, contiguous_strides
+from ir.view import ShapeTracker, contiguous_strides
 
 # the types with a C type of their own; f16 and bf16 compute in float
 _C_TYPES = {DType.f32: "float", DType.f64: "double", DType.i32: "int", DType.i64: "long long",
