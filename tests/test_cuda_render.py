@@ -654,3 +654,21 @@ def test_a_value_that_is_itself_an_output_keeps_its_own_buffer():
     g = Graph(x.inputs, (x.outputs[0], x.outputs[0]))                        # one output twice
     assert all(st.store is None for st in plan(g))
     check_on_host(hostsim.run_templates, g, 8, 1e-5)
+
+
+def test_wgmma_attention_comes_first_where_the_head_dims_fit(monkeypatch):
+    """On a device with wgmma: the wgmma attention kernel (64 keys per tile at head dim 64, 128
+    at 128) is the first schedule of an attention program and, with cuBLAS products, of a
+    decoder; head dims it does not take keep the mma.sync kernel first."""
+    from compiler import nn
+    monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: True))
+    monkeypatch.setattr(CUDABackend, "_cublas_reason", staticmethod(lambda: None))
+    first = {}
+    for d in (64, 128, 96):
+        g = compiler.trace(nn.attention, *[spec((1, 2, 64, d), "f16")] * 3)
+        first[d] = CUDABackend().schedules(g)[0].name
+    assert first == {64: "attn_wg2_kv64", 128: "attn_wg2_kv128", 96: "default"}
+    specs = nn.llama_decoder_specs(1, 1, 64, 256, 4, 2, 512, "f16")
+    g = compiler.trace(lambda *xs: nn.llama_decoder(*xs, heads=4, kv_heads=2), *specs)
+    names = [s.name for s in CUDABackend().schedules(g)]
+    assert names[:2] == ["cublas+attn_wg2_kv64", "cublas+attn_w4_m1_kv64"]

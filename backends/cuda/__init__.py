@@ -21,6 +21,18 @@ def render(graph: Graph, schedule: Schedule | None = None, prefix: str = "", pre
     return render_program(steps, M, schedule or Schedule(), prefix, prelude)
 
 
+def _attention_head_dims(graph: Graph) -> list[int]:
+    """The head dims (q/k and v) of the graph's planned attention steps."""
+    from backends.cuda.plan import plan
+    dims = []
+    for st in plan(graph):
+        if st.kind == "attention":
+            fm = st.attention
+            nd = len(fm.qk.reduce.shape)
+            dims += [fm.qk.mul.shape[nd - 2], fm.v.shape[-1]]
+    return dims
+
+
 class CUDABackend:
     name = "cuda"
 
@@ -63,13 +75,21 @@ class CUDABackend:
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
         if "gemm" in kinds and self._cublas_reason() is None:
             out.insert(1, Schedule(gemm="cublas", name="cublas"))   # plain products by cuBLAS (cublas.py)
+        wg_first = None
         if "attention" in kinds:
             out += [Schedule(attn=c, name=c.name) for c in ATTN_CONFIGS]
             if self._has_wgmma():
                 from backends.cuda.render import wgmma_mn_allowed
-                from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS
+                from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS, AttnWGConfig
                 if wgmma_mn_allowed():
-                    out += [Schedule(attn=c, name=c.name) for c in WG_ATTN_CONFIGS]
+                    # first where the head dims fit: on the H100 the wgmma kernels beat the
+                    # mma.sync ones on all 11 cases of benchmarks/attention_kernels.py, 64 keys per
+                    # tile at head dim 64, 128 at 128 (results/h100-attention-kernels-2026-12-06-*)
+                    dims = _attention_head_dims(graph)
+                    if dims and all(x in (64, 128) for x in dims):   # attention_wgmma.fits
+                        wg_first = AttnWGConfig(2, 64 if max(dims) <= 64 else 128)
+                        out.insert(0, Schedule(attn=wg_first, name=wg_first.name))
+                    out += [Schedule(attn=c, name=c.name) for c in WG_ATTN_CONFIGS if c != wg_first]
             if "gemm" in kinds:   # a decoder: its products' tiles and its attention's together
                 pairs = [Schedule(gemm="prior", attn=c, name=f"prior+{c.name}")
                          for c in ATTN_CONFIGS[1:3]]
@@ -84,10 +104,12 @@ class CUDABackend:
                     # first of all: products by cuBLAS with their epilogues in place, attention
                     # as above; on the H100 the fastest of 8 schedules on 5 of 6 decoders and
                     # blocks, 0.60 ms against 0.85 for the Llama decoder (results/raw/
-                    # h100-decoder-bench-2026-12-05-session19-ccb0414.log)
-                    c = ATTN_CONFIGS[2]
-                    out.insert(0, Schedule(gemm="cublas", cublas_fallback="prior", attn=c,
-                                           name=f"cublas+{c.name}"))
+                    # h100-decoder-bench-2026-12-05-session19-ccb0414.log); with the wgmma
+                    # attention where it fits (a decoder's search at budget 10 times only its
+                    # first schedule)
+                    for c in ([ATTN_CONFIGS[2]] + ([wg_first] if wg_first else [])):
+                        out.insert(0, Schedule(gemm="cublas", cublas_fallback="prior", attn=c,
+                                               name=f"cublas+{c.name}"))
         if "row" in kinds:
             out += [Schedule(row_threads=t, name=f"row{t}") for t in (128, 256, 512)]
         out.append(Schedule(lowering="kernel_ir", name="kernel_ir"))   # the shared kernel IR, rendered generically
