@@ -88,16 +88,16 @@ def tc_aligned(shape: GemmShape) -> bool:
     return all(v % 8 == 0 for v in vals)
 
 
-def _gather_chunk(T: str, conv: str, loader: str, call_args: str, dst: str, r_expr: str, c_expr: str,
-                  bound: str, index: str) -> str:
-    """Eight elements read one by one through `loader` (any view, any alignment), stored as one
-    16-byte chunk: the path for operands that cp.async cannot copy."""
+def _gather_chunk(T: str, conv: str, loader: str, call_args: str, into: str, bound: str, index: str) -> str:
+    """Eight elements read one by one through `loader` (any view, any alignment) into one
+    16-byte chunk, the C lvalue `into` (shared memory or a register): the path for operands
+    that cp.async cannot copy."""
     return f"""
       {{
         uint4 v; {T}* e = reinterpret_cast<{T}*>(&v);
         #pragma unroll
         for (int j = 0; j < 8; ++j) e[j] = ({bound}) ? {conv}({loader}({call_args}, {index})) : {conv}(0.f);
-        *reinterpret_cast<uint4*>({dst}) = v;
+        {into} = v;
       }}"""
 
 
@@ -144,11 +144,8 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
     for (int i = 0; i < {b_chunks}; ++i) {{
       int c = tid + i * {cfg.threads};
       {pick}
-      int gn = n0 + r, gk = k0 + ck;
-      {T}* e = reinterpret_cast<{T}*>(&breg[i]);
-      #pragma unroll
-      for (int j = 0; j < 8; ++j)
-        e[j] = (gn < {shape.n} && gk + j < {shape.k}) ? {tconv}(ldb_{name}({call_args}, bz, gk + j, gn)) : {tconv}(0.f);
+      int gn = n0 + r, gk = k0 + ck;""" + _gather_chunk(T, tconv, f"ldb_{name}", call_args, "breg[i]",
+                                                     f"gn < {shape.n} && gk + j < {shape.k}", "bz, gk + j, gn") + f"""
     }}
   }};
   auto store_b = [&](int stage) {{
@@ -204,8 +201,9 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
           ldsm_x4(bf[2 * j][0], bf[2 * j][1], bf[2 * j + 1][0], bf[2 * j + 1][1], smem_u32(tB + nr * {b_ld} + kc));
         }}"""
     if a_gather:
-        a_load = _gather_chunk(T, tconv, f"lda_{name}", call_args, f"sA + stage * {a_stage} + r * {a_ld} + ck",
-                               "", "", f"gm < {shape.m} && gk + j < {shape.k}", "bz, gm, gk + j")
+        a_load = _gather_chunk(T, tconv, f"lda_{name}", call_args,
+                               f"*reinterpret_cast<uint4*>(sA + stage * {a_stage} + r * {a_ld} + ck)",
+                               f"gm < {shape.m} && gk + j < {shape.k}", "bz, gm, gk + j")
     else:
         a_load = f"""
       bool ok = gm < {shape.m} && gk < {shape.k};
