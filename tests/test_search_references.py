@@ -1,6 +1,9 @@
 """A search's verification data (input sets and bounded references) made in a worker while
 the e-graph is explored: the same data as made in the compiling process, and a fallback there
 when the worker fails."""
+import os
+import signal
+
 import numpy as np
 import pytest
 
@@ -64,8 +67,13 @@ def test_a_worker_that_dies_leaves_the_data_to_this_process():
     job = _job(7, 37)
     runner = _Runner(SearchOptions(workers=2), "cpu")
     try:
+        # stopped before the request, so it cannot answer before it is killed (a ready worker
+        # answered this small request first when the test process was slow on a loaded machine)
+        w = runner.pool.get(runner.size - 1)
+        os.kill(w.proc.pid, signal.SIGSTOP)
         ahead = runner.start_references(job)
-        runner.pool.workers[ahead[0]].kill()
+        assert runner.pool.workers[ahead[0]] is w
+        w.kill()
         made = []
         got = runner.references(ahead, lambda: made.append(1) or prepare_references(*job))
         assert made == [1] and got.inputs
