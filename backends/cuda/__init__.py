@@ -21,11 +21,10 @@ def render(graph: Graph, schedule: Schedule | None = None, prefix: str = "", pre
     return render_program(steps, M, schedule or Schedule(), prefix, prelude)
 
 
-def _attention_head_dims(graph: Graph) -> list[int]:
-    """The head dims (q/k and v) of the graph's planned attention steps."""
-    from backends.cuda.plan import plan
+def _attention_head_dims(steps) -> list[int]:
+    """The head dims (q/k and v) of the planned attention steps."""
     dims = []
-    for st in plan(graph):
+    for st in steps:
         if st.kind == "attention":
             fm = st.attention
             nd = len(fm.qk.reduce.shape)
@@ -60,7 +59,8 @@ class CUDABackend:
         from backends.cuda.templates.gemm_tc import TC_CONFIGS
         if needs_kernel_ir(graph):
             return [Schedule(lowering="kernel_ir", name="kernel_ir")]
-        kinds = {s.kind for s in plan(graph)}
+        steps = plan(graph)
+        kinds = {s.kind for s in steps}
         out = [Schedule()]
         if "gemm" in kinds:
             # each product its own tile (backends/cuda/tiles.py): the prior's best, then second
@@ -85,7 +85,7 @@ class CUDABackend:
                     # first where the head dims fit: on the H100 the wgmma kernels beat the
                     # mma.sync ones on all 11 cases of benchmarks/attention_kernels.py, 64 keys per
                     # tile at head dim 64, 128 at 128 (results/h100-attention-kernels-2026-12-06-*)
-                    dims = _attention_head_dims(graph)
+                    dims = _attention_head_dims(steps)
                     if dims and all(x in (64, 128) for x in dims):   # attention_wgmma.fits
                         wg_first = AttnWGConfig(2, 64 if max(dims) <= 64 else 128)
                         out.insert(0, Schedule(attn=wg_first, name=wg_first.name))
