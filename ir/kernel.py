@@ -339,6 +339,22 @@ def _factor_split(e: Lin, d: int) -> tuple[int, Lin, Lin] | None:
     return None
 
 
+def lin_values(e: Lin, var_values):
+    """`e` evaluated with numpy (int64, floor division), each Var's values from var_values(v)
+    (arrays that broadcast together)."""
+    import numpy as np
+    out = np.int64(e.const)
+    for a, c in e.terms:
+        if isinstance(a, Var):
+            x = var_values(a)
+        elif isinstance(a, Div):
+            x = np.floor_divide(lin_values(a.arg, var_values), a.divisor)
+        else:
+            x = np.mod(lin_values(a.arg, var_values), a.divisor)
+        out = out + c * x
+    return out
+
+
 @struct
 class Bound(Struct):
     """The condition lo <= expr < hi."""
@@ -798,16 +814,7 @@ def _eval_kernel(k: Kernel, bufs) -> None:
         return np.arange(v.extent, dtype=np.int64).reshape(shape)
 
     def lin(e: Lin):
-        out = np.int64(e.const)
-        for a, c in e.terms:
-            if isinstance(a, Var):
-                x = var_array(a)
-            elif isinstance(a, Div):
-                x = np.floor_divide(lin(a.arg), a.divisor)
-            else:
-                x = np.mod(lin(a.arg), a.divisor)
-            out = out + c * x
-        return out
+        return lin_values(e, var_array)
 
     env: dict[str, object] = {}
     memo: dict[Value, object] = {}

@@ -21,17 +21,6 @@ def render(graph: Graph, schedule: Schedule | None = None, prefix: str = "", pre
     return render_program(steps, M, schedule or Schedule(), prefix, prelude)
 
 
-def _attention_head_dims(steps) -> list[int]:
-    """The head dims (q/k and v) of the planned attention steps."""
-    dims = []
-    for st in steps:
-        if st.kind == "attention":
-            fm = st.attention
-            nd = len(fm.qk.reduce.shape)
-            dims += [fm.qk.mul.shape[nd - 2], fm.v.shape[-1]]
-    return dims
-
-
 class CUDABackend:
     name = "cuda"
 
@@ -80,14 +69,14 @@ class CUDABackend:
             out += [Schedule(attn=c, name=c.name) for c in ATTN_CONFIGS]
             if self._has_wgmma():
                 from backends.cuda.render import wgmma_mn_allowed
-                from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS, AttnWGConfig
+                from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS, AttnWGConfig, fits_dims
                 if wgmma_mn_allowed():
                     # first where the head dims fit: on the H100 the wgmma kernels beat the
                     # mma.sync ones on all 11 cases of benchmarks/attention_kernels.py, 64 keys per
                     # tile at head dim 64, 128 at 128 (results/h100-attention-kernels-2026-12-06-*)
-                    dims = _attention_head_dims(steps)
-                    if dims and all(x in (64, 128) for x in dims):   # attention_wgmma.fits
-                        wg_first = AttnWGConfig(2, 64 if max(dims) <= 64 else 128)
+                    dims = [st.attention.head_dims for st in steps if st.kind == "attention"]
+                    if all(fits_dims(*d) for d in dims):
+                        wg_first = AttnWGConfig(2, 64 if max(max(d) for d in dims) <= 64 else 128)
                         out.insert(0, Schedule(attn=wg_first, name=wg_first.name))
                     out += [Schedule(attn=c, name=c.name) for c in WG_ATTN_CONFIGS if c != wg_first]
             if "gemm" in kinds:   # a decoder: its products' tiles and its attention's together

@@ -121,6 +121,11 @@ class FlashMatch:
                                # or padding mask as where(keep, s, -inf)), computed in the kernel
     keep_negated: bool = False  # where(drop, -inf, s): keep is the negation of the node
 
+    @property
+    def head_dims(self) -> tuple[int, int]:
+        """(d of Q and K, d of V)."""
+        return self.qk.mul.shape[len(self.qk.reduce.shape) - 2], self.v.shape[-1]
+
 
 # ops a kept-position predicate may use: the kernel computes it per score (cexpr.Emitter)
 KEEP_OPS = frozenset({Op.CONST, Op.VIEW, Op.INPUT, Op.CAST, Op.WHERE, Op.CMPLT, Op.ADD, Op.MUL,

@@ -528,7 +528,7 @@ def _columns_adjacent(side: Node, names: dict[Node, str], n_axis: int, k_axis: i
     along n always but at row ends, along k only within a 3-wide filter row). The corner's
     offsets come from the operand's views as index expressions, evaluated on a grid."""
     import numpy as np
-    from ir.kernel import Div, Lin, Var, as_lin
+    from ir.kernel import Lin, Var, as_lin, lin_values
     from ir.lower import view_index
     read = _read_tracker(side, names)
     if read is None:
@@ -542,12 +542,7 @@ def _columns_adjacent(side: Node, names: dict[Node, str], n_axis: int, k_axis: i
     grid = {vk: np.arange(vk.extent)[:, None], vn: np.arange(vn.extent)[None, :]}
 
     def ev(e: Lin) -> np.ndarray:
-        out = np.full((vk.extent, vn.extent), e.const, dtype=np.int64)
-        for a, c in e.terms:
-            x = grid[a] if isinstance(a, Var) else \
-                (np.floor_divide if isinstance(a, Div) else np.mod)(ev(a.arg), a.divisor)
-            out = out + c * x
-        return out
+        return np.broadcast_to(lin_values(e, grid.__getitem__), (vk.extent, vn.extent))
     where = ev(got[0])
     read_here = np.ones(where.shape, bool)
     for b in got[1]:
@@ -1077,7 +1072,7 @@ def render_attention(name: str, step: Step, M: set[Node], sched: Schedule) -> tu
     q, k, v = flash_access(fm)
     r1 = fm.qk.reduce
     nd = len(r1.shape)
-    sq, skv, d, dv = r1.shape[nd - 3], r1.shape[nd - 1], fm.qk.mul.shape[nd - 2], fm.v.shape[-1]
+    sq, skv, (d, dv) = r1.shape[nd - 3], r1.shape[nd - 1], fm.head_dims
     batch_shape = r1.shape[:nd - 3]
     assert o.numel == math.prod(batch_shape) * sq * dv
     # the output's layout: row-major (.., q, d), or the order of a layout view the plan stores

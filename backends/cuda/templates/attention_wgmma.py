@@ -37,9 +37,13 @@ class AttnWGConfig:
 WG_ATTN_CONFIGS = [AttnWGConfig(2, 64), AttnWGConfig(2, 128), AttnWGConfig(1, 128)]
 
 
-def fits(shape: AttnShape) -> bool:
+def fits_dims(d: int, dv: int) -> bool:
     """Head dims whose rows are whole 128-byte swizzle rows, and wgmma's n limits."""
-    return shape.d in (64, 128) and shape.dv in (64, 128)
+    return d in (64, 128) and dv in (64, 128)
+
+
+def fits(shape: AttnShape) -> bool:
+    return fits_dims(shape.d, shape.dv)
 
 
 def smem_bytes(shape: AttnShape, cfg: AttnWGConfig) -> int:
