@@ -6,6 +6,8 @@ Saturn runs.
 """
 from __future__ import annotations
 
+import math
+
 import os
 import time
 
@@ -115,7 +117,19 @@ def chosen_info(fn) -> dict:
     launches = getattr(getattr(fn, "executable", None), "launches", None)
     if launches:
         out["kernels"] = [_kernel_kind(l) for l in launches]
+    trials = getattr(result, "trials", None)
+    if trials:
+        out["trials"] = [trial_info(t) for t in trials if t.status not in ("pending", "skipped")]
     return out
+
+
+def trial_info(t) -> dict:
+    """One trial's outcome, to read why a search chose what it chose (which schedules it built,
+    verified and timed within its budget, and what the rest failed on)."""
+    finite = lambda v: float(v) if v is not None and math.isfinite(v) else None
+    return {"program": t.description, "schedule": t.schedule_text, "status": t.status,
+            "reason": t.reason[:200], "build_s": round(float(t.build_s), 3), "run_s": finite(t.run_s),
+            "median_s": finite(t.median), "predicted_s": finite(t.predicted), "rounds": len(t.rounds)}
 
 
 def _kernel_kind(launch) -> str:

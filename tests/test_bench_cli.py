@@ -64,6 +64,12 @@ def test_bench_tiny_without_torch(target, tmp_path, monkeypatch, capsys):
         if target == "cpu":      # the search's own stages, to see where a compile spent its budget
             parts = r["saturn"]["search_parts_s"]
             assert {"explore", "build+verify", "timing", "total"} <= set(parts) and parts["total"] > 0
+            # and each trial's outcome, to see which schedules the budget reached
+            trials = r["saturn"]["trials"]
+            assert sum(t["status"] == "chosen" for t in trials) == 1
+            chosen = next(t for t in trials if t["status"] == "chosen")
+            assert chosen["schedule"] == r["saturn"]["schedule"] or r["saturn"]["schedule"] in chosen["schedule"]
+            assert chosen["median_s"] > 0 and chosen["build_s"] >= 0
     assert data["ceilings"]["copy_GBps"] > 0  # numpy measures the ceilings without torch
 
 
