@@ -672,3 +672,22 @@ def test_wgmma_attention_comes_first_where_the_head_dims_fit(monkeypatch):
     g = compiler.trace(lambda *xs: nn.llama_decoder(*xs, heads=4, kv_heads=2), *specs)
     names = [s.name for s in CUDABackend().schedules(g)]
     assert names[:2] == ["cublas+attn_wg2_kv64", "cublas+attn_w4_m1_kv64"]
+
+
+def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
+    """A convolution whose im2col window the default product would gather element by element
+    has cuBLAS (its window staged) as its first schedule; a plain product and a 1x1
+    convolution (no window) keep the default first."""
+    from compiler import conv
+    monkeypatch.setattr(CUDABackend, "_cublas_reason", staticmethod(lambda: None))
+    monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: False))
+
+    def first(fn, *specs):
+        return CUDABackend().schedules(compiler.trace(fn, *specs))[:2]
+
+    s3 = first(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 16, 12, 12), "f16"), spec((24, 16, 3, 3), "f16"))
+    assert [s.name for s in s3] == ["cublas", "default"]
+    s1 = first(lambda x, w: conv.conv2d(x, w), spec((2, 16, 12, 12), "f16"), spec((24, 16, 1, 1), "f16"))
+    assert s1[0].name == "default"
+    mm = first(lambda a, b: a @ b, spec((64, 32), "f16"), spec((32, 48), "f16"))
+    assert [s.name for s in mm] == ["default", "cublas"]

@@ -21,6 +21,22 @@ def render(graph: Graph, schedule: Schedule | None = None, prefix: str = "", pre
     return render_program(steps, M, schedule or Schedule(), prefix, prelude)
 
 
+def _gathers_windows(steps) -> bool:
+    """Whether the default schedule reads a product's operand element by element (a window
+    view too large to stage: render.EXPANDED_COPY)."""
+    from backends.cuda.render import render_gemm
+    M = {s.output for s in steps}
+    for i, s in enumerate(steps):
+        if s.kind == "gemm":
+            try:
+                _, launches = render_gemm(f"probe{i}", s, M, Schedule())
+            except Exception:    # a product that does not render is the build's to report
+                continue
+            if any("gathered" in l.detail for l in launches):
+                return True
+    return False
+
+
 class CUDABackend:
     name = "cuda"
 
@@ -63,7 +79,12 @@ class CUDABackend:
                 out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "")
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
         if "gemm" in kinds and self._cublas_reason() is None:
-            out.insert(1, Schedule(gemm="cublas", name="cublas"))   # plain products by cuBLAS (cublas.py)
+            # plain products by cuBLAS (cublas.py); first where the default would gather a window
+            # operand element by element (a convolution's im2col view): on the H100 the 3x3 ResNet
+            # layers ran 0.197 / 0.106 ms under cuBLAS (window staged) against 0.391 / 0.172 gathered
+            # (results/h100-bench-2026-12-06-session23-6af4cfd.*), and a cold search at budget 10
+            # may time only its first schedule
+            out.insert(0 if _gathers_windows(steps) else 1, Schedule(gemm="cublas", name="cublas"))
         wg_first = None
         if "attention" in kinds:
             out += [Schedule(attn=c, name=c.name) for c in ATTN_CONFIGS]
