@@ -32,6 +32,7 @@ def _gathers_windows(steps) -> bool:
                 _, launches = render_gemm(f"probe{i}", s, M, Schedule())
             except Exception:    # a product that does not render is the build's to report
                 continue
+            launches = launches if isinstance(launches, list) else [launches]
             if any("gathered" in l.detail for l in launches):
                 return True
     return False

@@ -1,0 +1,187 @@
+"""Every generated matrix-product schedule of the CUDA backend against cuBLAS, at model shapes.
+
+    python -m benchmarks.product_kernels [--quick] [--repeat N] [--json FILE]
+
+For each case (M x N x K, batch, layout, dtype) the traced product is built under every schedule
+the backend offers except the library ones (cuBLAS, and the generic kernel-IR rendering, which
+is not a product kernel), checked against PyTorch in float32 (max error over the output's
+largest magnitude), and timed with CUDA events (median of `--repeat` runs after warm-up,
+inputs resident on the device). PyTorch's `torch.matmul` (cuBLAS) is timed the same way, on
+the same layout. The table gives each schedule's time over cuBLAS's; the last line per case the
+best generated schedule. "nt" cases are linear layers (`x @ w.T`, the weight k-contiguous),
+"nn" plain products (`a @ b`). Needs a GPU, pycuda and torch with CUDA.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+# (M, N, K, batch, layout): 4096^3, the products of a 1.1B Llama-style decoder layer at 1024
+# tokens (MLP up/gate 2048 -> 5632, down 5632 -> 2048), GPT-style MLP at 8192 / 16384 tokens,
+# attention-sized batched products, an odd size and a 7B-style MLP
+SHAPES = [
+    (4096, 4096, 4096, 1, "nn"),
+    (1024, 5632, 2048, 1, "nt"),
+    (1024, 2048, 5632, 1, "nt"),
+    (8192, 1024, 4096, 1, "nt"),
+    (16384, 4096, 1024, 1, "nt"),
+    (4096, 4096, 128, 64, "nn"),
+    (4095, 4097, 4099, 1, "nn"),
+    (2048, 11008, 4096, 1, "nt"),
+]
+CASES = [s + (dt,) for s in SHAPES for dt in ("f16", "bf16")] + [(4096, 4096, 4096, 1, "nn", "f32")]
+
+
+def _program(m, n, k, batch, layout, dtype):
+    from compiler.trace import spec, trace
+    lead = (batch,) if batch > 1 else ()
+    if layout == "nt":
+        return trace(lambda x, w: x @ w.transpose(-1, -2), spec(lead + (m, k), dtype), spec(lead + (n, k), dtype))
+    return trace(lambda a, b: a @ b, spec(lead + (m, k), dtype), spec(lead + (k, n), dtype))
+
+
+def generated_schedules(be, g) -> list:
+    """The backend's schedules for `g` whose products are generated kernels."""
+    return [s for s in be.schedules(g) if s.gemm != "cublas" and s.lowering != "kernel_ir"]
+
+
+def label(case) -> str:
+    m, n, k, batch, layout, dtype = case
+    return f"{m}x{n}x{k}" + (f" b{batch}" if batch > 1 else "") + f" {layout} {dtype}"
+
+
+def _torch_time(fn, repeat: int) -> float:
+    """Median seconds per call (CUDA events around each, after 5 untimed calls)."""
+    from benchmarks.hf_models_gpu import time_calls
+    return float(np.median(time_calls(fn, 5, repeat)))
+
+
+def run_case(be, case, repeat: int, out=print) -> list[dict]:
+    import torch
+    m, n, k, batch, layout, dtype = case
+    g = _program(*case)
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a, b = [torch.randn(tuple(x.shape), generator=gen, device="cuda", dtype=tdt) for x in g.inputs]
+    torch.backends.cuda.matmul.allow_tf32 = False      # f32 means f32, for cuBLAS as for Saturn
+    prod = (lambda: a @ b.transpose(-1, -2)) if layout == "nt" else (lambda: a @ b)
+    want = (a.float() @ (b.float().transpose(-1, -2) if layout == "nt" else b.float()))
+    scale = float(want.abs().max())
+    args = [x.cpu().float().numpy().astype(gi.dtype.np) for x, gi in zip((a, b), g.inputs)]
+    flops = 2 * batch * m * n * k
+    name = label(case)
+    rows = [{"case": name, "kernel": "torch.matmul (cuBLAS)", "ms": _torch_time(prod, repeat) * 1e3}]
+    seen: dict[str, str] = {}
+    for sched in generated_schedules(be, g):
+        same = _same_kernel(g, sched, seen)
+        if same:       # (an f32 product renders one SIMT kernel under every tensor-core schedule)
+            out(f"{name:<28} {sched.name:<24} the same kernel as {same}")
+            continue
+        exe, why = be.try_build(g, sched)
+        if exe is None:
+            rows.append({"case": name, "kernel": sched.name, "error": why[:200]})
+            continue
+        got = torch.from_numpy(np.asarray(exe(*args)[0], np.float32)).cuda()
+        err = float((got - want).abs().max()) / scale
+        t = float(np.median(exe.benchmark(args, warmup=5, repeat=repeat)))
+        kinds = [l.kind for l in exe.launches]
+        detail = [l.detail for l in exe.launches if l.kind.startswith("gemm")]
+        rows.append({"case": name, "kernel": sched.name, "ms": t * 1e3, "max_rel_err": err,
+                     "launches": kinds, "detail": detail[0] if detail else ""})
+        exe.close()
+        del got
+    lib = rows[0]["ms"]
+    timed = [r for r in rows[1:] if "ms" in r]
+    for r in rows:
+        if "ms" in r:
+            r["tflops"] = flops / (r["ms"] * 1e-3) / 1e12
+            r["x_cublas"] = lib / r["ms"]
+            out(f"{name:<28} {r['kernel']:<24} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s {r['x_cublas']:5.2f}x cuBLAS"
+                + (f"  err {r['max_rel_err']:.1e}  {'+'.join(r['launches'])}" if "max_rel_err" in r else ""))
+        else:
+            out(f"{name:<28} {r['kernel']:<24} failed: {r['error']}")
+    if timed:
+        best = min(timed, key=lambda r: r["ms"])
+        out(f"{name:<28} best generated: {best['kernel']} {best['x_cublas']:.2f}x cuBLAS")
+    return rows
+
+
+def _same_kernel(g, sched, seen: dict) -> str | None:
+    """The schedule already timed whose rendered source is this one's (None: a new kernel)."""
+    import dataclasses
+    import hashlib
+    from backends.cuda import render
+    from backends.cuda.runtime import get_runtime
+    try:
+        src = render(g, dataclasses.replace(sched, arch=get_runtime().info.arch))[0]
+    except Exception:       # the build reports it
+        return None
+    key = hashlib.sha256(src.encode()).hexdigest()
+    if key in seen:
+        return seen[key]
+    seen[key] = sched.name
+    return None
+
+
+def _precompile(be, cases) -> None:
+    """nvcc on every (case, schedule) at once, on all cores (the builds then hit its cache)."""
+    import dataclasses
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    from backends.cuda import render, toolchain
+    from backends.cuda.runtime import get_runtime
+    arch = get_runtime().info.arch
+    jobs = [(g, dataclasses.replace(x, arch=arch)) for g in map(lambda c: _program(*c), cases)
+            for x in generated_schedules(be, g)]
+
+    def one(job):
+        toolchain.compile_source(render(*job)[0], arch)
+    with ThreadPoolExecutor(os.cpu_count() or 2) as ex:
+        list(ex.map(one, jobs))
+
+
+def summary(rows) -> list[str]:
+    """One line per case: cuBLAS, the best generated schedule and their ratio."""
+    out = []
+    for case in dict.fromkeys(r["case"] for r in rows):
+        mine = [r for r in rows if r["case"] == case and "ms" in r]
+        lib = next((r for r in mine if r["kernel"].startswith("torch")), None)
+        gen = [r for r in mine if not r["kernel"].startswith("torch")]
+        if lib and gen:
+            best = min(gen, key=lambda r: r["ms"])
+            out.append(f"| {case} | {lib['ms']:.4f} | {best['ms']:.4f} ({best['kernel']}) | {lib['ms'] / best['ms']:.2f}x |")
+    return ["| case | cuBLAS ms | best generated ms | generated x cuBLAS |", "|---|---|---|---|"] + out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="only the first case")
+    ap.add_argument("--repeat", type=int, default=20, help="timed runs per kernel (median reported)")
+    ap.add_argument("--json", help="write every row here")
+    a = ap.parse_args(argv)
+    from backends.cuda import CUDABackend
+    be = CUDABackend()
+    reason = be.unavailable_reason()
+    if reason:
+        print(f"no CUDA device: {reason}")
+        return 1
+    cases = CASES[:1] if a.quick else CASES
+    _precompile(be, cases)
+    rows = []
+    for case in cases:
+        try:
+            rows += run_case(be, case, a.repeat)
+        except Exception as e:      # (one case out of memory or failing must not lose the others)
+            print(f"{label(case)}: {type(e).__name__}: {e}")
+        if a.json:                  # after each case: a time limit keeps what ran
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
+    print("\n".join(summary(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

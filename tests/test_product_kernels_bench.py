@@ -1,0 +1,34 @@
+"""benchmarks/product_kernels.py without a GPU: its cases trace to one product each, its
+schedules leave out the library ones, and its summary pairs each case with cuBLAS."""
+import pytest
+
+from backends.cuda import CUDABackend
+from backends.cuda.plan import plan
+from benchmarks import product_kernels as pk
+
+
+@pytest.mark.parametrize("case", [c for c in pk.CASES if c[3] == 1][:3] + [c for c in pk.CASES if c[3] > 1][:1])
+def test_cases_are_single_products_with_generated_schedules(case, monkeypatch):
+    monkeypatch.setattr(CUDABackend, "_cublas_reason", staticmethod(lambda: None))
+    g = pk._program(*case)
+    assert [s.kind for s in plan(g)] == ["gemm"]
+    m, n, k, batch, layout, dtype = case
+    assert tuple(g.outputs[0].shape) == ((batch,) if batch > 1 else ()) + (m, n)
+    be = CUDABackend()
+    names = [s.name for s in be.schedules(g)]
+    gen = [s.name for s in pk.generated_schedules(be, g)]
+    assert "cublas" in names and "cublas" not in gen and "kernel_ir" not in gen
+    assert gen[0] == "default" and len(gen) >= 5
+
+
+def test_issue_shapes_are_covered():
+    assert len(pk.SHAPES) >= 8 and (4096, 4096, 4096, 1, "nn") in pk.SHAPES
+    assert {c[-1] for c in pk.CASES} == {"f16", "bf16", "f32"}
+
+
+def test_summary_pairs_each_case_with_cublas():
+    rows = [{"case": "c", "kernel": "torch.matmul (cuBLAS)", "ms": 1.0},
+            {"case": "c", "kernel": "a", "ms": 2.0}, {"case": "c", "kernel": "b", "ms": 1.25},
+            {"case": "c", "kernel": "x", "error": "too many registers"}]
+    lines = pk.summary(rows)
+    assert lines[-1] == "| c | 1.0000 | 1.2500 (b) | 0.80x |"
