@@ -6,6 +6,7 @@ happen, in 32-bit arithmetic where the ranges allow."""
 from __future__ import annotations
 
 import ast
+import importlib
 import itertools
 import math
 
@@ -74,7 +75,7 @@ def test_rendered_offsets_read_what_the_interpreter_reads(data, shape):
 
 
 def test_a_convolution_window_folds_to_its_loop_indices():
-    """conv2d's B operand (batch, k = (c, r, s), n = (h, w)) over a padded input: one division
+    """conv2d's B operand (batch, k = (r, s, c), n = (h, w)) over a padded input: one division
     per index digit, all in 32 bits, no division of a whole sum."""
     from compiler import conv
     from compiler.trace import Spec, trace
@@ -82,16 +83,68 @@ def test_a_convolution_window_folds_to_its_loop_indices():
     from backends.cuda.render import Schedule
     g = trace(lambda x, w: conv.conv2d(x, w, stride=1, padding=1), Spec((32, 64, 56, 56), "f16"),
               Spec((64, 64, 3, 3), "f16"))
+    # by default read in 16-byte runs from a channels-last copy of the padded input (no 9x
+    # im2col copy); the weight, viewed (tap, channel) like the window, staged
     src, launches = bc.render(g, Schedule())
-    # gathered in the product (no 9x im2col copy), a warp's loads along the image rows
-    assert [l.kind for l in launches] == ["gemm_tc"] and "B gathered by columns" in launches[0].detail
+    assert [l.kind for l in launches] == ["stage", "stage", "gemm_tc"] and "B in 16-byte runs" in launches[2].detail
+    assert launches[1].output.shape == (32, 58, 58, 64)
+    # gathered in the product under window="gather", a warp's loads along the image rows
+    src, launches = bc.render(g, Schedule(window="gather"))
+    assert [l.kind for l in launches] == ["stage", "gemm_tc"] and "B gathered by columns" in launches[1].detail
     g2 = trace(lambda x, w: conv.conv2d(x, w, stride=2, padding=1), Spec((3, 16, 11, 11), "f16"),
                Spec((24, 16, 3, 3), "f16"))
-    assert "by columns" not in bc.render(g2, Schedule())[1][0].detail   # stride 2: no neighbours
+    assert "by columns" not in bc.render(g2, Schedule(window="gather"))[1][-1].detail   # stride 2: no neighbours
     loader = src[src.index("DEV float ldb_"):]
     loader = loader[:loader.index("}")]
-    assert "(int)k / 9" in loader and "(int)n / 56" in loader and "(int)n % 56" in loader
+    assert "(int)k / 192" in loader and "(int)n / 56" in loader and "(int)n % 56" in loader
     assert "k * 3136" not in loader and "long long)" not in loader.split("{", 1)[1]
+
+
+@pytest.mark.parametrize("n,c,hw,o,r,stride,dilation,pad", [
+    (2, 16, 12, 24, 3, 1, 1, 1), (3, 16, 11, 24, 3, 2, 1, 1), (1, 8, 9, 16, 3, 1, 2, 2),
+    (2, 24, 7, 17, 5, 1, 1, 2), (1, 8, 10, 16, (3, 1), 1, 1, (1, 0))])
+def test_a_window_read_in_runs_reads_what_the_gather_reads(n, c, hw, o, r, stride, dilation, pad):
+    """A convolution's window operand read from a channels-last copy of the padded input: the
+    copy's view reads every element the window reads, and the rendered offset function
+    (ldb_runs) points at it, each k = 8q the start of 8 consecutive, 16-byte aligned elements."""
+    from compiler import conv
+    from compiler.trace import Spec, trace
+    from backends.cuda.plan import plan
+    R = importlib.import_module("backends.cuda.render")   # (the package's render() shadows the module)
+    kh, kw = (r, r) if isinstance(r, int) else r
+    g = trace(lambda x, w: conv.conv2d(x, w, stride=stride, dilation=dilation, padding=pad),
+              Spec((n, c, hw, hw + 1), "f16"), Spec((o, c, kh, kw), "f16"))
+    step = next(s for s in plan(g) if s.kind == "gemm")
+    names = R._params(step)[2]
+    got = R._restage_window(step.gemm.b, names, step.gemm.k_axis)
+    assert got is not None
+    copy, x, operand = got
+    assert copy.shape[-1] == c and copy.numel < math.prod(step.gemm.b.shape) / 2   # channels last, not im2col
+    xs = np.random.default_rng(0).standard_normal(x.shape).astype(np.float32)
+    window = apply_tracker(R._read_tracker(step.gemm.b, names)[0], xs)
+    y = apply_tracker(copy.srcs[0].arg, xs)
+    np.testing.assert_array_equal(apply_tracker(operand.arg, y), window)
+    staged = {"b_runs": operand}
+    groups = R.tc_plan(step, names, staged)[0][-1]
+    fn = R._runs_offset("k0", step, operand, groups)
+    expr = fn[fn.index("return ") + 7:fn.rindex(";")]
+    sizes = step.gemm.mul.shape
+    batch_axes, _, n_axes = groups
+    bsz = [sizes[a] for a in batch_axes]
+    nsz = [sizes[a] for a in n_axes]
+    flat_y = y.reshape(-1)
+    K = sizes[step.gemm.k_axis]
+    for bz, nn in itertools.product(range(math.prod(bsz)), range(0, math.prod(nsz), 5)):
+        idx = [0] * len(sizes)
+        for axes, v, sz in ((batch_axes, bz, bsz), (n_axes, nn, nsz)):
+            for a, d in zip(axes, np.unravel_index(v, sz) if sz else ()):
+                idx[a] = int(d)
+        for k in range(K):
+            idx[step.gemm.k_axis] = k
+            at = c_eval(expr, {"bz": bz, "k": k, "n": nn})
+            assert flat_y[at] == window[tuple(idx)], (bz, k, nn)
+            if k % 8 == 0:
+                assert at % 8 == 0 and c_eval(expr, {"bz": bz, "k": k + 7, "n": nn}) == at + 7
 
 
 def test_folds():

@@ -675,9 +675,10 @@ def test_wgmma_attention_comes_first_where_the_head_dims_fit(monkeypatch):
 
 
 def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
-    """A convolution whose im2col window the default product would gather element by element
-    has cuBLAS (its window staged) as its first schedule; a plain product and a 1x1
-    convolution (no window) keep the default first."""
+    """A convolution whose product reads an im2col window has cuBLAS (its window staged) as its
+    first schedule, then the default (the window read in runs of a channels-last copy), then the
+    window gathered element by element; a plain product and a 1x1 convolution (no window) keep
+    the default first."""
     from compiler import conv
     monkeypatch.setattr(CUDABackend, "_cublas_reason", staticmethod(lambda: None))
     monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: False))
@@ -685,8 +686,9 @@ def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
     def first(fn, *specs):
         return CUDABackend().schedules(compiler.trace(fn, *specs))[:2]
 
-    s3 = first(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 16, 12, 12), "f16"), spec((24, 16, 3, 3), "f16"))
-    assert [s.name for s in s3] == ["cublas", "default"]
+    s3 = CUDABackend().schedules(compiler.trace(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 16, 12, 12), "f16"),
+                                                 spec((24, 16, 3, 3), "f16")))
+    assert [s.name for s in s3[:3]] == ["cublas", "default", "gather"] and s3[2].window == "gather"
     s1 = first(lambda x, w: conv.conv2d(x, w), spec((2, 16, 12, 12), "f16"), spec((24, 16, 1, 1), "f16"))
     assert s1[0].name == "default"
     mm = first(lambda a, b: a @ b, spec((64, 32), "f16"), spec((32, 48), "f16"))

@@ -4,6 +4,8 @@ launches, and when the schedule is offered. Marked gpu: every dtype, odd shapes,
 transposed operands against the interpreter, and the search choosing cuBLAS."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -206,24 +208,30 @@ def test_gpu_convolutions_under_cublas_match_the_interpreter(backend, dtype):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_gpu_generated_convolutions_gather_their_windows(backend, dtype):
-    """Convolutions as generated tensor-core products: the im2col windows are gathered in the
-    product (by columns, prefetched into registers), never copied whole, under the default
-    tile and the prior's; odd sizes, stride 2, and a 64-channel layer whose tile has 64 rows."""
+    """Convolutions as generated tensor-core products: the im2col windows are never copied
+    whole; by default read in 16-byte runs from a channels-last copy of the padded input where
+    the channels are a multiple of 8, else (and under window="gather") gathered in the product
+    (by columns, prefetched into registers); under the default tile and the prior's; odd sizes,
+    stride 2, and a 64-channel layer whose tile has 64 rows."""
     from compiler import conv
     from backends.cuda.render import Schedule
     cases = [
-        (lambda x, w: conv.conv2d(x, w, padding=1), [(4, 16, 14, 14), (32, 16, 3, 3)]),
-        (lambda x, w: conv.conv2d(x, w, padding=1), [(3, 63, 13, 13), (65, 63, 3, 3)]),
-        (lambda x, w: conv.conv2d(x, w, stride=2, padding=1), [(3, 16, 11, 11), (24, 16, 3, 3)]),
-        (lambda x, w: conv.conv2d(x, w, padding=1), [(2, 64, 28, 28), (64, 64, 3, 3)]),
+        (lambda x, w: conv.conv2d(x, w, padding=1), [(4, 16, 14, 14), (32, 16, 3, 3)], True),
+        (lambda x, w: conv.conv2d(x, w, padding=1), [(3, 63, 13, 13), (65, 63, 3, 3)], False),
+        (lambda x, w: conv.conv2d(x, w, stride=2, padding=1), [(3, 16, 11, 11), (24, 16, 3, 3)], True),
+        (lambda x, w: conv.conv2d(x, w, padding=1), [(2, 64, 28, 28), (64, 64, 3, 3)], True),
+        (lambda x, w: conv.conv2d(x, w, padding=2, dilation=2), [(2, 24, 9, 10), (17, 24, 5, 3)], True),
     ]
-    for fn, shapes in cases:
+    for fn, shapes, runs in cases:
         specs = [saturn.spec(s, dtype) for s in shapes]
         g = saturn.trace(fn, *specs)
         rng = np.random.default_rng(1)
         args = [rng.standard_normal(s.shape).astype(s.dtype.np) for s in specs]
-        for sched in (Schedule(), Schedule(gemm="prior", name="prior")):
+        for sched in (Schedule(), Schedule(window="gather", name="gather"), Schedule(gemm="prior", name="prior")):
             exe = backend.build(g, sched)
-            assert "gemm_tc" in [l.kind for l in exe.launches], exe.explain()
-            assert not [l for l in exe.launches if l.kind == "stage" and l.detail.startswith("B")], exe.explain()
+            product = [l for l in exe.launches if l.kind == "gemm_tc"]
+            assert product, exe.explain()
+            assert ("16-byte runs" in product[0].detail) == (runs and sched.window == "runs"), exe.explain()
+            staged_b = [l for l in exe.launches if l.kind == "stage" and l.detail.startswith("B")]
+            assert all(math.prod(l.output.shape) < 2 * math.prod(shapes[0]) * 4 for l in staged_b), exe.explain()
             assert_close(exe(*args)[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)

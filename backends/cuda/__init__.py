@@ -22,8 +22,9 @@ def render(graph: Graph, schedule: Schedule | None = None, prefix: str = "", pre
 
 
 def _gathers_windows(steps) -> bool:
-    """Whether the default schedule reads a product's operand element by element (a window
-    view too large to stage: render.EXPANDED_COPY)."""
+    """Whether the default schedule reads a product's operand through a window view too large
+    to copy whole (render.EXPANDED_COPY): element by element, or in runs of a copy of its
+    source (render._restage_window)."""
     from backends.cuda.render import render_gemm
     M = {s.output for s in steps}
     for i, s in enumerate(steps):
@@ -33,7 +34,7 @@ def _gathers_windows(steps) -> bool:
             except Exception:    # a product that does not render is the build's to report
                 continue
             launches = launches if isinstance(launches, list) else [launches]
-            if any("gathered" in l.detail for l in launches):
+            if any("gathered" in l.detail or "16-byte runs" in l.detail for l in launches):
                 return True
     return False
 
@@ -67,6 +68,7 @@ class CUDABackend:
             return [Schedule(lowering="kernel_ir", name="kernel_ir")]
         steps = plan(graph)
         kinds = {s.kind for s in steps}
+        windows = "gemm" in kinds and _gathers_windows(steps)
         out = [Schedule()]
         if "gemm" in kinds:
             # each product its own tile (backends/cuda/tiles.py): the prior's best, then second
@@ -80,12 +82,15 @@ class CUDABackend:
                 out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "")
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
         if "gemm" in kinds and self._cublas_reason() is None:
-            # plain products by cuBLAS (cublas.py); first where the default would gather a window
-            # operand element by element (a convolution's im2col view): on the H100 the 3x3 ResNet
-            # layers ran 0.197 / 0.106 ms under cuBLAS (window staged) against 0.391 / 0.172 gathered
-            # (results/h100-bench-2026-12-06-session23-6af4cfd.*), and a cold search at budget 10
-            # may time only its first schedule
-            out.insert(0 if _gathers_windows(steps) else 1, Schedule(gemm="cublas", name="cublas"))
+            # plain products by cuBLAS (cublas.py); first where the product reads a window
+            # operand (a convolution's im2col view): on the H100 the 3x3 ResNet layers ran
+            # 0.197 / 0.106 ms under cuBLAS (window staged) against 0.391 / 0.172 gathered
+            # element by element (results/h100-bench-2026-12-06-session23-6af4cfd.*; the reads
+            # in 16-byte runs, now the default, not yet measured), and a cold search at budget
+            # 10 may time only its first schedule
+            out.insert(0 if windows else 1, Schedule(gemm="cublas", name="cublas"))
+        if windows:     # the window gathered element by element instead of read in runs
+            out.insert(2, Schedule(window="gather", name="gather"))
         wg_first = None
         if "attention" in kinds:
             out += [Schedule(attn=c, name=c.name) for c in ATTN_CONFIGS]

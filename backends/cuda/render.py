@@ -53,6 +53,10 @@ class Schedule:
                                        # (a view it cannot read): any other value of `gemm`
     tile_rank: int = 0                 # gemm="prior": which of the prior's ranked tiles (0: its best)
     stage_operands: bool = True        # copy unaligned / multi-view f16 operands once instead of gathering
+    window: str = "runs"               # a window operand too large to copy whole (an im2col view): "runs"
+                                       # reads it in 16-byte runs from a copy of its source laid out
+                                       # with the reduction's innermost axis last (`_restage_window`),
+                                       # where that works; "gather" element by element
     arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
     lowering: str = "templates"        # "templates" (backends/cuda/plan.py) or "kernel_ir" (ir/lower.py)
     name: str = "default"
@@ -584,6 +588,79 @@ def _stage(side: Node, names: dict[Node, str], drop_axes, last_axis: int, k_axis
     return copy, n, Access(copy, strides, 0)
 
 
+def _restage_window(side: Node, names: dict[Node, str], k_axis: int):
+    """A window operand read from a copy of the layout under its window: the copy (one pass
+    over the source, not the window's K-fold) puts the source axis that the reduction's
+    innermost step walks along last (a convolution's channels: channels-last), so that every 8
+    consecutive reduction indices from a multiple of 8 read 8 consecutive, 16-byte aligned
+    elements at any output column; cp.async then copies the window in 16-byte runs.
+    -> (copy node, its source buffer, the operand as a view of the copy) or None where the view
+    does not read that way (checked on its index expression: `_reads_in_runs`)."""
+    from ir import node as N
+    from ir.view import ShapeTracker, View
+    read = _read_tracker(side, names)
+    if read is None:
+        return None
+    st, x = read
+    if len(st.views) < 2 or any(v.mask is not None for v in st.views[1:]) or any(0 in v.shape for v in st.views):
+        return None
+    v0 = st.views[0]
+    rank0 = len(v0.shape)
+    cs0 = contiguous_strides(v0.shape)
+    walked = _walked_axis(ShapeTracker(st.views[1:]), side.shape, k_axis, cs0, v0.shape)
+    if walked is None or v0.shape[walked] % 8:
+        return None
+    order = tuple([j for j in range(rank0) if j != walked] + [walked])
+    copy = N.contiguous(N.view(x, ShapeTracker((v0,), fill=st.fill).permute(order)))
+    cs = contiguous_strides(copy.shape)
+    under = View(v0.shape, tuple(cs[order.index(j)] for j in range(rank0)), 0, None)
+    operand = N.view(copy, ShapeTracker((under,) + st.views[1:], fill=0.0))
+    if not _reads_in_runs(operand.arg, k_axis):
+        return None
+    return copy, x, operand
+
+
+def _walked_axis(top, shape, k_axis: int, cs0, shape0) -> int | None:
+    """The axis of the layout under a window (row-major strides cs0) that one step of the
+    window's reduction index moves along, from k = 0 to 1 with every other index 0."""
+    from ir.kernel import Lin
+    from ir.lower import view_index
+    if shape[k_axis] < 2:
+        return None
+    at = []
+    for kv in (0, 1):
+        got = view_index(top, tuple(Lin(const=kv) if ax == k_axis else Lin() for ax in range(len(shape))))
+        if got is None or not got[0].is_const:
+            return None
+        at.append(got[0].const)
+    step = at[1] - at[0]
+    hits = [j for j, (c, n) in enumerate(zip(cs0, shape0)) if c == step and n > 1]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _reads_in_runs(st, k_axis: int) -> bool:
+    """Whether the view, at k = 8q + j (0 <= j < 8) and any other indices, reads offset F + j
+    with F a multiple of 8 and nothing masked: its index expression has j only as a plain term
+    and every other coefficient a multiple of 8."""
+    from ir.kernel import Lin, Var, as_lin, atom_vars
+    from ir.lower import view_index
+    shape = st.shape
+    K = shape[k_axis]
+    if K % 8:
+        return False
+    j = Var("j", 8)
+    cur = tuple(as_lin(Var("q", K // 8)) * 8 + as_lin(j) if ax == k_axis else
+                (as_lin(Var(f"i{ax}", s)) if s > 1 else Lin()) for ax, s in enumerate(shape))
+    got = view_index(st, cur)
+    if got is None or got[1]:
+        return False
+    flat = got[0]
+    with_j = [(a, c) for a, c in flat.terms if j in atom_vars(a)]
+    if with_j != [(j, 1)]:
+        return False
+    return flat.const % 8 == 0 and all(c % 8 == 0 for a, c in flat.terms if a != j)
+
+
 def _kn_strided(acc, g) -> bool:
     """B is one strided 2-D read with n contiguous (any alignment): the wgmma path transposes it."""
     return acc is not None and bool(g.n_axes) and acc.strides[g.n_axes[-1]] == 1 and \
@@ -668,7 +745,13 @@ def stage_operands(name: str, step: Step, names: dict[Node, str], M: set[Node], 
             continue
         copy, base, acc = r
         if copy.numel > EXPANDED_COPY * base.numel:
-            continue        # a window view (im2col): gathered in the product, not copied whole
+            # a window view (im2col): not copied whole; read in 16-byte runs from a copy of
+            # its source where the reduction allows, else gathered in the product
+            w = _restage_window(node, names, k) if side == "b" and sched.window == "runs" else None
+            if w is None:
+                continue
+            copy, base, acc = w
+            side = "b_runs"
         src, launch = _stage_kernel(name, side, copy, base, M, sched)
         staged[side] = acc
         extra.append(copy)
@@ -713,6 +796,24 @@ def _loaders(name: str, step: Step, names: dict[Node, str], params: str, groups)
     cflat = flat_offset(full_index("bz", "row", "col", "0"), contiguous_strides(g.reduce.shape), 0, g.reduce.numel)
     out.append(f"DEV long long cflat_{name}(long long bz, int row, int col) {{ return {cflat}; }}")
     return "\n".join(out)
+
+
+def _runs_offset(name: str, step: Step, operand: Node, groups) -> str:
+    """ldb_runs_<name>(bz, k, n): the offset of B[k, n] in its staged source, read through
+    `operand` (a view of that copy, `_restage_window`); at k a multiple of 8 the start of 8
+    consecutive elements."""
+    from backends.cuda.cexpr import c_index, tracker_offset
+    g = step.gemm
+    sizes = g.mul.shape
+    batch_axes, _, n_axes = groups
+    idx = ["0"] * len(sizes)
+    for axes, e in ((batch_axes, "bz"), (n_axes, "n")):
+        for a, v in zip(axes, unflatten(e, tuple(sizes[a] for a in axes))):
+            idx[a] = v
+    idx[g.k_axis] = "k"
+    got = tracker_offset(operand.arg, tuple(idx))
+    assert got is not None and not got[1], "a staged window reads no masked element"
+    return f"DEV long long ldb_runs_{name}(long long bz, int k, int n) {{ return {c_index(got[0])}; }}"
 
 
 def _want_wgmma(step: Step, sched: Schedule) -> bool:
@@ -959,14 +1060,18 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
             and o.dtype in (DType.f16, DType.bf16, DType.f32)
         loaders = _loaders(name, step, names, params, groups) if (a_gather or b_gather) else ""
         g = step.gemm
+        runs = staged.get("b_runs") if b_gather else None
+        b_name = names[acc_b.buffer] if acc_b is not None else "in0"
+        if runs is not None:     # B in 16-byte runs of its staged source (`_restage_window`)
+            loaders += "\n" + _runs_offset(name, step, runs, groups)
+            b_name, b_gather = names[runs.srcs[0]], False
         b_n_fast = b_gather and bool(g.n_axes) and _columns_adjacent(g.b, names, g.n_axes[-1], g.k_axis)
         src = gemm_tc.render(name, dt.value, shape, cfg, params, call, epi, out_t, pair,
-                             names[acc_a.buffer] if acc_a is not None else "in0",
-                             names[acc_b.buffer] if acc_b is not None else "in0",
-                             a_gather, b_gather, loaders, b_n_fast)
+                             names[acc_a.buffer] if acc_a is not None else "in0", b_name,
+                             a_gather, b_gather, loaders, b_n_fast, b_runs=runs is not None)
         mode = ("A gathered " if a_gather else "") + ("B gathered " if b_gather else "") + \
-            ("by columns " if b_n_fast else "") + \
-            "".join(f"{x.upper()} staged " for x in staged)
+            ("by columns " if b_n_fast else "") + ("B in 16-byte runs " if runs is not None else "") + \
+            "".join(f"{x.upper()} staged " for x in staged if x != "b_runs")
         return "\n".join(pre_src + [src]), pre + [Launch(name, "gemm_tc", gemm_tc.grid(shape, cfg), (cfg.threads, 1, 1),
                            cfg.smem_bytes(shape.b_layout), o, list(step.inputs) + list(extra),
                            f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} B={shape.b_layout} {mode}"

@@ -103,7 +103,8 @@ def _gather_chunk(T: str, conv: str, loader: str, call_args: str, into: str, bou
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, call_args: str,
            epilogue: str, out_type: str, pair_store: bool, a_name: str = "A", b_name: str = "B",
-           a_gather: bool = False, b_gather: bool = False, loaders: str = "", b_n_fast: bool = False) -> str:
+           a_gather: bool = False, b_gather: bool = False, loaders: str = "", b_n_fast: bool = False,
+           b_runs: bool = False) -> str:
     """The kernel `name`. `params` is the C parameter list (first is `out`), `call_args` the
     matching argument names, `epilogue` a device function epi_<name>(params..., long long flat, float acc)
     returning the output's compute value. `out_type` is the output's storage type.
@@ -111,7 +112,10 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
     of cp.async (B is then staged k-contiguous, as for "nk"). b_n_fast: a gathered B's threads
     take consecutive columns (each its 8 k values), so one load instruction of a warp reads 32
     neighbouring columns: for views whose columns lie side by side in memory (a convolution's
-    windows), where k-chunks first would read 8 scattered rows per warp."""
+    windows), where k-chunks first would read 8 scattered rows per warp. b_runs: B ("nk") is
+    copied by cp.async from `b_name` at offsets ldb_runs_<name>(bz, k, n) (in `loaders`), each
+    the start of 8 consecutive elements at k a multiple of 8 (a window read from a staged copy
+    of its source)."""
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     mma = "mma_f16" if dtype == "f16" else "mma_bf16"
     bz, my, past_end = block_coords(-(-shape.m // cfg.bm), shape.batch_count)
@@ -190,7 +194,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
       int r = c / {cfg.bk // 8}, ck = (c % {cfg.bk // 8}) * 8;
       int gn = n0 + r, gk = k0 + ck;
       bool ok = gn < {shape.n} && gk < {shape.k};
-      const {T}* src = ok ? Bb + (long long)gn * {shape.b_sn} + gk : Bb;
+      const {T}* src = ok ? Bb + {f"ldb_runs_{name}(bz, gk, gn)" if b_runs else f"(long long)gn * {shape.b_sn} + gk"} : Bb;
       cp_async16(smem_u32(sB + stage * {b_stage} + r * {b_ld} + ck), src, ok ? 16 : 0);
     }}"""
         b_frag = f"""
