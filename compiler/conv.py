@@ -108,7 +108,8 @@ def _correlate(x: Tensor, weight: Tensor, stride, dilation, groups: int, op: str
     order = [0, 1] + list(range(3 + nd, 3 + 2 * nd)) + [2] + list(range(3, 3 + nd))
     cols = w.permute(order).reshape(n, groups, kk * cg, p)     # (N, G, K * C/G, P)
     wm = weight.reshape((groups, o // groups, cg) + tuple(kernel))
-    wm = wm.permute([0, 1] + list(range(3, 3 + nd)) + [2]).reshape(groups, o // groups, kk * cg)
+    # (a copy of the weight in that order: the products read it row by row)
+    wm = wm.permute([0, 1] + list(range(3, 3 + nd)) + [2]).contiguous().reshape(groups, o // groups, kk * cg)
     if groups == 1:
         out = wm.reshape(o, kk * cg) @ cols.reshape(n, kk * cg, p)
     else:

@@ -84,13 +84,14 @@ def test_a_convolution_window_folds_to_its_loop_indices():
     g = trace(lambda x, w: conv.conv2d(x, w, stride=1, padding=1), Spec((32, 64, 56, 56), "f16"),
               Spec((64, 64, 3, 3), "f16"))
     # by default read in 16-byte runs from a channels-last copy of the padded input (no 9x
-    # im2col copy); the weight, viewed (tap, channel) like the window, staged
+    # im2col copy); the weight copied (by the frontend) in (tap, channel) order like the window
     src, launches = bc.render(g, Schedule())
-    assert [l.kind for l in launches] == ["stage", "stage", "gemm_tc"] and "B in 16-byte runs" in launches[2].detail
+    assert [l.kind for l in launches] == ["elementwise", "stage", "gemm_tc"]
+    assert "B in 16-byte runs" in launches[2].detail and "staged" not in launches[2].detail
     assert launches[1].output.shape == (32, 58, 58, 64)
     # gathered in the product under window="gather", a warp's loads along the image rows
     src, launches = bc.render(g, Schedule(window="gather"))
-    assert [l.kind for l in launches] == ["stage", "gemm_tc"] and "B gathered by columns" in launches[1].detail
+    assert [l.kind for l in launches] == ["elementwise", "gemm_tc"] and "B gathered by columns" in launches[1].detail
     g2 = trace(lambda x, w: conv.conv2d(x, w, stride=2, padding=1), Spec((3, 16, 11, 11), "f16"),
                Spec((24, 16, 3, 3), "f16"))
     assert "by columns" not in bc.render(g2, Schedule(window="gather"))[1][-1].detail   # stride 2: no neighbours
