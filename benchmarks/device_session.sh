@@ -4,8 +4,10 @@
 # convolutions, decoders, device tensors and the search, four pytest processes side by side;
 # every attention schedule against SDPA (benchmarks/attention_kernels.py); then `saturn bench`
 # of WORKLOADS with what is left. Everything is written under OUT_DIR; a short summary is
-# printed last. With FUZZ_SEED set, CUDA fuzz batches (10 jobs) run beside the tests until they end.
-# usage: [FUZZ_SEED=S] benchmarks/device_session.sh TREE SECONDS OUT_DIR [WORKLOADS...]
+# printed last. With FUZZ_SEED set, CUDA fuzz batches (10 jobs) run beside the tests until they end;
+# ATTENTION_KERNELS=0 skips the attention schedules, PRODUCT_KERNELS=1 adds every generated
+# product schedule against cuBLAS (benchmarks/product_kernels.py), each with a third of the time.
+# usage: [FUZZ_SEED=S] [ATTENTION_KERNELS=0] [PRODUCT_KERNELS=1] benchmarks/device_session.sh TREE SECONDS OUT_DIR [WORKLOADS...]
 set -u
 tree=$1 total=$2 out=$3; shift 3
 workloads=${*:-attention decoder gpt2 conv2d}
@@ -29,9 +31,16 @@ wait
 for f in "$out"/tests/*.log; do echo "$(basename "$f"): $(tail -n 1 "$f")"; done
 echo "tests took $(elapsed) s"
 grep -h -B3 -A25 "^E " "$out"/tests/*.log | head -80
-timeout $(( total / 3 )) python3 -m benchmarks.attention_kernels --repeat 20 \
-  --json "$out/attention-kernels-$tree.json" > "$out/attention-kernels-$tree.txt" 2>&1
-tail -60 "$out/attention-kernels-$tree.txt"
+if [ "${ATTENTION_KERNELS:-1}" = 1 ]; then
+  timeout $(( total / 3 )) python3 -m benchmarks.attention_kernels --repeat 20 \
+    --json "$out/attention-kernels-$tree.json" > "$out/attention-kernels-$tree.txt" 2>&1
+  tail -60 "$out/attention-kernels-$tree.txt"
+fi
+if [ "${PRODUCT_KERNELS:-0}" = 1 ]; then
+  timeout $(( total / 3 )) python3 -m benchmarks.product_kernels --repeat 20 \
+    --json "$out/product-kernels-$tree.json" > "$out/product-kernels-$tree.txt" 2>&1
+  tail -24 "$out/product-kernels-$tree.txt"
+fi
 left=$(( total - $(elapsed) ))
 if [ $left -gt 90 ]; then
   echo "bench of $workloads with $left s left"

@@ -89,6 +89,10 @@ def test_a_convolution_window_folds_to_its_loop_indices():
     assert [l.kind for l in launches] == ["elementwise", "stage", "gemm_tc"]
     assert "B in 16-byte runs" in launches[2].detail and "staged" not in launches[2].detail
     assert launches[1].output.shape == (32, 58, 58, 64)
+    # the wgmma product reads the same runs (sm_90)
+    src_wg, launches = bc.render(g, Schedule(gemm="wgmma", arch="sm_90"))
+    assert launches[-1].kind == "gemm_wgmma" and "16-byte runs" in launches[-1].detail
+    assert "Bb + ldb_runs_" in src_wg
     # gathered in the product under window="gather", a warp's loads along the image rows
     src, launches = bc.render(g, Schedule(window="gather"))
     assert [l.kind for l in launches] == ["elementwise", "gemm_tc"] and "B gathered by columns" in launches[1].detail

@@ -211,8 +211,9 @@ def test_gpu_generated_convolutions_gather_their_windows(backend, dtype):
     """Convolutions as generated tensor-core products: the im2col windows are never copied
     whole; by default read in 16-byte runs from a channels-last copy of the padded input where
     the channels are a multiple of 8, else (and under window="gather") gathered in the product
-    (by columns, prefetched into registers); under the default tile and the prior's; odd sizes,
-    stride 2, and a 64-channel layer whose tile has 64 rows."""
+    (by columns, prefetched into registers); under the default tile, the prior's and (on sm_90)
+    the wgmma product; odd sizes, stride 2, dilation 2, and a 64-channel layer whose tile has 64
+    rows."""
     from compiler import conv
     from backends.cuda.render import Schedule
     cases = [
@@ -227,11 +228,16 @@ def test_gpu_generated_convolutions_gather_their_windows(backend, dtype):
         g = saturn.trace(fn, *specs)
         rng = np.random.default_rng(1)
         args = [rng.standard_normal(s.shape).astype(s.dtype.np) for s in specs]
-        for sched in (Schedule(), Schedule(window="gather", name="gather"), Schedule(gemm="prior", name="prior")):
+        scheds = [Schedule(), Schedule(window="gather", name="gather"), Schedule(gemm="prior", name="prior")]
+        if backend._has_wgmma():
+            scheds.append(Schedule(gemm="wgmma", name="wgmma"))
+        for sched in scheds:
             exe = backend.build(g, sched)
-            product = [l for l in exe.launches if l.kind == "gemm_tc"]
+            product = [l for l in exe.launches if l.kind in ("gemm_tc", "gemm_wgmma")]
             assert product, exe.explain()
             assert ("16-byte runs" in product[0].detail) == (runs and sched.window == "runs"), exe.explain()
+            if sched.name == "wgmma" and runs:
+                assert product[0].kind == "gemm_wgmma", exe.explain()
             staged_b = [l for l in exe.launches if l.kind == "stage" and l.detail.startswith("B")]
             assert all(math.prod(l.output.shape) < 2 * math.prod(shapes[0]) * 4 for l in staged_b), exe.explain()
             assert_close(exe(*args)[0], evaluate(g, args)[0], scale=8.0, graph=g, args=args)

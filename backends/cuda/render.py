@@ -1037,9 +1037,10 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
         if extra:
             params, call, names = _params(step, extra)
         tc, _ = tc_plan(step, names, staged, relax_kn=True)
-        if tc is not None and not tc[3] and not tc[4]:
+        runs = staged.get("b_runs")
+        if tc is not None and not tc[3] and (not tc[4] or runs is not None):
             epi = _epilogue(name, step, M, params, names)
-            wg = _render_wgmma(name, step, M, sched, tc, extra, params, call, names, epi)
+            wg = _render_wgmma(name, step, M, sched, tc, extra, params, call, names, epi, runs)
             if wg is not None:
                 return "\n".join(pre_src + [wg[0]]), pre + wg[1]
     params, call, names = _params(step)
@@ -1079,9 +1080,11 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
     return _render_simt(name, step, M, sched, params, call, names, epi, why)
 
 
-def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extra, params, call, names, epi):
+def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extra, params, call, names, epi,
+                  runs: Node | None = None):
     """The wgmma GEMM (plus a transpose of an n-contiguous B into k-contiguous rows, padded to
-    a multiple of 8), or None when the operands do not fit it."""
+    a multiple of 8), or None when the operands do not fit it. `runs`: B is a window read in
+    16-byte runs of its staged source (`_restage_window`)."""
     from ir import node as N
     from ir.view import ShapeTracker, View
     shape, acc_a, acc_b, _, _, dt, _ = tc
@@ -1089,7 +1092,11 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     o = step.output
     launches = []
     src_parts = []
-    b_node = acc_b.buffer
+    b_node = acc_b.buffer if runs is None else runs.srcs[0]
+    if runs is not None:
+        src_parts.append(_runs_offset(name, step, runs, tc[6]))
+    if runs is not None and shape.b_layout != "nk":
+        return None
     if shape.b_layout == "kn" and cfg.b_mn and gemm_wgmma.aligned(shape, b_mn=True) \
             and not any(b[2] for b in shape.batch) and wgmma_mn_allowed():
         pass                                 # read n-contiguous B as is (transpose bit)
@@ -1121,11 +1128,12 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
         and o.dtype in (DType.f16, DType.bf16, DType.f32)
     b_name = names[b_node]
     src_parts.append(gemm_wgmma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair,
-                                       names[acc_a.buffer], b_name))
+                                       names[acc_a.buffer], b_name, b_runs=runs is not None))
     launches.append(Launch(name, "gemm_wgmma", gemm_wgmma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
                            list(step.inputs) + list(extra),
                            f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
-                           f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages}" + (f" B n-major (desc {cfg.b_mn})" if cfg.b_mn else "")))
+                           f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages}" + (f" B n-major (desc {cfg.b_mn})" if cfg.b_mn else "")
+                           + (" B in 16-byte runs" if runs is not None else "")))
     return "\n".join(src_parts), launches
 
 

@@ -103,7 +103,9 @@ def aligned(shape: GemmShape, b_mn: bool = False) -> bool:
 
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, call_args: str,
-           epilogue: str, out_type: str, pair_store: bool, a_name: str, b_name: str) -> str:
+           epilogue: str, out_type: str, pair_store: bool, a_name: str, b_name: str, b_runs: bool = False) -> str:
+    """b_runs: B (k-contiguous) is copied from `b_name` at offsets ldb_runs_<name>(bz, k, n), each
+    the start of 8 consecutive elements at k a multiple of 8 (defined by the caller)."""
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     ty = "f16" if dtype == "f16" else "bf16"
     BM, BN, S, NT = cfg.bm, cfg.bn, cfg.stages, cfg.threads
@@ -139,7 +141,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
       const int c = tid + i * {NT}, r = c >> 3, ch = c & 7;
       const int gn = n0 + r, gk = k0 + ch * 8;
       const bool ok = gn < {shape.n} && gk < {shape.k};
-      cp_async16(sb + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Bb + (long long)gn * {shape.b_sn} + gk : Bb, ok ? 16 : 0);
+      cp_async16(sb + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Bb + {f"ldb_runs_{name}(bz, gk, gn)" if b_runs else f"(long long)gn * {shape.b_sn} + gk"} : Bb, ok ? 16 : 0);
     }}"""
     if pair_store:
         store = f"""
