@@ -50,6 +50,17 @@ def causal(s: int, dtype) -> np.ndarray:
     return np.triu(np.full((s, s), -np.inf), 1).astype(dtype)
 
 
+def banded_bias(s: int, dtype) -> np.ndarray:
+    """Causal, plus a finite bias on the 100 keys before the diagonal (0 further away): key
+    tiles that are all zero, tiles with finite values, tiles partly -inf."""
+    i, j = np.indices((s, s))
+    bias = np.where(i - j < 100, -0.01 * (i - j), 0.0)
+    return np.where(j > i, -np.inf, bias).astype(dtype)
+
+
+MASK_VALUES = {"banded_bias": banded_bias}
+
+
 # name -> (function, input specs, which inputs are masks)
 CASES = {
     # (one query row is a matrix-vector product: the plan runs it as products, not flash)
@@ -61,6 +72,7 @@ CASES = {
     "q7_keys1000": (nn.attention, [spec((1, 2, 7, 64), "f16"), spec((1, 2, 1000, 64), "f16"),
                                    spec((1, 2, 1000, 64), "f16")], ()),
     "causal": (_masked, [spec((1, 2, 1000, 64), "f16")] * 3 + [spec((1000, 1000), "f16")], (3,)),
+    "banded_bias": (_masked, [spec((1, 2, 700, 64), "bf16")] * 3 + [spec((700, 700), "bf16")], (3,)),
     "gqa_causal": (_grouped, [spec((1, 4, 333, 128), "bf16"), spec((1, 2, 333, 128), "bf16"),
                               spec((1, 2, 333, 128), "bf16"), spec((333, 333), "f32")], (3,)),
     "is_causal": (_causal, [spec((2, 2, 1000, 64), "f16")] * 3, ()),
@@ -88,7 +100,7 @@ def _inputs(name, g, seed=0):
             m[0, ..., 3, :] = False
             out.append(m)
         elif i in masks:
-            out.append(causal(n.shape[-1], n.dtype.np))
+            out.append(MASK_VALUES.get(name, causal)(n.shape[-1], n.dtype.np))
         else:
             out.append(rng.standard_normal(n.shape).astype(n.dtype.np))
     return out
@@ -127,13 +139,15 @@ def test_where_masks_are_one_flash_kernel_with_a_tile_table_when_known(name):
         assert ("seen_tiles[" in src) == (name == "gqa_bool_mask")
 
 
-@pytest.mark.parametrize("name", ["causal", "gqa_causal", "ragged_1000"])
+@pytest.mark.parametrize("name", ["causal", "gqa_causal", "banded_bias", "ragged_1000"])
 def test_a_mask_read_from_memory_is_scanned_for_the_key_tiles_to_skip(name):
     """An additive mask input (a decoder's causal mask) is scanned per block for the key tiles
-    its rows can see; without a mask there is nothing to scan."""
+    its rows can see and for those whose mask values are all zero, which read and add no mask
+    (`masked_tile`); without a mask there is nothing to scan."""
     for sched in (Schedule(arch="sm_90a"), Schedule(attn=WG_ATTN_CONFIGS[0], arch="sm_90a")):
         src, _ = render(_graph(name), sched)
         assert ("seen_tiles[" in src) == (name != "ragged_1000")
+        assert ("if (masked_tile) x +=" in src) == (name != "ragged_1000")
 
 
 def test_the_tile_table_of_a_causal_mask():

@@ -89,10 +89,13 @@ def _mask_load(mk: AttnMask, base: str, row: str, key: str) -> str:
     return f"{to_f}({base}[(long long)({row}) * {mk.ss} + (long long)({key}) * {mk.sk}])"
 
 
-def _mask_code(shape: AttnShape, mask_ptr: str, mo: str) -> tuple[str, str, str]:
+def _mask_code(shape: AttnShape, mask_ptr: str, mo: str, keep: "Keep | None" = None) -> tuple[str, str, str]:
     """(setup, per-8-key-group loads into mk[4], per-score statement) adding log2 * mask to
     the scaled score x; a thread's two adjacent keys are one 32-bit load where the mask is a
-    key-contiguous, even-aligned f16/bf16 buffer. Positions outside (sq, skv) read nothing."""
+    key-contiguous, even-aligned f16/bf16 buffer. Positions outside (sq, skv) read nothing.
+    Without a `keep` predicate the block's scan of the mask (`keep_parts`) tells which key
+    tiles hold a mask value other than zero: the others read and add nothing (`masked_tile`,
+    the same for the whole block)."""
     mk = shape.mask
     if mk is None:
         return "", "", ""
@@ -101,7 +104,7 @@ def _mask_code(shape: AttnShape, mask_ptr: str, mo: str) -> tuple[str, str, str]
     paired = pair_t is not None and mk.sk == 1 and mk.ss % 2 == 0 and mk.off % 2 == 0 and \
         all(b % 2 == 0 for b in mk.batch)
     to2 = "__half22float2" if mk.ctype == "__half" else "__bfloat1622float2"
-    lines = ["float mk[4];", "#pragma unroll", "for (int hh = 0; hh < 2; ++hh) {",
+    lines = ["#pragma unroll", "for (int hh = 0; hh < 2; ++hh) {",
              "  const int row = rbase + hh * 8, key = j0 + j * 8 + (lane & 3) * 2;"]
     if paired:
         lines += [f"  if (row < {shape.sq} && key + 1 < {shape.skv}) {{",
@@ -113,7 +116,11 @@ def _mask_code(shape: AttnShape, mask_ptr: str, mo: str) -> tuple[str, str, str]
     if paired:
         lines.append("  }")
     lines.append("}")
-    return setup, "\n        ".join(lines), f"x += {repr(float(mk.log2))}f * mk[e];"
+    add = f"x += {repr(float(mk.log2))}f * mk[e];"
+    if keep is not None:
+        return setup, "\n        ".join(["float mk[4];"] + lines), add
+    return setup, "\n        ".join(["float mk[4] = {0.f, 0.f, 0.f, 0.f};", "if (masked_tile) {"] + lines + ["}"]), \
+        f"if (masked_tile) {add}"
 
 
 def batch_offsets(shape: AttnShape) -> tuple[str, str, str, str, str]:
@@ -202,34 +209,41 @@ def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None
     neg_inf = {"__half": "0xFC00u", "__nv_bfloat16": "0xFF80u"}.get(mk.ctype) if mk is not None else None
     vec = 8 if (keep is None and neg_inf and mk.sk == 1 and mk.ss % 8 == 0 and mk.off % 8 == 0
                 and all(b % 8 == 0 for b in mk.batch) and shape.skv % 8 == 0) else 1
-    if vec == 8:   # 16-byte loads of 8 halves, each compared with -inf's bits
+    if vec == 8:   # 16-byte loads of 8 halves, each compared with -inf's and +-0's bits
         check = (f"      const uint4 w = *reinterpret_cast<const uint4*>(Mb + (long long)row * {mk.ss} + key0);\n"
                  f"      const uint32_t ws[4] = {{w.x, w.y, w.z, w.w}};\n"
                  f"      #pragma unroll\n"
-                 f"      for (int h = 0; h < 4; ++h) found |= ((ws[h] & 0xFFFFu) != {neg_inf}) | ((ws[h] >> 16) != {neg_inf});")
+                 f"      for (int h = 0; h < 4; ++h) {{\n"
+                 f"        found |= ((ws[h] & 0xFFFFu) != {neg_inf}) | ((ws[h] >> 16) != {neg_inf});\n"
+                 f"        nonzero |= (ws[h] & 0x7FFF7FFFu) != 0u;\n"
+                 f"      }}")
+    elif keep is None:
+        check = (f"      const float mv = {_mask_load(mk, 'Mb', 'row', 'key0')};\n"
+                 f"      found |= mv != -__int_as_float(0x7f800000);\n"
+                 f"      nonzero |= mv != 0.f;")
     else:
         seen = []
         if mk is not None:
             seen.append(f"{_mask_load(mk, 'Mb', 'row', 'key0')} != -__int_as_float(0x7f800000)")
-        if keep is not None:
-            seen.append("keep(row, key0)")
-        check = f"      found |= ({' && '.join(seen)});"
-    scan = f"""  __shared__ int seen_tiles[{ntiles}];      // key tiles some row of this block can see
+        seen.append("keep(row, key0)")
+        check = f"      found |= ({' && '.join(seen)});\n      nonzero = true;"
+    scan = f"""  // key tiles some row of this block can see (bit 0), and whose mask is not all zero (bit 1)
+  __shared__ int seen_tiles[{ntiles}];
   for (int i = threadIdx.x; i < {ntiles}; i += blockDim.x) seen_tiles[i] = 0;
   __syncthreads();
   for (int c = threadIdx.x; c < {-(-shape.skv // vec)}; c += blockDim.x) {{
     const int key0 = c * {vec};
-    bool found = false;
+    bool found = false, nonzero = false;
     for (int r = 0; r < {bq} && q0 + r < {shape.sq}; ++r) {{
       const int row = q0 + r;
 {check}
     }}
-    if (found) seen_tiles[key0 / {bkv}] = 1;
+    if (found || nonzero) atomicOr(&seen_tiles[key0 / {bkv}], (found ? 1 : 0) | (nonzero ? 2 : 0));
   }}
   __syncthreads();
   t_lo = {ntiles}; t_hi = 0;
   for (int i = 0; i < {ntiles}; ++i)
-    if (seen_tiles[i]) {{ t_lo = min(t_lo, i); t_hi = i + 1; }}
+    if (seen_tiles[i] & 1) {{ t_lo = min(t_lo, i); t_hi = i + 1; }}
   if (t_lo >= t_hi) t_lo = t_hi = 0;
 """
     return "", setup, scan, test
@@ -256,7 +270,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
     mk = shape.mask
     qo, ko, vo, oo, mo = batch_offsets(shape)
     sc = repr(float(shape.scale_log2))
-    mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
+    mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo, keep)
     safe = safe_max(shape, keep)
     keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep)
     return f"""
@@ -346,6 +360,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
     const int j0 = t * {BKV};
     const bool ragged = j0 + {BKV} > {shape.skv};
     {"const bool full = t >= f_lo && t < f_hi;" if keep is not None else ""}
+    {"const bool masked_tile = (seen_tiles[t] & 2) != 0;" if mk is not None and keep is None else ""}
     #pragma unroll
     for (int mt = 0; mt < {MT}; ++mt) {{
       // scale, mask keys past the end (last tile only), running max

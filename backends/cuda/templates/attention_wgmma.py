@@ -63,7 +63,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     mk = shape.mask
     qo, ko, vo, oo, mo = batch_offsets(shape)
     sc = repr(float(shape.scale_log2))
-    mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo)
+    mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo, keep)
     safe = safe_max(shape, keep)
     keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep)
     # adjacent output columns: one 2-wide store (aligned: every row and batch start even)
@@ -153,6 +153,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     const int j0 = t * {BKV};
     const bool ragged = j0 + {BKV} > {shape.skv};
     {"const bool full = t >= f_lo && t < f_hi;" if keep is not None else ""}
+    {"const bool masked_tile = (seen_tiles[t] & 2) != 0;" if mk is not None and keep is None else ""}
     // scale, mask keys past the end (last tile only), running max
     float mx0 = m0, mx1 = m1;
     #pragma unroll
