@@ -11,11 +11,11 @@ FLOP/s count every score (causal ones too). Needs a GPU, pycuda and torch with C
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 
 import numpy as np
+
+from benchmarks import schedule_tables
 
 CASES = [  # (b, h, s, d, dtype, causal): False, "is_causal" (the mask computed in the kernel,
            # its removed key tiles skipped) or "mask" (an additive mask tensor, as the decoders)
@@ -82,56 +82,17 @@ def run_case(be, case, repeat: int, out=print) -> list[dict]:
         rows.append({"case": label, "kernel": sched.name, "ms": t * 1e3, "max_rel_err": err,
                      "detail": detail[0] if detail else "", "launches": len(exe.launches)})
         exe.close()
-    for r in rows:
-        if "ms" in r:
-            r["tflops"] = flops / (r["ms"] * 1e-3) / 1e12
-            r["x_sdpa"] = sdpa / r["ms"]
-            out(f"{label:<28} {r['kernel']:<30} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s {r['x_sdpa']:5.2f}x SDPA"
-                + (f"  err {r['max_rel_err']:.1e}" if "max_rel_err" in r else ""))
-        else:
-            out(f"{label:<28} {r['kernel']:<30} failed: {r['error']}")
+    schedule_tables.report(rows, label, flops, sdpa, "SDPA", out,
+                           extra=lambda r: f"  err {r['max_rel_err']:.1e}" if "max_rel_err" in r else "")
     return rows
 
 
 def _precompile(be, cases) -> None:
-    """nvcc on every (case, schedule) at once, on all cores (the builds then hit its cache)."""
-    import dataclasses
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-    from backends.cuda import render, toolchain
-    from backends.cuda.runtime import get_runtime
-    arch = get_runtime().info.arch
-    jobs = [(g, dataclasses.replace(x, arch=arch)) for g in map(lambda c: _program(*c), cases)
-            for x in be.schedules(g) if x.attn is not None]
-
-    def one(job):
-        toolchain.compile_source(render(*job)[0], arch)
-    with ThreadPoolExecutor(os.cpu_count() or 2) as ex:
-        list(ex.map(one, jobs))
+    schedule_tables.precompile([_program(*c) for c in cases], lambda g: [x for x in be.schedules(g) if x.attn is not None])
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="only the first case")
-    ap.add_argument("--repeat", type=int, default=30, help="timed runs per kernel (median reported)")
-    ap.add_argument("--json", help="write every row here")
-    a = ap.parse_args(argv)
-    from backends.cuda import CUDABackend
-    be = CUDABackend()
-    reason = be.unavailable_reason()
-    if reason:
-        print(f"no CUDA device: {reason}")
-        return 1
-    cases = CASES[:1] if a.quick else CASES
-    _precompile(be, cases)
-    rows = []
-    for case in cases:
-        rows += run_case(be, case, a.repeat)
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(rows, f, indent=1)
-    return 0
+    return schedule_tables.main(__doc__, CASES, run_case, _precompile, argv, repeat=30)
 
 
 if __name__ == "__main__":

@@ -13,10 +13,9 @@ best generated schedule. "nt" cases are linear layers (`x @ w.T`, the weight k-c
 """
 from __future__ import annotations
 
-import argparse
-import json
-
 import numpy as np
+
+from benchmarks import schedule_tables
 
 # (M, N, K, batch, layout): 4096^3, the products of a 1.1B Llama-style decoder layer at 1024
 # tokens (MLP up/gate 2048 -> 5632, down 5632 -> 2048), GPT-style MLP at 8192 / 16384 tokens,
@@ -94,14 +93,8 @@ def run_case(be, case, repeat: int, out=print) -> list[dict]:
         del got
     lib = rows[0]["ms"]
     timed = [r for r in rows[1:] if "ms" in r]
-    for r in rows:
-        if "ms" in r:
-            r["tflops"] = flops / (r["ms"] * 1e-3) / 1e12
-            r["x_cublas"] = lib / r["ms"]
-            out(f"{name:<28} {r['kernel']:<24} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s {r['x_cublas']:5.2f}x cuBLAS"
-                + (f"  err {r['max_rel_err']:.1e}  {'+'.join(r['launches'])}" if "max_rel_err" in r else ""))
-        else:
-            out(f"{name:<28} {r['kernel']:<24} failed: {r['error']}")
+    schedule_tables.report(rows, name, flops, lib, "cuBLAS", out, 24,
+                           lambda r: f"  err {r['max_rel_err']:.1e}  {'+'.join(r['launches'])}" if "max_rel_err" in r else "")
     if timed:
         best = min(timed, key=lambda r: r["ms"])
         out(f"{name:<28} best generated: {best['kernel']} {best['x_cublas']:.2f}x cuBLAS")
@@ -126,20 +119,7 @@ def _same_kernel(g, sched, seen: dict) -> str | None:
 
 
 def _precompile(be, cases) -> None:
-    """nvcc on every (case, schedule) at once, on all cores (the builds then hit its cache)."""
-    import dataclasses
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-    from backends.cuda import render, toolchain
-    from backends.cuda.runtime import get_runtime
-    arch = get_runtime().info.arch
-    jobs = [(g, dataclasses.replace(x, arch=arch)) for g in map(lambda c: _program(*c), cases)
-            for x in generated_schedules(be, g)]
-
-    def one(job):
-        toolchain.compile_source(render(*job)[0], arch)
-    with ThreadPoolExecutor(os.cpu_count() or 2) as ex:
-        list(ex.map(one, jobs))
+    schedule_tables.precompile([_program(*c) for c in cases], lambda g: generated_schedules(be, g))
 
 
 def summary(rows) -> list[str]:
@@ -156,31 +136,7 @@ def summary(rows) -> list[str]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="only the first case")
-    ap.add_argument("--repeat", type=int, default=20, help="timed runs per kernel (median reported)")
-    ap.add_argument("--json", help="write every row here")
-    a = ap.parse_args(argv)
-    from backends.cuda import CUDABackend
-    be = CUDABackend()
-    reason = be.unavailable_reason()
-    if reason:
-        print(f"no CUDA device: {reason}")
-        return 1
-    cases = CASES[:1] if a.quick else CASES
-    _precompile(be, cases)
-    rows = []
-    for case in cases:
-        try:
-            rows += run_case(be, case, a.repeat)
-        except Exception as e:      # (one case out of memory or failing must not lose the others)
-            print(f"{label(case)}: {type(e).__name__}: {e}")
-        if a.json:                  # after each case: a time limit keeps what ran
-            with open(a.json, "w") as f:
-                json.dump(rows, f, indent=1)
-    print("\n".join(summary(rows)))
-    return 0
+    return schedule_tables.main(__doc__, CASES, run_case, _precompile, argv, repeat=20, label=label, summary=summary)
 
 
 if __name__ == "__main__":

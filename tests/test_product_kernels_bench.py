@@ -1,5 +1,6 @@
 """benchmarks/product_kernels.py without a GPU: its cases trace to one product each, its
-schedules leave out the library ones, and its summary pairs each case with cuBLAS."""
+schedules leave out the library ones, and its summary pairs each case with cuBLAS; the rows'
+report it shares with benchmarks/attention_kernels.py (benchmarks/schedule_tables.py)."""
 import pytest
 
 from backends.cuda import CUDABackend
@@ -32,3 +33,13 @@ def test_summary_pairs_each_case_with_cublas():
             {"case": "c", "kernel": "x", "error": "too many registers"}]
     lines = pk.summary(rows)
     assert lines[-1] == "| c | 1.0000 | 1.2500 (b) | 0.80x |"
+
+
+def test_report_adds_rates_and_prints_failures():
+    from benchmarks import schedule_tables
+    rows = [{"case": "c", "kernel": "lib", "ms": 2.0}, {"case": "c", "kernel": "a", "ms": 1.0},
+            {"case": "c", "kernel": "b", "error": "too much shared memory"}]
+    lines = []
+    schedule_tables.report(rows, "c", 4e9, 2.0, "cuBLAS", lines.append, 8)
+    assert rows[1]["tflops"] == 4.0 and rows[1]["x_cublas"] == 2.0 and rows[0]["x_cublas"] == 1.0
+    assert lines[1].endswith("2.00x cuBLAS") and lines[2].endswith("failed: too much shared memory")

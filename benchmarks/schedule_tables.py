@@ -1,0 +1,70 @@
+"""What the per-schedule kernel tables (benchmarks/attention_kernels.py, product_kernels.py)
+share: nvcc on every (case, schedule) at once before anything is timed, and the command line
+that runs each case and keeps its rows."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def precompile(programs, schedules_of) -> None:
+    """nvcc on every (program, schedule) at once, on all cores (the builds then hit its cache)."""
+    import dataclasses
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+    from backends.cuda import render, toolchain
+    from backends.cuda.runtime import get_runtime
+    arch = get_runtime().info.arch
+    jobs = [(g, dataclasses.replace(x, arch=arch)) for g in programs for x in schedules_of(g)]
+
+    def one(job):
+        toolchain.compile_source(render(*job)[0], arch)
+    with ThreadPoolExecutor(os.cpu_count() or 2) as ex:
+        list(ex.map(one, jobs))
+
+
+def report(rows, label: str, flops: float, base_ms: float, versus: str, out=print, width: int = 30,
+           extra=lambda r: "") -> None:
+    """Each row's TFLOP/s and speed over the baseline's (key x_<versus>, lower-cased), printed
+    one line a row (a failed build prints its reason)."""
+    key = "x_" + versus.lower()
+    for r in rows:
+        if "ms" in r:
+            r["tflops"] = flops / (r["ms"] * 1e-3) / 1e12
+            r[key] = base_ms / r["ms"]
+            out(f"{label:<28} {r['kernel']:<{width}} {r['ms']:8.4f} ms {r['tflops']:7.1f} TFLOP/s {r[key]:5.2f}x {versus}"
+                + extra(r))
+        else:
+            out(f"{label:<28} {r['kernel']:<{width}} failed: {r['error']}")
+
+
+def main(doc: str, cases, run_case, precompile_cases, argv=None, repeat: int = 20, label=str,
+         summary=None) -> int:
+    """Parse --quick / --repeat / --json, then run_case(backend, case, repeat) -> rows for each
+    case (one that fails is reported and the others still run), the rows written to --json
+    after each case (a time limit keeps what ran), and `summary(rows)` lines printed last."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="only the first case")
+    ap.add_argument("--repeat", type=int, default=repeat, help="timed runs per kernel (median reported)")
+    ap.add_argument("--json", help="write every row here")
+    a = ap.parse_args(argv)
+    from backends.cuda import CUDABackend
+    be = CUDABackend()
+    reason = be.unavailable_reason()
+    if reason:
+        print(f"no CUDA device: {reason}")
+        return 1
+    cases = cases[:1] if a.quick else cases
+    precompile_cases(be, cases)
+    rows = []
+    for case in cases:
+        try:
+            rows += run_case(be, case, a.repeat)
+        except Exception as e:      # (one case out of memory or failing must not lose the others)
+            print(f"{label(case)}: {type(e).__name__}: {e}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(rows, f, indent=1)
+    if summary is not None:
+        print("\n".join(summary(rows)))
+    return 0
