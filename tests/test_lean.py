@@ -1,30 +1,37 @@
 """The interpreter's evaluation without materialized broadcasts (ir/lean.py), and the
 verification of big programs that relies on it."""
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import compiler as saturn
 from compiler import fuzz, verify
 from compiler.trace import trace, trace_primitives
 from ir import numerics
+from ir.bounds import allowed, evaluate_bounded
 from ir.dtypes import DType
 from ir.interpreter import evaluate
 from ir.lean import _summed_products, evaluate_lean
 from ir.ops import Op
 
 
-def _agree(got, want, dtype) -> None:
+def _agree(got, want, dtype, allowed=None) -> None:
     """Equal NaN and infinity positions; finite values within the output tolerance of the type,
-    relative to the largest magnitude (the sums run in another order)."""
+    relative to the largest magnitude (the sums run in another order), or within twice
+    `allowed` per element where given (each of two correct evaluations lies within the
+    program's propagated error bound of the exact value: an output that is rounding noise,
+    e.g. a norm of a row that cancels to zero, may differ entirely between orders)."""
     got, want = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
     assert got.shape == want.shape
     np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
     np.testing.assert_array_equal(np.where(np.isinf(want), want, 0), np.where(np.isinf(got), got, 0))
     fin = np.isfinite(want)
     top = float(np.max(np.abs(want[fin]), initial=0.0))
-    assert np.all(np.abs(got[fin] - want[fin]) <= numerics.OUTPUT_TOLERANCE[dtype] * max(top, 1e-30)), \
-        float(np.max(np.abs(got[fin] - want[fin]), initial=0))
+    diff = np.abs(got[fin] - want[fin])
+    ok = diff <= numerics.OUTPUT_TOLERANCE[dtype] * max(top, 1e-30)
+    if allowed is not None:
+        ok |= diff <= 2 * np.broadcast_to(allowed, want.shape)[fin]
+    assert np.all(ok), float(np.max(diff, initial=0))
 
 
 def test_matmul_attention_and_summed_products_match_the_interpreter():
@@ -47,19 +54,28 @@ def test_matmul_attention_and_summed_products_match_the_interpreter():
 
 
 @given(st.integers(0, 2 ** 31 - 1))
+@example(72451)    # layer norms, a mean that cancels to zero, a bf16 rms norm of it: rounding noise
 @settings(max_examples=40)
 def test_random_programs_match_the_interpreter(seed):
     """The fuzzer's random programs (views with masks and pads, gathers, casts, half types,
-    products, attention): each output as the interpreter gives it, up to the sums' order."""
+    products, attention): each output as the interpreter gives it, up to the sums' order
+    (within the type's tolerance, or where the output is ill-conditioned within the program's
+    propagated error bound)."""
     prog = fuzz.random_program(seed)
+    specs = [saturn.spec(s, d) for s, d in prog.inputs]
     try:
-        g = trace(fuzz.saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs])
+        g = trace(fuzz.saturn_fn(prog), *specs)
     except saturn.errors.SaturnError:
         return
     args = fuzz.inputs_for(prog)
-    for got, want, out in zip(evaluate_lean(g, args, wide=False), evaluate(g, args, wide=False), g.outputs):
+    try:
+        bounded = evaluate_bounded(trace_primitives(fuzz.saturn_fn(prog), *specs), args)
+    except Exception:   # (a bound too costly to form: the type's tolerance alone)
+        bounded = [None] * len(g.outputs)
+    for got, want, out, b in zip(evaluate_lean(g, args, wide=False), evaluate(g, args, wide=False), g.outputs,
+                                 bounded):
         if out.dtype.is_float:
-            _agree(got, want, out.dtype)
+            _agree(got, want, out.dtype, None if b is None else allowed(b.value, b.bound, out.dtype))
         else:
             np.testing.assert_array_equal(got, want)
 
