@@ -102,16 +102,11 @@ def _correlate(x: Tensor, weight: Tensor, stride, dilation, groups: int, op: str
     out_sp = w.shape[2:2 + nd]
     p, kk = math.prod(out_sp), math.prod(kernel)
     w = w.reshape((n, groups, cg) + w.shape[2:])
-    # the reduction runs over (kernel taps, channels), channels innermost: a channels-last copy
-    # of the input then holds each tap's channels side by side (a backend can read the window
-    # in 16-byte runs instead of element by element); the weight is viewed the same way
-    order = [0, 1] + list(range(3 + nd, 3 + 2 * nd)) + [2] + list(range(3, 3 + nd))
-    cols = w.permute(order).reshape(n, groups, kk * cg, p)     # (N, G, K * C/G, P)
-    wm = weight.reshape((groups, o // groups, cg) + tuple(kernel))
-    # (a copy of the weight in that order: the products read it row by row)
-    wm = wm.permute([0, 1] + list(range(3, 3 + nd)) + [2]).contiguous().reshape(groups, o // groups, kk * cg)
+    order = [0, 1, 2] + list(range(3 + nd, 3 + 2 * nd)) + list(range(3, 3 + nd))
+    cols = w.permute(order).reshape(n, groups, cg * kk, p)     # (N, G, C/G * K, P)
+    wm = weight.reshape(groups, o // groups, cg * kk)
     if groups == 1:
-        out = wm.reshape(o, kk * cg) @ cols.reshape(n, kk * cg, p)
+        out = wm.reshape(o, cg * kk) @ cols.reshape(n, cg * kk, p)
     else:
         out = wm @ cols                                         # (N, G, O/G, P)
     # materialized as (N, O, P) so that the product is one kernel with the output positions as

@@ -75,7 +75,7 @@ def test_rendered_offsets_read_what_the_interpreter_reads(data, shape):
 
 
 def test_a_convolution_window_folds_to_its_loop_indices():
-    """conv2d's B operand (batch, k = (r, s, c), n = (h, w)) over a padded input: one division
+    """conv2d's B operand (batch, k = (c, r, s), n = (h, w)) over a padded input: one division
     per index digit, all in 32 bits, no division of a whole sum."""
     from compiler import conv
     from compiler.trace import Spec, trace
@@ -83,42 +83,58 @@ def test_a_convolution_window_folds_to_its_loop_indices():
     from backends.cuda.render import Schedule
     g = trace(lambda x, w: conv.conv2d(x, w, stride=1, padding=1), Spec((32, 64, 56, 56), "f16"),
               Spec((64, 64, 3, 3), "f16"))
-    # by default read in 16-byte runs from a channels-last copy of the padded input (no 9x
-    # im2col copy); the weight copied (by the frontend) in (tap, channel) order like the window
     src, launches = bc.render(g, Schedule())
-    assert [l.kind for l in launches] == ["elementwise", "stage", "gemm_tc"]
+    # gathered in the product (no 9x im2col copy), a warp's loads along the image rows
+    assert [l.kind for l in launches] == ["gemm_tc"] and "B gathered by columns" in launches[0].detail
+    g2 = trace(lambda x, w: conv.conv2d(x, w, stride=2, padding=1), Spec((3, 16, 11, 11), "f16"),
+               Spec((24, 16, 3, 3), "f16"))
+    assert "by columns" not in bc.render(g2, Schedule())[1][0].detail   # stride 2: no neighbours
+    loader = src[src.index("DEV float ldb_"):]
+    loader = loader[:loader.index("}")]
+    assert "(int)k / 9" in loader and "(int)n / 56" in loader and "(int)n % 56" in loader
+    assert "k * 3136" not in loader and "long long)" not in loader.split("{", 1)[1]
+
+
+def test_a_window_over_taps_then_channels_is_read_in_runs():
+    """A convolution reducing over (taps, channels): by default its window is read in 16-byte
+    runs from a channels-last copy of the padded input (no 9x im2col copy), by the mma.sync and
+    the wgmma products; under window="gather" element by element."""
+    from compiler.trace import Spec, trace
+    import backends.cuda as bc
+    from backends.cuda.render import Schedule
+    from tests.window_programs import taps_channels_conv2d
+    g = trace(lambda x, w: taps_channels_conv2d(x, w, padding=1), Spec((32, 64, 56, 56), "f16"),
+              Spec((64, 64, 3, 3), "f16"))
+    src, launches = bc.render(g, Schedule())
+    assert [l.kind for l in launches] == ["elementwise", "stage", "gemm_tc"]   # the weight copy, the image's
     assert "B in 16-byte runs" in launches[2].detail and "staged" not in launches[2].detail
     assert launches[1].output.shape == (32, 58, 58, 64)
-    # the wgmma product reads the same runs (sm_90)
+    assert "ldb_runs_k1_gemm(long long bz, int k, int n) { return (((int)k / 192) * 3712" in src
     src_wg, launches = bc.render(g, Schedule(gemm="wgmma", arch="sm_90"))
     assert launches[-1].kind == "gemm_wgmma" and "16-byte runs" in launches[-1].detail
     assert "Bb + ldb_runs_" in src_wg
-    # gathered in the product under window="gather", a warp's loads along the image rows
     src, launches = bc.render(g, Schedule(window="gather"))
     assert [l.kind for l in launches] == ["elementwise", "gemm_tc"] and "B gathered by columns" in launches[1].detail
-    g2 = trace(lambda x, w: conv.conv2d(x, w, stride=2, padding=1), Spec((3, 16, 11, 11), "f16"),
-               Spec((24, 16, 3, 3), "f16"))
-    assert "by columns" not in bc.render(g2, Schedule(window="gather"))[1][-1].detail   # stride 2: no neighbours
-    loader = src[src.index("DEV float ldb_"):]
-    loader = loader[:loader.index("}")]
-    assert "(int)k / 192" in loader and "(int)n / 56" in loader and "(int)n % 56" in loader
-    assert "k * 3136" not in loader and "long long)" not in loader.split("{", 1)[1]
 
 
 @pytest.mark.parametrize("n,c,hw,o,r,stride,dilation,pad", [
     (2, 16, 12, 24, 3, 1, 1, 1), (3, 16, 11, 24, 3, 2, 1, 1), (1, 8, 9, 16, 3, 1, 2, 2),
     (2, 24, 7, 17, 5, 1, 1, 2), (1, 8, 10, 16, (3, 1), 1, 1, (1, 0))])
 def test_a_window_read_in_runs_reads_what_the_gather_reads(n, c, hw, o, r, stride, dilation, pad):
-    """A convolution's window operand read from a channels-last copy of the padded input: the
-    copy's view reads every element the window reads, and the rendered offset function
-    (ldb_runs) points at it, each k = 8q the start of 8 consecutive, 16-byte aligned elements."""
-    from compiler import conv
+    """A convolution's window operand (reduced over (taps, channels)) read from a channels-last
+    copy of the padded input: the copy's view reads every element the window reads, and the
+    rendered offset function (ldb_runs) points at it, each k = 8q the start of 8 consecutive,
+    16-byte aligned elements. The frontend's conv2d (channels, taps) keeps the gather."""
     from compiler.trace import Spec, trace
+    from tests.window_programs import frontend_conv2d, taps_channels_conv2d
     from backends.cuda.plan import plan
     R = importlib.import_module("backends.cuda.render")   # (the package's render() shadows the module)
     kh, kw = (r, r) if isinstance(r, int) else r
-    g = trace(lambda x, w: conv.conv2d(x, w, stride=stride, dilation=dilation, padding=pad),
-              Spec((n, c, hw, hw + 1), "f16"), Spec((o, c, kh, kw), "f16"))
+    specs = Spec((n, c, hw, hw + 1), "f16"), Spec((o, c, kh, kw), "f16")
+    g = trace(lambda x, w: frontend_conv2d(x, w, stride=stride, dilation=dilation, padding=pad), *specs)
+    step = next(s for s in plan(g) if s.kind == "gemm")
+    assert R._restage_window(step.gemm.b, R._params(step)[2], step.gemm.k_axis) is None
+    g = trace(lambda x, w: taps_channels_conv2d(x, w, stride=stride, dilation=dilation, padding=pad), *specs)
     step = next(s for s in plan(g) if s.kind == "gemm")
     names = R._params(step)[2]
     got = R._restage_window(step.gemm.b, names, step.gemm.k_axis)

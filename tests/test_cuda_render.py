@@ -626,12 +626,11 @@ def test_an_output_that_reshapes_a_kernels_value_is_written_by_that_kernel(dtype
     from compiler import conv
     g = trace(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 8, 6, 6), dtype), spec((5, 8, 3, 3), dtype))
     steps = plan(g)
-    # (the elementwise step copies the weight in the product's (tap, channel) order)
-    assert [s.kind for s in steps] == ["elementwise", "gemm"] and steps[-1].store is prepare(g)[0].outputs[0]
+    assert [s.kind for s in steps] == ["gemm"] and steps[0].store is prepare(g)[0].outputs[0]
     for sched in (Schedule(), Schedule(gemm="cublas", name="cublas")):
         _, launches = render(g, sched)
         assert launches[-1].output is prepare(g)[0].outputs[0], [l.name for l in launches]
-        assert not any(l.kind == "elementwise" and l.inputs == [steps[-1].output] for l in launches)
+        assert not any(l.kind == "elementwise" and l.inputs == [steps[0].output] for l in launches)
     check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(gemm="cublas", name="cublas")), g, 5, 3e-2)
     g = trace(lambda x: x.sum(0).reshape(4, 4), spec((8, 16)))
     assert [s.kind for s in plan(g)] == ["generic"]
@@ -677,9 +676,9 @@ def test_wgmma_attention_comes_first_where_the_head_dims_fit(monkeypatch):
 
 def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
     """A convolution whose product reads an im2col window has cuBLAS (its window staged) as its
-    first schedule, then the default (the window read in runs of a channels-last copy), then the
-    window gathered element by element; a plain product and a 1x1 convolution (no window) keep
-    the default first."""
+    first schedule, then the default; where the default reads the window in runs of a
+    channels-last copy (a reduction over (taps, channels)), the window gathered element by
+    element third; a plain product and a 1x1 convolution (no window) keep the default first."""
     from compiler import conv
     monkeypatch.setattr(CUDABackend, "_cublas_reason", staticmethod(lambda: None))
     monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: False))
@@ -687,9 +686,13 @@ def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
     def first(fn, *specs):
         return CUDABackend().schedules(compiler.trace(fn, *specs))[:2]
 
+    from tests.window_programs import taps_channels_conv2d
     s3 = CUDABackend().schedules(compiler.trace(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 16, 12, 12), "f16"),
                                                  spec((24, 16, 3, 3), "f16")))
-    assert [s.name for s in s3[:3]] == ["cublas", "default", "gather"] and s3[2].window == "gather"
+    assert [s.name for s in s3[:3]] == ["cublas", "default", "prior"]       # the window gathered
+    runs = CUDABackend().schedules(compiler.trace(lambda x, w: taps_channels_conv2d(x, w, padding=1),
+                                                  spec((2, 16, 12, 12), "f16"), spec((24, 16, 3, 3), "f16")))
+    assert [s.name for s in runs[:3]] == ["cublas", "default", "gather"] and runs[2].window == "gather"
     s1 = first(lambda x, w: conv.conv2d(x, w), spec((2, 16, 12, 12), "f16"), spec((24, 16, 1, 1), "f16"))
     assert s1[0].name == "default"
     mm = first(lambda a, b: a @ b, spec((64, 32), "f16"), spec((32, 48), "f16"))

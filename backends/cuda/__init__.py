@@ -21,22 +21,23 @@ def render(graph: Graph, schedule: Schedule | None = None, prefix: str = "", pre
     return render_program(steps, M, schedule or Schedule(), prefix, prelude)
 
 
-def _gathers_windows(steps) -> bool:
-    """Whether the default schedule reads a product's operand through a window view too large
-    to copy whole (render.EXPANDED_COPY): element by element, or in runs of a copy of its
-    source (render._restage_window)."""
+def _window_reads(steps) -> set[str]:
+    """How the default schedule reads the products' operands that are window views too large to
+    copy whole (render.EXPANDED_COPY): "gathered" element by element, "runs" in 16-byte runs of
+    a copy of their source (render._restage_window)."""
     from backends.cuda.render import render_gemm
     M = {s.output for s in steps}
+    found = set()
     for i, s in enumerate(steps):
         if s.kind == "gemm":
             try:
                 _, launches = render_gemm(f"probe{i}", s, M, Schedule())
             except Exception:    # a product that does not render is the build's to report
                 continue
-            launches = launches if isinstance(launches, list) else [launches]
-            if any("gathered" in l.detail or "16-byte runs" in l.detail for l in launches):
-                return True
-    return False
+            for l in launches if isinstance(launches, list) else [launches]:
+                found |= {"gathered"} if "gathered" in l.detail else set()
+                found |= {"runs"} if "16-byte runs" in l.detail else set()
+    return found
 
 
 class CUDABackend:
@@ -68,7 +69,7 @@ class CUDABackend:
             return [Schedule(lowering="kernel_ir", name="kernel_ir")]
         steps = plan(graph)
         kinds = {s.kind for s in steps}
-        windows = "gemm" in kinds and _gathers_windows(steps)
+        windows = _window_reads(steps) if "gemm" in kinds else set()
         out = [Schedule()]
         if "gemm" in kinds:
             # each product its own tile (backends/cuda/tiles.py): the prior's best, then second
@@ -86,10 +87,10 @@ class CUDABackend:
             # operand (a convolution's im2col view): on the H100 the 3x3 ResNet layers ran
             # 0.197 / 0.106 ms under cuBLAS (window staged) against 0.391 / 0.172 gathered
             # element by element (results/h100-bench-2026-12-06-session23-6af4cfd.*; the reads
-            # in 16-byte runs, now the default, not yet measured), and a cold search at budget
-            # 10 may time only its first schedule
+            # in 16-byte runs not yet measured), and a cold search at budget 10 may time only
+            # its first schedule
             out.insert(0 if windows else 1, Schedule(gemm="cublas", name="cublas"))
-        if windows:     # the window gathered element by element instead of read in runs
+        if "runs" in windows:     # the window gathered element by element instead of read in runs
             out.insert(2, Schedule(window="gather", name="gather"))
         wg_first = None
         if "attention" in kinds:
