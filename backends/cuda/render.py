@@ -772,30 +772,30 @@ def _loaders(name: str, step: Step, names: dict[Node, str], params: str, groups)
     rendered from the operands' own views (any layout)."""
     from backends.cuda.cexpr import flat_offset
     g = step.gemm
-    sizes = g.mul.shape
-    batch_axes, m_axes, n_axes = groups
-    b_sizes = tuple(sizes[a] for a in batch_axes)
-    m_sizes = tuple(sizes[a] for a in m_axes)
-    n_sizes = tuple(sizes[a] for a in n_axes)
-
-    def full_index(bz: str, mm: str, nn: str, kk: str):
-        idx = ["0"] * len(sizes)
-        for axes, e, sz in ((batch_axes, bz, b_sizes), (m_axes, mm, m_sizes), (n_axes, nn, n_sizes)):
-            for a, v in zip(axes, unflatten(e, sz)):
-                idx[a] = v
-        idx[g.k_axis] = kk
-        return tuple(idx)
-
     out = []
     for fn, side, args in ((f"lda_{name}", g.a, "long long bz, int m, int k"),
                            (f"ldb_{name}", g.b, "long long bz, int k, int n")):
         em = Emitter(names, indent="  ")
-        idx = full_index("bz", "m" if side is g.a else "0", "n" if side is g.b else "0", "k")
+        idx = _gemm_index(step, groups, "bz", "m" if side is g.a else "0", "n" if side is g.b else "0", "k")
         v = em.value(side, idx)
         out.append(f"DEV float {fn}({params}, {args}) {{\n" + "\n".join(em.lines) + f"\n  return (float)({v});\n}}")
-    cflat = flat_offset(full_index("bz", "row", "col", "0"), contiguous_strides(g.reduce.shape), 0, g.reduce.numel)
+    cflat = flat_offset(_gemm_index(step, groups, "bz", "row", "col", "0"), contiguous_strides(g.reduce.shape), 0,
+                        g.reduce.numel)
     out.append(f"DEV long long cflat_{name}(long long bz, int row, int col) {{ return {cflat}; }}")
     return "\n".join(out)
+
+
+def _gemm_index(step: Step, groups, bz: str, mm: str, nn: str, kk: str) -> tuple[str, ...]:
+    """C index expressions over the product's axes from the batch, m, n and k indices: each
+    group of axes (`groups`: batch, m, n) unflattened from its flat index ("0": all zero)."""
+    sizes = step.gemm.mul.shape
+    idx = ["0"] * len(sizes)
+    for axes, e in zip(groups, (bz, mm, nn)):
+        if e != "0":
+            for a, v in zip(axes, unflatten(e, tuple(sizes[a] for a in axes))):
+                idx[a] = v
+    idx[step.gemm.k_axis] = kk
+    return tuple(idx)
 
 
 def _runs_offset(name: str, step: Step, operand: Node, groups) -> str:
@@ -803,15 +803,7 @@ def _runs_offset(name: str, step: Step, operand: Node, groups) -> str:
     `operand` (a view of that copy, `_restage_window`); at k a multiple of 8 the start of 8
     consecutive elements."""
     from backends.cuda.cexpr import c_index, tracker_offset
-    g = step.gemm
-    sizes = g.mul.shape
-    batch_axes, _, n_axes = groups
-    idx = ["0"] * len(sizes)
-    for axes, e in ((batch_axes, "bz"), (n_axes, "n")):
-        for a, v in zip(axes, unflatten(e, tuple(sizes[a] for a in axes))):
-            idx[a] = v
-    idx[g.k_axis] = "k"
-    got = tracker_offset(operand.arg, tuple(idx))
+    got = tracker_offset(operand.arg, _gemm_index(step, groups, "bz", "0", "n", "k"))
     assert got is not None and not got[1], "a staged window reads no masked element"
     return f"DEV long long ldb_runs_{name}(long long bz, int k, int n) {{ return {c_index(got[0])}; }}"
 
@@ -1093,10 +1085,8 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     launches = []
     src_parts = []
     b_node = acc_b.buffer if runs is None else runs.srcs[0]
-    if runs is not None:
+    if runs is not None:     # (a gathered B's plan is "nk", k-contiguous)
         src_parts.append(_runs_offset(name, step, runs, tc[6]))
-    if runs is not None and shape.b_layout != "nk":
-        return None
     if shape.b_layout == "kn" and cfg.b_mn and gemm_wgmma.aligned(shape, b_mn=True) \
             and not any(b[2] for b in shape.batch) and wgmma_mn_allowed():
         pass                                 # read n-contiguous B as is (transpose bit)
