@@ -562,6 +562,8 @@ def _float_value(n: Node, srcs: list[Bounded], final: bool) -> Bounded:
     overflow64 = False
     if op in (Op.ADD, Op.MUL, Op.EXP2):
         overflow64 = np.isinf(v) & np.logical_and.reduce([np.isfinite(x) for x in xs])
+    elif op == Op.RECIP:    # 1 / a past float64's range: a subnormal divisor (1 / 0 is an exact inf)
+        overflow64 = np.isinf(v) & np.isfinite(xs[0]) & (xs[0] != 0)
     return _finish(n, v, e, unsure, final, overflow64)
 
 

@@ -445,3 +445,19 @@ def test_fuzz_seed_178191_runs_clean():
     prog = fuzz.Program.from_json('{"inputs": [[[31, 64, 8], "f32"], [[64, 8], "f32"]], "steps": [["unary", '
                                   '{"op": "abs"}], ["unary", {"op": "recip"}]], "special": true, "seed": 178191}')
     assert fuzz.check(prog, "cpu", budget=1.0)["status"] == "ok"
+
+
+def test_dividing_by_a_subnormal_f64_is_the_documented_overflow_of_its_reciprocal():
+    # seed 353503 (CUDA fuzz on e05c731, the CPU too): `a / b` is `a * recip(b)` (docs/ir.md),
+    # and 1 / 1.5e-323 overflows float64, so a finite quotient became -inf; the bound of the
+    # program as written had called that exact (float64's own overflow went unseen)
+    prog = fuzz.random_program(353503)
+    assert fuzz.check(prog, "cpu", 1.0)["status"] == "ok"
+    from ir.bounds import evaluate_bounded
+    from compiler.trace import spec, trace_primitives
+    g = trace_primitives(lambda a, b: (a / b).sum(), spec((3,), "f64"), spec((3,), "f64"))
+    b = evaluate_bounded(g, [np.array([1.0, 2.0, 3.0]), np.array([1.5e-323, 0.0, 4.0])])[0]
+    assert b.bound[()] == np.inf and np.isinf(b.value[()])     # unknown: the intermediate overflowed
+    g = trace_primitives(lambda a, b: a / b, spec((2,), "f64"), spec((2,), "f64"))
+    b = evaluate_bounded(g, [np.array([1.0, 1.0]), np.array([0.0, 4.0])])[0]
+    assert list(b.value) == [np.inf, 0.25] and b.bound[0] == 0 and b.bound[1] < 1e-15   # 1 / 0 is exact
