@@ -1,6 +1,6 @@
 """Every generated matrix-product schedule of the CUDA backend against cuBLAS, at model shapes.
 
-    python -m benchmarks.product_kernels [--quick] [--repeat N] [--json FILE]
+    python -m benchmarks.product_kernels [--quick] [--repeat N] [--json FILE] [--only PREFIX,...]
 
 For each case (M x N x K, batch, layout, dtype) the traced product is built under every schedule
 the backend offers except the library ones (cuBLAS, and the generic kernel-IR rendering, which
@@ -41,9 +41,14 @@ def _program(m, n, k, batch, layout, dtype):
     return trace(lambda a, b: a @ b, spec(lead + (m, k), dtype), spec(lead + (k, n), dtype))
 
 
+ONLY: tuple[str, ...] = ()      # --only: schedule name prefixes to time (empty: all)
+
+
 def generated_schedules(be, g) -> list:
-    """The backend's schedules for `g` whose products are generated kernels."""
-    return [s for s in be.schedules(g) if s.gemm != "cublas" and s.lowering != "kernel_ir"]
+    """The backend's schedules for `g` whose products are generated kernels (those named by
+    --only)."""
+    return [s for s in be.schedules(g) if s.gemm != "cublas" and s.lowering != "kernel_ir"
+            and (not ONLY or s.name.startswith(ONLY))]
 
 
 def label(case) -> str:
@@ -136,6 +141,13 @@ def summary(rows) -> list[str]:
 
 
 def main(argv=None) -> int:
+    import sys
+    global ONLY
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--only" in argv:       # (before the shared options: --only tma,default)
+        i = argv.index("--only")
+        ONLY = tuple(argv[i + 1].split(","))
+        del argv[i:i + 2]
     return schedule_tables.main(__doc__, CASES, run_case, _precompile, argv, repeat=20, label=label, summary=summary)
 
 

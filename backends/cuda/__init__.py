@@ -82,6 +82,8 @@ class CUDABackend:
                 configs = list(WG_CONFIGS) + (list(WG_MN_CONFIGS) if wgmma_mn_allowed() else [])
                 out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "")
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
+                from backends.cuda.templates.gemm_tma import TMA_CONFIGS
+                out += [Schedule(tma=c, gemm="wgmma", name=f"tma{c.bm}x{c.bn}s{c.stages}") for c in TMA_CONFIGS]
         if "gemm" in kinds and self._cublas_reason() is None:
             # plain products by cuBLAS (cublas.py); first where the product reads a window
             # operand (a convolution's im2col view): on the H100 the 3x3 ResNet layers ran

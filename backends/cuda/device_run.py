@@ -34,9 +34,11 @@ class KernelStep:
     block: tuple
     shared: int
     args: list            # keys of the pointer arguments, in the kernel's parameter order
+    maps: tuple = ()      # tensor maps of some of them, passed first (backends/cuda/tensor_map.py)
 
     def make(self, module: driver.RawModule, pointers: list[int]) -> driver.KernelLaunch:
-        return driver.KernelLaunch(module.function(self.name, self.shared), self.grid, self.block, self.shared, pointers)
+        return driver.KernelLaunch(module.function(self.name, self.shared), self.grid, self.block, self.shared,
+                                   pointers, self.maps)
 
 
 @dataclass

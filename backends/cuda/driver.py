@@ -50,6 +50,8 @@ _SIGNATURES = {
     "cuGraphExecDestroy": (["cuGraphExecDestroy"], [c_void_p]),
     "cuGetErrorName": (["cuGetErrorName"], [c_int, ctypes.POINTER(ctypes.c_char_p)]),
     "cuCtxGetCurrent": (["cuCtxGetCurrent"], [ctypes.POINTER(c_void_p)]),
+    "cuTensorMapEncodeTiled": (["cuTensorMapEncodeTiled"], [c_void_p, c_int, c_uint, c_void_p, c_void_p, c_void_p,
+                                                             c_void_p, c_void_p, c_int, c_int, c_int, c_int]),
 }
 
 _LIB = None
@@ -134,20 +136,29 @@ class RawModule:
 
 
 class KernelLaunch:
-    """One kernel launch whose arguments are all device pointers; slots may be rebound per call."""
+    """One kernel launch whose arguments are device pointers, after the tensor maps `maps`
+    (backends/cuda/tensor_map.py) of some of them; pointer slots may be rebound per call (the
+    maps follow at the next launch)."""
 
-    def __init__(self, function: c_void_p, grid, block, shared: int, pointers: list[int]):
+    def __init__(self, function: c_void_p, grid, block, shared: int, pointers: list[int], maps: tuple = ()):
+        from backends.cuda.tensor_map import MAP_BYTES, MapArgs
         self.function, self.shared = function, int(shared)
         self.grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
         self.block = tuple(int(b) for b in (tuple(block) + (1, 1, 1))[:3])
         n = len(pointers)
         self.values = (c_ull * n)(*pointers)
         base = ctypes.addressof(self.values)
-        self.params = (c_void_p * n)(*[base + 8 * i for i in range(n)])
+        self.maps = MapArgs(tuple(maps)) if maps else None
+        self._map_bufs = [(ctypes.c_ubyte * MAP_BYTES)() for _ in maps]
+        self.params = (c_void_p * (len(maps) + n))(*[ctypes.addressof(m) for m in self._map_bufs],
+                                                    *[base + 8 * i for i in range(n)])
 
     def launch(self, stream: int) -> None:
         """Enqueue on `stream` (a raw CUstream handle; 0 is the legacy default stream).
         The driver copies the argument values at launch, so slots may change right after."""
+        if self.maps is not None:
+            for buf, encoded in zip(self._map_bufs, self.maps.for_pointers(self.values)):
+                ctypes.memmove(buf, encoded, len(encoded))
         g, b = self.grid, self.block
         code = fn("cuLaunchKernel")(self.function, g[0], g[1], g[2], b[0], b[1], b[2], self.shared,
                                     c_void_p(stream or None), self.params, None)

@@ -48,7 +48,7 @@ class CUDAExecutable:
         self.compile_log = compile_log
         self.functions = [None if l.library is not None else   # a library call (cuBLAS) has no kernel
                           rt.function(module, l.name, l.block[0] * l.block[1] * l.block[2], l.shared,
-                                      1 + len(l.inputs)) for l in launches]
+                                      1 + len(l.inputs), len(l.tensor_maps)) for l in launches]
         self.module = module
         # one device buffer per graph input, per step output and per value a step reads; an
         # empty value has no kernel (render_program) but still a buffer, which nothing reads
@@ -65,13 +65,21 @@ class CUDAExecutable:
                 self.buffers[n] = rt.alloc(self._sizes[n])
         self._args = self._arg_lists(self.buffers)
 
-    def _arg_lists(self, buffers) -> list[list[int]]:
-        return [[int(buffers[l.output])] + [int(buffers[n]) for n in l.inputs] for l in self.launches]
+    def _arg_lists(self, buffers) -> list[list]:
+        """Each launch's arguments: its tensor maps' bytes (encoded for these buffers), then its
+        pointers."""
+        from backends.cuda.tensor_map import encode
+        out = []
+        for l in self.launches:
+            ptrs = [int(buffers[l.output])] + [int(buffers[n]) for n in l.inputs]
+            out.append([encode(m, ptrs[m.arg]) for m in l.tensor_maps] + ptrs)
+        return out
 
     def device_program(self) -> DeviceProgram:
         """The launches over keys (graph nodes) for device-array calls (backends/cuda/device_run.py)."""
         steps = [LibraryStep(l.name, l.library, [l.output] + list(l.inputs)) if l.library is not None else
-                 KernelStep(l.name, l.grid, l.block, l.shared, [l.output] + list(l.inputs)) for l in self.launches]
+                 KernelStep(l.name, l.grid, l.block, l.shared, [l.output] + list(l.inputs), l.tensor_maps)
+                 for l in self.launches]
         return DeviceProgram(self.module.binary, steps, list(self.graph.inputs), list(self.graph.outputs),
                              {n: int(b) for n, b in self.buffers.items()})
 

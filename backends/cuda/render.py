@@ -21,7 +21,7 @@ from backends.cuda.plan import Step, _chain, flash_output_strides, is_buffer_rea
 from backends.cuda.resolve import resolve
 from backends.cuda.templates import attention as attn_t
 from backends.cuda.templates import attention_wgmma as attn_wg
-from backends.cuda.templates import gemm_simt, gemm_tc, gemm_wgmma
+from backends.cuda.templates import gemm_simt, gemm_tc, gemm_tma, gemm_wgmma
 from backends.cuda.templates.prelude import PRELUDE
 
 # Row kernels launch at most about two waves of threads (an H200 holds 132 x 2048 resident):
@@ -44,6 +44,7 @@ class Schedule:
     ew_block: int = 256                 # threads per block for elementwise / generic kernels
     use_tensor_cores: bool = True
     wg: gemm_wgmma.WGConfig | None = None   # Hopper wgmma GEMM tile (when the device and operands allow)
+    tma: gemm_tma.TMAConfig | None = None   # the wgmma GEMM fed by TMA copies (where its tensor maps fit)
     gemm: str = "auto"                 # f16/bf16 products: "mma" (mma.sync), "wgmma", "auto" (by size), or
                                        # "prior": each product its own tile, backends/cuda/tiles.py;
                                        # "cublas": plain products (any float dtype) run by cuBLAS
@@ -84,6 +85,7 @@ class Launch:
     inputs: list[Node]
     detail: str = ""
     library: object = None      # kind "cublas": the cublas.CublasCall run instead of a kernel
+    tensor_maps: tuple = ()     # tensor_map.TensorMap of pointer arguments, passed before them
 
 
 def _params(step: Step, extra: tuple[Node, ...] = ()) -> tuple[str, str, dict[Node, str]]:
@@ -1080,6 +1082,10 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     from ir import node as N
     from ir.view import ShapeTracker, View
     shape, acc_a, acc_b, _, _, dt, _ = tc
+    if sched.tma is not None and runs is None:
+        got = _render_tma(name, step, sched.tma, tc, params, call, names, epi)
+        if got is not None:
+            return got
     cfg = sched.wg or default_wg()
     o = step.output
     launches = []
@@ -1125,6 +1131,26 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
                            f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages}" + (f" B n-major (desc {cfg.b_mn})" if cfg.b_mn else "")
                            + (" B in 16-byte runs" if runs is not None else "")))
     return "\n".join(src_parts), launches
+
+
+def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, params, call, names, epi):
+    """The TMA-fed wgmma GEMM (backends/cuda/templates/gemm_tma.py), or None where its tensor
+    maps do not fit the operands (the cp.async kernel takes those)."""
+    from backends.cuda.tensor_map import TensorMap
+    shape, acc_a, acc_b, _, _, dt, _ = tc
+    if gemm_tma.fits(shape, dt.value) or (shape.b_layout == "kn" and not wgmma_mn_allowed()):
+        return None
+    o = step.output
+    pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
+        and o.dtype in (DType.f16, DType.bf16, DType.f32)
+    args = {"a": 1 + int(names[acc_a.buffer][2:]), "b": 1 + int(names[acc_b.buffer][2:])}   # after `out`
+    maps = tuple(TensorMap(args[which], dt, tuple(dims), tuple(strides), tuple(box), off)
+                 for which, dims, strides, box, off in gemm_tma.tensor_maps(shape, cfg))
+    src = gemm_tma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair)
+    launch = Launch(name, "gemm_tma", gemm_tma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
+                    list(step.inputs), f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
+                    f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages} TMA B {shape.b_layout}", tensor_maps=maps)
+    return src, [launch]
 
 
 def default_wg() -> gemm_wgmma.WGConfig:

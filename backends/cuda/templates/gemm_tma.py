@@ -1,0 +1,222 @@
+"""Hopper GEMM with the tensor memory accelerator: one producer warp copies A and B tiles by
+TMA (`cp.async.bulk.tensor`) into a ring of shared-memory stages, consumer warpgroups multiply
+them with wgmma, and two mbarriers per stage hand each stage over (full: the copy landed;
+empty: every consumer is done reading it). Loads cost the consumers no instructions, and the
+producer runs ahead by the ring's depth.
+
+The copies write the 128-byte swizzled layout wgmma reads (16-byte chunk c of row r at
+r*128 + ((c ^ (r & 7)) * 16)), the same layout as backends/cuda/templates/gemm_wgmma.py's
+cp.async loaders: A is k-contiguous (boxes of 64 k x BM rows); B is either k-contiguous (one box
+of 64 k x BN) or n-contiguous (BN/64 boxes of 64 n x 64 k, read through the descriptor's
+transpose bit). Edges past M, N or K are filled with zeros by the copy engine, so no load is
+masked. The tensor maps (CUtensorMap) are kernel parameters encoded on the host for each
+binding of buffers (backends/cuda/tensor_map.py); this module renders the kernel and names the
+maps it needs. Needs sm_90a.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from backends.cuda.templates import batched_grid, block_coords
+from backends.cuda.templates import gemm_wgmma as wg
+from backends.cuda.templates.gemm_tc import GemmShape, batch_offsets
+
+PRODUCER_REGS, CONSUMER_REGS = 40, 232      # setmaxnreg: 128 * 40 + 256 * 232 <= 65536
+
+
+@dataclass(frozen=True)
+class TMAConfig:
+    bm: int = 128          # 64 rows per consumer warpgroup
+    bn: int = 256          # wgmma N (<= 256, multiple of 64)
+    stages: int = 4
+
+    @property
+    def consumers(self) -> int:
+        return self.bm // 64
+
+    @property
+    def threads(self) -> int:
+        return 128 * (self.consumers + 1)
+
+    @property
+    def stage_bytes(self) -> int:
+        return (self.bm + self.bn) * 128
+
+    @property
+    def smem_bytes(self) -> int:
+        return self.stages * self.stage_bytes + 1024 + 16 * self.stages
+
+
+TMA_CONFIGS = [TMAConfig(128, 256, 4), TMAConfig(128, 128, 6), TMAConfig(128, 256, 3), TMAConfig(64, 256, 6)]
+
+
+def fits(shape: GemmShape, dtype: str) -> str | None:
+    """Why the TMA kernel cannot run this product (None: it can). Tensor maps need 16-byte
+    aligned bases and row strides; batches are one axis of fixed strides."""
+    if dtype not in ("f16", "bf16"):
+        return "operands are not f16/bf16"
+    b_rows = shape.b_sk if shape.b_layout == "kn" else shape.b_sn
+    if shape.b_layout == "kn" and shape.b_sn != 1 or shape.b_layout == "nk" and shape.b_sk != 1:
+        return "B has no unit stride"
+    if any(v % 8 for v in (shape.a_off, shape.a_sm, shape.b_off, b_rows)):
+        return "an operand's base or row stride is not 16-byte aligned"
+    axes = [b for b in shape.batch if b[0] > 1]
+    if len(axes) > 1:
+        return "more than one batch axis"
+    if axes and (axes[0][1] % 8 or axes[0][2] % 8):
+        return "a batch stride is not 16-byte aligned"
+    return None
+
+
+def tensor_maps(shape: GemmShape, cfg: TMAConfig) -> list[tuple]:
+    """(operand, dims innermost first, element strides of the outer dims, box) of A's and B's
+    maps; a batch axis is the third dim of an operand that moves along it."""
+    batch = next((b for b in shape.batch if b[0] > 1), None)
+    a_dims, a_strides, a_box = [shape.k, shape.m], [shape.a_sm], [64, cfg.bm]
+    if shape.b_layout == "nk":
+        b_dims, b_strides, b_box = [shape.k, shape.n], [shape.b_sn], [64, cfg.bn]
+    else:
+        b_dims, b_strides, b_box = [shape.n, shape.k], [shape.b_sk], [64, 64]
+    if batch is not None:
+        if batch[1]:
+            a_dims, a_strides, a_box = a_dims + [batch[0]], a_strides + [batch[1]], a_box + [1]
+        if batch[2]:
+            b_dims, b_strides, b_box = b_dims + [batch[0]], b_strides + [batch[2]], b_box + [1]
+    return [("a", a_dims, a_strides, a_box, shape.a_off), ("b", b_dims, b_strides, b_box, shape.b_off)]
+
+
+MBAR = r"""
+#ifndef SATURN_MBAR
+#define SATURN_MBAR
+DEV void mbar_init(uint32_t bar, int count) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count)); }
+DEV void mbar_fence_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+DEV void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+}
+DEV void mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: "r"(bar) : "memory"); }
+// returns once the barrier's phase of this parity has completed
+DEV void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra wait_%=;\n}" :: "r"(bar), "r"(parity) : "memory");
+}
+DEV void tma_load_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
+               :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
+}
+DEV void tma_load_3d(uint32_t dst, const void* map, int x, int y, int z, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+               :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
+}
+template <int R> DEV void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R)); }
+template <int R> DEV void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R)); }
+struct __align__(64) TensorMap { unsigned long long bits[16]; };
+#endif
+"""
+
+
+def _load(map_name: str, dims: list, dst: str, x: str, y: str, bz: str) -> str:
+    if len(dims) == 3:
+        return f"tma_load_3d({dst}, &{map_name}, {x}, {y}, (int){bz}, full)"
+    return f"tma_load_2d({dst}, &{map_name}, {x}, {y}, full)"
+
+
+def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str, call_args: str,
+           epilogue: str, out_type: str, pair_store: bool) -> str:
+    ty = "f16" if dtype == "f16" else "bf16"
+    BM, BN, S, NT, C = cfg.bm, cfg.bn, cfg.stages, cfg.threads, cfg.consumers
+    bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
+    A_ST = BM * 128
+    KT = (shape.k + 63) // 64
+    (_, a_dims, *_), (_, b_dims, *_) = tensor_maps(shape, cfg)
+    _, _, c_off = batch_offsets(shape)
+    tb = 1 if shape.b_layout == "kn" else 0
+    pack2 = "__floats2half2_rn" if out_type == "__half" else ("__floats2bfloat162_rn" if out_type == "__nv_bfloat16" else "make_float2")
+    pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
+    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
+    load_a = _load("tmA", a_dims, "sa", "k0", f"m0", "bz")
+    if tb:   # n-contiguous B: BN/64 boxes of 64 n x 64 k, 8192 bytes apart
+        b_desc = "wg_desc2(sb + kk * 2048, 8192, 1024)"
+        load_b = (f"for (int j = 0; j < {BN // 64}; ++j) "
+                  + _load("tmB", b_dims, "sb + j * 8192", "n0 + j * 64", "k0", "bz") + ";")
+    else:
+        b_desc = "wg_desc(sb + kk * 32)"
+        load_b = _load("tmB", b_dims, "sb", "k0", "n0", "bz") + ";"
+    if pair_store:
+        store = f"""
+        if (col + 1 < {shape.n}) {{
+          float v0 = epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]);
+          float v1 = epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]);
+          *reinterpret_cast<{pair_t}*>(out + flat) = {pack2}(v0, v1);
+        }} else if (col < {shape.n}) {{
+          out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
+        }}"""
+    else:
+        store = f"""
+        if (col < {shape.n}) out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
+        if (col + 1 < {shape.n}) out[flat + {shape.c_sn}] = {conv}(epi_{name}({call_args}, flat + {shape.c_sn}, acc[j * 4 + 2 * h + 1]));"""
+    return f"""
+{wg.NEEDS_ARCH_SPECIFIC}
+{wg.COMMON}
+{MBAR}
+#ifndef SATURN_WGMMA_N{BN}_{ty}_T{tb}
+#define SATURN_WGMMA_N{BN}_{ty}_T{tb}
+{wg.helpers(BN, dtype, tb)}
+#endif
+{epilogue}
+
+extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
+    const __grid_constant__ TensorMap tmB, {params}) {{
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bars = base + {S * cfg.stage_bytes};      // full[s] at bars + 16 s, empty[s] at + 8
+  const int tid = threadIdx.x, wgi = tid >> 7;
+  const long long bz = {bz};
+  {past_end}
+  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};
+  if (tid == 0) {{
+    for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {C * 128}); }}
+    mbar_fence_init();
+  }}
+  __syncthreads();
+  if (wgi == 0) {{                     // the producer: one thread issues every copy
+    regs_dec<{PRODUCER_REGS}>();
+    if (tid == 0) {{
+      for (int kt = 0; kt < {KT}; ++kt) {{
+        const int s = kt % {S};
+        const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
+        mbar_wait(full + 8, ((kt / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
+        mbar_expect_tx(full, {cfg.stage_bytes});
+        const int k0 = kt * 64;
+        {load_a};
+        {load_b}
+      }}
+    }}
+    return;
+  }}
+  regs_inc<{CONSUMER_REGS}>();
+  const int wg = wgi - 1, lane = tid & 31, wq = (tid >> 5) & 3;
+  const long long c_base = {c_off};
+  float acc[{BN // 2}];
+  #pragma unroll
+  for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;
+  for (int kt = 0; kt < {KT}; ++kt) {{
+    const int s = kt % {S};
+    mbar_wait(bars + 16 * s, (kt / {S}) & 1);
+    const uint32_t sa = base + s * {cfg.stage_bytes} + wg * {64 * 128};
+    const uint32_t sb = base + s * {cfg.stage_bytes} + {A_ST};
+    wg_fence();
+    #pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
+    wg_commit();
+    wg_wait<1>();
+    if (kt > 0) mbar_arrive(bars + 16 * ((kt - 1) % {S}) + 8);   // tile kt-1's stage may be refilled
+  }}
+  wg_wait<0>();
+{wg._direct_epilogue(name, shape, BN, store)}
+}}
+"""
+
+
+def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
+    return batched_grid((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)[0]

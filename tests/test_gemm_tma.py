@@ -1,0 +1,124 @@
+"""The TMA-fed wgmma GEMM (backends/cuda/templates/gemm_tma.py): which products it takes, the
+tensor maps it asks for, that its source builds for sm_90a without spills, and (gpu) that it
+matches the interpreter at odd shapes, batched, with either B layout and an epilogue, through
+host arrays and through device tensors whose buffers change between calls."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.cuda.render import Schedule
+from backends.cuda.templates.gemm_tma import TMA_CONFIGS, TMAConfig, fits, tensor_maps
+from backends.cuda.templates.gemm_tc import GemmShape
+from backends.cuda.toolchain import compile_source, find_nvcc, parse_resources
+from compiler.trace import spec, trace
+from ir.interpreter import evaluate
+
+
+def _programs():
+    """(name, graph): products with odd sizes (K a multiple of 8, as tensor maps need 16-byte
+    rows), both B layouts, a batch, and epilogues."""
+    return {
+        "nt_odd_f16": trace(lambda x, w: x @ w.transpose(-1, -2), spec((1000, 72), "f16"), spec((130, 72), "f16")),
+        "nn_odd_bf16": trace(lambda a, b: a @ b, spec((1000, 4104), "bf16"), spec((4104, 136), "bf16")),
+        "nn_thin_k_f16": trace(lambda a, b: a @ b, spec((129, 8), "f16"), spec((8, 4097 + 7), "f16")),
+        "batched_bias_relu_f16": trace(lambda a, b, c: (a @ b + c).relu(), spec((3, 300, 128), "f16"),
+                                       spec((3, 128, 200), "f16"), spec((200,), "f16")),
+        "shared_weight_bf16": trace(lambda a, w: a @ w.transpose(-1, -2), spec((4, 130, 64), "bf16"),
+                                    spec((96, 64), "bf16")),
+    }
+
+
+def _tma_launches(g, cfg):
+    from backends.cuda import render
+    src, launches = render(g, Schedule(tma=cfg, gemm="wgmma", arch="sm_90a"))
+    return src, [l for l in launches if l.kind == "gemm_tma"]
+
+
+@pytest.mark.parametrize("name", list(_programs()))
+def test_products_whose_rows_are_16_byte_aligned_get_the_tma_kernel(name):
+    g = _programs()[name]
+    for cfg in TMA_CONFIGS:
+        _, tma = _tma_launches(g, cfg)
+        assert len(tma) == 1, name
+        maps = tma[0].tensor_maps
+        assert [len(m.dims) == len(m.box) == len(m.strides) + 1 for m in maps] == [True, True]
+        assert all(m.box[0] * m.dtype.itemsize == 128 for m in maps)      # one swizzle span per row
+
+
+def test_what_the_tensor_maps_cannot_read_is_refused():
+    s = GemmShape(64, 64, 70, (), 0, 70, 0, "nk", 1, 70, 64, 1)          # rows of 140 bytes
+    assert "16-byte" in fits(s, "f16")
+    assert fits(GemmShape(64, 64, 64, (), 0, 64, 0, "nk", 1, 64, 64, 1), "f32") == "operands are not f16/bf16"
+    two = ((2, 4096, 4096, 4096), (3, 8192, 8192, 8192))
+    assert fits(GemmShape(64, 64, 64, two, 0, 64, 0, "nk", 1, 64, 64, 1), "f16") == "more than one batch axis"
+
+
+def test_tensor_maps_follow_the_layouts():
+    nk = GemmShape(1024, 5632, 2048, (), 0, 2048, 0, "nk", 1, 2048, 5632, 1)
+    (_, ad, ast, abox, _), (_, bd, bst, bbox, _) = tensor_maps(nk, TMAConfig(128, 256, 4))
+    assert (ad, ast, abox, bd, bst, bbox) == ([2048, 1024], [2048], [64, 128], [2048, 5632], [2048], [64, 256])
+    kn = GemmShape(300, 200, 128, ((3, 38400, 0, 60000),), 8, 128, 16, "kn", 200, 1, 200, 1)
+    (_, ad, ast, abox, aoff), (_, bd, bst, bbox, boff) = tensor_maps(kn, TMAConfig(64, 256, 6))
+    assert (ad, ast, abox, aoff) == ([128, 300, 3], [128, 38400], [64, 64, 1], 8)
+    assert (bd, bst, bbox, boff) == ([200, 128], [200], [64, 64], 16)    # a shared B: no batch dim
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_tma_kernels_compile_for_sm_90a_without_spills():
+    for name, g in _programs().items():
+        for cfg in TMA_CONFIGS[:2]:
+            src, _ = _tma_launches(g, cfg)
+            res = compile_source(src, "sm_90a")
+            assert res.error is None, res.log[-2000:]
+            for kernel, r in parse_resources(res.log).items():
+                assert r.get("spill_stores", 0) == 0, (name, kernel, r)
+
+
+def _inputs(g, seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal(n.shape).astype(n.dtype.np) for n in g.inputs]
+
+
+def _close(got, want, k):
+    want = np.asarray(want, np.float64)
+    scale = max(float(np.abs(want).max()), 1.0)
+    err = float(np.abs(np.asarray(got, np.float64) - want).max()) / scale
+    assert err < 1e-2 * max(1.0, np.sqrt(k / 64)), err
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", list(_programs()))
+def test_gpu_tma_products_match_the_interpreter(cuda_backend, name):
+    g = _programs()[name]
+    args = _inputs(g, 0)
+    want = evaluate(g, args)[0]
+    k = g.inputs[0].shape[-1]
+    for cfg in TMA_CONFIGS:
+        exe, why = cuda_backend.try_build(g, Schedule(tma=cfg, gemm="wgmma", name="tma"))
+        assert exe is not None, why
+        assert any(l.kind == "gemm_tma" for l in exe.launches), exe.explain()
+        _close(exe(*args)[0], want, k)
+        exe.close()
+
+
+@pytest.mark.gpu
+def test_gpu_tma_product_on_device_tensors_follows_each_calls_buffers(cuda_backend):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA device")
+    from backends.cuda.device_run import DeviceCalls
+    g = _programs()["batched_bias_relu_f16"]
+    exe, why = cuda_backend.try_build(g, Schedule(tma=TMA_CONFIGS[0], gemm="wgmma", name="tma"))
+    assert exe is not None, why
+    stream = torch.cuda.current_stream()
+    for graphs in (False, True):
+        calls = DeviceCalls(exe, graphs=graphs)
+        for seed in (1, 2, 1):        # new buffers each call; a graph replays or records anew
+            host = _inputs(g, seed)
+            ins = [torch.from_numpy(a).cuda() for a in host]
+            out = torch.empty(tuple(g.outputs[0].shape), dtype=torch.float16, device="cuda")
+            calls.run([t.data_ptr() for t in ins], [out.data_ptr()], [out.numel() * 2], stream.cuda_stream)
+            stream.synchronize()
+            _close(out.cpu().numpy(), evaluate(g, host)[0], 128)
+    exe.close()
