@@ -122,3 +122,18 @@ def test_gpu_tma_product_on_device_tensors_follows_each_calls_buffers(cuda_backe
             stream.synchronize()
             _close(out.cpu().numpy(), evaluate(g, host)[0], 128)
     exe.close()
+
+
+def test_maps_are_encoded_again_only_when_their_buffers_change(monkeypatch):
+    from backends.cuda import tensor_map
+    from ir.dtypes import DType
+    seen = []
+    monkeypatch.setattr(tensor_map, "encode", lambda m, p: seen.append((m.arg, p)) or bytes([m.arg]) * 128)
+    maps = (tensor_map.TensorMap(1, DType.f16, (64, 64), (64,), (64, 64)),
+            tensor_map.TensorMap(2, DType.f16, (64, 64), (64,), (64, 64)))
+    args = tensor_map.MapArgs(maps)
+    assert args.for_pointers([10, 20, 30]) == [b"\x01" * 128, b"\x02" * 128]
+    args.for_pointers([11, 20, 30])           # only `out` moved: the maps do not name it
+    assert seen == [(1, 20), (2, 30)]
+    args.for_pointers([10, 21, 30])
+    assert seen[2:] == [(1, 21), (2, 30)]

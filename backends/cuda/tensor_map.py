@@ -40,7 +40,9 @@ def encode(m: TensorMap, pointer: int) -> bytes:
     from backends.cuda import driver
     size = m.dtype.itemsize
     rank = len(m.dims)
-    out = (ctypes.c_ubyte * MAP_BYTES)()
+    room = (ctypes.c_ubyte * (MAP_BYTES + 64))()        # the driver wants the map 64-byte aligned
+    at = -ctypes.addressof(room) % 64
+    out = (ctypes.c_ubyte * MAP_BYTES).from_buffer(room, at)
     dims = (ctypes.c_ulonglong * rank)(*m.dims)
     strides = (ctypes.c_ulonglong * max(rank - 1, 1))(*[s * size for s in m.strides])
     box = (ctypes.c_uint * rank)(*m.box)
