@@ -2,7 +2,8 @@
 innermost, and the weight copied in that order: the form whose window a CUDA product reads in
 16-byte runs from a channels-last copy of the padded input (backends/cuda/render.py,
 `_restage_window`). The frontend's conv2d reduces over (channels, taps), which the CPU
-product reads faster; its window is gathered."""
+product reads faster; the CUDA backend reorders its reduction to this form when it renders
+the product (`_reduction_for_runs`), so the tests run both."""
 from compiler import conv
 
 

@@ -57,7 +57,9 @@ class Schedule:
     window: str = "runs"               # a window operand too large to copy whole (an im2col view): "runs"
                                        # reads it in 16-byte runs from a copy of its source laid out
                                        # with the reduction's innermost axis last (`_restage_window`),
-                                       # where that works; "gather" element by element
+                                       # where that works, if need be with the reduction reordered on
+                                       # both operands (`_reduction_for_runs`: the frontend's conv2d);
+                                       # "gather" element by element
     arch: str | None = None            # the device's sm_XY (set by the backend; None when only rendering)
     lowering: str = "templates"        # "templates" (backends/cuda/plan.py) or "kernel_ir" (ir/lower.py)
     name: str = "default"
@@ -663,6 +665,93 @@ def _reads_in_runs(st, k_axis: int) -> bool:
     return flat.const % 8 == 0 and all(c % 8 == 0 for a, c in flat.terms if a != j)
 
 
+def _reduction_for_runs(step: Step, names: dict[Node, str]) -> Step:
+    """The product with its reduction index flattened again in another order on both operands,
+    where B is a window that `_restage_window` cannot read in 16-byte runs as it is but can in
+    that order: the frontend's convolution reduces over (channels, taps); over (taps, channels)
+    its window reads a channels-last copy in runs, and the weight (A, then read out of order)
+    is staged in that order like any operand cp.async cannot read. Both operands take the same
+    order, so the sum has the same terms, added in another order. The step as it is where no
+    order helps."""
+    from ir import node as N
+    g = step.gemm
+    k = g.k_axis
+    if _pure_half_read(g.a, names) is None or _pure_half_read(g.b, names) is None:
+        return step                                # no tensor-core product: nothing is staged
+    if not _is_window(g, names) or _restage_window(g.b, names, k) is not None:
+        return step
+    digits = _k_digits(g.b, names, k)
+    if digits is None:
+        return step
+    for inner in range(len(digits) - 1):          # one of the outer digits moved innermost
+        order = [d for d in range(len(digits)) if d != inner] + [inner]
+        a, b = _reflatten(g.a, k, digits, order), _reflatten(g.b, k, digits, order)
+        if _read_tracker(a, names) is not None and _restage_window(b, names, k) is not None:
+            mul = N.binary(Op.MUL, *((a, b) if g.mul.srcs[0] is g.a else (b, a)))
+            return dataclasses.replace(step, gemm=dataclasses.replace(g, a=a, b=b, mul=mul))
+    return step
+
+
+def _is_window(g, names: dict[Node, str]) -> bool:
+    """Whether B is a view too large to copy whole (an im2col window): its staged copy would be
+    more than EXPANDED_COPY times its buffer (as `stage_operands` decides)."""
+    if not g.n_axes:
+        return False
+    staged = _stage(g.b, names, set(g.m_axes), g.n_axes[-1], g.k_axis)
+    return staged is not None and _expanded(*staged[:2])
+
+
+def _expanded(copy: Node, base: Node) -> bool:
+    """Whether a staged copy would be too large to make: more than EXPANDED_COPY times its buffer."""
+    return copy.numel > EXPANDED_COPY * base.numel
+
+
+def _k_digits(side: Node, names: dict[Node, str], k_axis: int) -> tuple[int, ...] | None:
+    """The sizes of the axes that `side`'s reduction index flattens, outer to inner: followed
+    down its views while it walks one axis of the layout below, until it walks several (a
+    convolution's window: (channels, kh, kw)); None where it never does. Only a guess at
+    orders worth trying: any factorization of k, flattened again on both operands alike,
+    leaves the product's value as it is."""
+    read = _read_tracker(side, names)
+    if read is None:
+        return None
+    views = read[0].views
+    axis = k_axis
+    for upper, lower in zip(reversed(views[1:]), reversed(views[:-1])):
+        walked = _walked_axes(lower.shape, upper.strides[axis], upper.shape[axis])
+        if walked is None:
+            return None
+        if len(walked) > 1:
+            return tuple(lower.shape[j] for j in walked)
+        axis = walked[0]
+    return None
+
+
+def _walked_axes(shape, stride: int, size: int) -> list[int] | None:
+    """The axes of the row-major layout of `shape` that an index of `size` steps of `stride`
+    walks through, outer to inner (size-1 axes left out), or None where it does not cover
+    whole axes."""
+    cs = contiguous_strides(shape)
+    axes, covered = [], 1
+    for j in reversed(range(len(shape))):
+        if shape[j] == 1 or (not axes and cs[j] != stride):
+            continue
+        axes.insert(0, j)
+        covered *= shape[j]
+        if covered >= size:
+            break
+    return axes if axes and covered == size else None
+
+
+def _reflatten(x: Node, k_axis: int, digits: tuple[int, ...], order: list[int]) -> Node:
+    """x with its axis `k_axis`, read as the flattening of `digits` (outer to inner), flattened
+    again with the digits in `order`."""
+    from ir.node import move
+    split = x.shape[:k_axis] + tuple(digits) + x.shape[k_axis + 1:]
+    perm = tuple(range(k_axis)) + tuple(k_axis + d for d in order) + tuple(range(k_axis + len(digits), len(split)))
+    return move(x, lambda st: st.reshape(split).permute(perm).reshape(x.shape))
+
+
 def _kn_strided(acc, g) -> bool:
     """B is one strided 2-D read with n contiguous (any alignment): the wgmma path transposes it."""
     return acc is not None and bool(g.n_axes) and acc.strides[g.n_axes[-1]] == 1 and \
@@ -746,7 +835,7 @@ def stage_operands(name: str, step: Step, names: dict[Node, str], M: set[Node], 
         if r is None:
             continue
         copy, base, acc = r
-        if copy.numel > EXPANDED_COPY * base.numel:
+        if _expanded(copy, base):
             # a window view (im2col): not copied whole; read in 16-byte runs from a copy of
             # its source where the reduction allows, else gathered in the product
             w = _restage_window(node, names, k) if side == "b" and sched.window == "runs" else None
@@ -1024,6 +1113,9 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
             sched = dataclasses.replace(sched, gemm="wgmma", wg=choice.config, tc=None)
         else:
             sched = dataclasses.replace(sched, gemm="mma", tc=choice.config if choice is not None else None)
+    as_planned = step
+    if sched.use_tensor_cores and sched.stage_operands and sched.window == "runs":
+        step = _reduction_for_runs(step, _params(step)[2])
     if sched.use_tensor_cores and _want_wgmma(step, sched):
         params, call, names = _params(step)
         staged, extra, pre_src, pre = stage_operands(name, step, names, M, sched, keep_kn_b=True) \
@@ -1047,7 +1139,7 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
     out_t = C_STORAGE[o.dtype]
     tc, why = tc_plan(step, names, staged) if sched.use_tensor_cores else (None, "tensor cores off")
     if tc is None and extra:           # staging did not make a tensor-core product: plain path
-        return render_gemm(name, step, M, dataclasses.replace(sched, stage_operands=False))
+        return render_gemm(name, as_planned, M, dataclasses.replace(sched, stage_operands=False))
     if tc is not None:
         shape, acc_a, acc_b, a_gather, b_gather, dt, groups = tc
         cfg = sched.tc or default_tc(shape)
