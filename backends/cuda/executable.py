@@ -48,8 +48,18 @@ class CUDAExecutable:
         self.compile_log = compile_log
         self.functions = [None if l.library is not None else   # a library call (cuBLAS) has no kernel
                           rt.function(module, l.name, l.block[0] * l.block[1] * l.block[2], l.shared,
-                                      1 + len(l.inputs), len(l.tensor_maps)) for l in launches]
+                                      1 + len(l.inputs)) for l in launches]
         self.module = module
+        # kernels taking tensor maps launch through the driver (kernelParams): pycuda's packed
+        # argument buffer gave them an illegal instruction on the H100 (their maps by value)
+        self._map_launches = {}
+        if any(l.tensor_maps for l in launches):
+            from backends.cuda import driver
+            raw = driver.RawModule(module.binary)
+            self._map_launches = {i: driver.KernelLaunch(raw.function(l.name, l.shared), l.grid, l.block, l.shared,
+                                                         [0] * (1 + len(l.inputs)), l.tensor_maps)
+                                  for i, l in enumerate(launches) if l.tensor_maps}
+            self._raw_module = raw
         # one device buffer per graph input, per step output and per value a step reads; an
         # empty value has no kernel (render_program) but still a buffer, which nothing reads
         self.buffers: dict[Node, object] = {}
@@ -65,15 +75,8 @@ class CUDAExecutable:
                 self.buffers[n] = rt.alloc(self._sizes[n])
         self._args = self._arg_lists(self.buffers)
 
-    def _arg_lists(self, buffers) -> list[list]:
-        """Each launch's arguments: its tensor maps' bytes (encoded for these buffers), then its
-        pointers."""
-        from backends.cuda.tensor_map import encode
-        out = []
-        for l in self.launches:
-            ptrs = [int(buffers[l.output])] + [int(buffers[n]) for n in l.inputs]
-            out.append([encode(m, ptrs[m.arg]) for m in l.tensor_maps] + ptrs)
-        return out
+    def _arg_lists(self, buffers) -> list[list[int]]:
+        return [[int(buffers[l.output])] + [int(buffers[n]) for n in l.inputs] for l in self.launches]
 
     def device_program(self) -> DeviceProgram:
         """The launches over keys (graph nodes) for device-array calls (backends/cuda/device_run.py)."""
@@ -99,16 +102,23 @@ class CUDAExecutable:
     def launch_all(self, args_lists=None, stream=None) -> None:
         args_lists = args_lists or self._args
         drv = self.rt.drv
-        for l, f, args in zip(self.launches, self.functions, args_lists):
+        for i, (l, f, args) in enumerate(zip(self.launches, self.functions, args_lists)):
             try:
-                if l.library is not None:
-                    l.library.run(args, stream)     # on the same stream (cublasSetStream)
-                elif stream is None:
-                    f.prepared_call(l.grid, l.block, *args, shared_size=l.shared)
-                else:
-                    f.prepared_async_call(l.grid, l.block, stream, *args, shared_size=l.shared)
+                self._launch(i, l, f, args, stream)
             except (drv.Error, RuntimeError) as e:
                 raise CUDAFailure("launch", f"{l.name}: {e}") from None
+
+    def _launch(self, i: int, l: Launch, f, args, stream=None) -> None:
+        if l.library is not None:
+            l.library.run(args, stream)     # on the same stream (cublasSetStream)
+        elif i in self._map_launches:
+            k = self._map_launches[i]
+            k.values[:] = args              # (its maps follow the pointers)
+            k.launch(int(stream.handle) if stream is not None else 0)
+        elif stream is None:
+            f.prepared_call(l.grid, l.block, *args, shared_size=l.shared)
+        else:
+            f.prepared_async_call(l.grid, l.block, stream, *args, shared_size=l.shared)
 
     def download(self) -> list[np.ndarray]:
         outs = []
@@ -182,10 +192,7 @@ class CUDAExecutable:
         for _ in range(repeat):
             events[0].record()
             for i, (l, f, a) in enumerate(zip(self.launches, self.functions, self._args)):
-                if l.library is not None:
-                    l.library.run(a)
-                else:
-                    f.prepared_call(l.grid, l.block, *a, shared_size=l.shared)
+                self._launch(i, l, f, a)
                 events[i + 1].record()
             events[-1].synchronize()
             for i in range(len(self.launches)):
@@ -194,6 +201,9 @@ class CUDAExecutable:
 
     def close(self) -> None:
         with _DEVICE_LOCK:
+            if self._map_launches:
+                self._raw_module.close()
+                self._map_launches = {}
             for n, buf in self.buffers.items():
                 self.rt.release(buf, self._sizes[n])
             self.buffers = {}

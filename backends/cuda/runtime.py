@@ -79,9 +79,8 @@ class Runtime:
         except self.drv.Error as e:
             raise CUDAFailure("load", str(e)) from None
 
-    def function(self, module, name: str, threads: int, shared: int, nargs: int, nmaps: int = 0):
-        """The kernel `name`, checked against its launch shape; prepared for `nmaps` tensor maps
-        (128 bytes each, by value) then `nargs` pointers."""
+    def function(self, module, name: str, threads: int, shared: int, nargs: int):
+        """The kernel `name`, checked against its launch shape; prepared for `nargs` pointers."""
         drv = self.drv
         try:
             f = module.get_function(name)
@@ -101,7 +100,7 @@ class Runtime:
                 f.set_attribute(fa.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared)
             except drv.Error as e:
                 raise CUDAFailure("resources", f"{name}: cannot raise shared memory to {shared}: {e}") from None
-        f.prepare(["128s"] * nmaps + ["P"] * nargs)
+        f.prepare("P" * nargs)
         return f
 
     def synchronize(self) -> None:
