@@ -47,7 +47,7 @@ class TMAConfig:
         return self.stages * self.stage_bytes + 1024 + 16 * self.stages
 
 
-TMA_CONFIGS = [TMAConfig(128, 256, 4), TMAConfig(128, 128, 6), TMAConfig(128, 256, 3), TMAConfig(64, 256, 6)]
+TMA_CONFIGS = [TMAConfig(128, 256, 4), TMAConfig(128, 128, 6), TMAConfig(128, 256, 3), TMAConfig(64, 256, 5)]
 
 
 def fits(shape: GemmShape, dtype: str) -> str | None:
