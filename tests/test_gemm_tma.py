@@ -137,3 +137,22 @@ def test_maps_are_encoded_again_only_when_their_buffers_change(monkeypatch):
     assert seen == [(1, 20), (2, 30)]
     args.for_pointers([10, 21, 30])
     assert seen[2:] == [(1, 21), (2, 30)]
+
+
+def test_long_products_take_the_tma_kernel_by_default_and_staged_operands_are_its_arguments():
+    from backends.cuda import render
+    big = trace(lambda a, b: a @ b, spec((4096, 4096), "f16"), spec((4096, 4096), "f16"))
+    _, launches = render(big, Schedule(arch="sm_90a"))
+    assert [l.kind for l in launches] == ["gemm_tma"] and "tile=128x256x64 stages=3" in launches[0].detail
+    _, launches = render(big, Schedule(arch="sm_90a", gemm="mma"))
+    assert [l.kind for l in launches] == ["gemm_tc"]
+    for name, g in _programs().items():
+        for cfg in TMA_CONFIGS:
+            _, launches = render(g, Schedule(tma=cfg, gemm="wgmma", arch="sm_90a"))
+            for l in launches:
+                for m in l.tensor_maps:      # every map names one of the launch's pointer arguments
+                    assert 1 <= m.arg <= len(l.inputs), (name, l)
+
+
+def test_every_tma_tile_fits_the_shared_memory_of_a_hopper_block():
+    assert all(c.smem_bytes <= 227 * 1024 for c in TMA_CONFIGS)

@@ -85,15 +85,23 @@ class CUDABackend:
                 from backends.cuda.templates.gemm_tma import TMA_CONFIGS
                 out += [Schedule(tma=c, gemm="wgmma", name=f"tma{c.bm}x{c.bn}s{c.stages}") for c in TMA_CONFIGS]
         if "gemm" in kinds and self._cublas_reason() is None:
-            # plain products by cuBLAS (cublas.py); first where the product reads a window
-            # operand (a convolution's im2col view): on the H100 the 3x3 ResNet layers ran
-            # 0.197 / 0.106 ms under cuBLAS (window staged) against 0.391 / 0.172 gathered
-            # element by element (results/h100-bench-2026-12-06-session23-6af4cfd.*; the reads
-            # in 16-byte runs not yet measured), and a cold search at budget 10 may time only
-            # its first schedule
-            out.insert(0 if windows else 1, Schedule(gemm="cublas", name="cublas"))
+            # plain products by cuBLAS (cublas.py); first where the default gathers a window
+            # operand (a convolution's im2col view) element by element: on the H100 the 3x3
+            # ResNet layers ran 0.197 / 0.106 ms under cuBLAS (window staged) against 0.391 /
+            # 0.172 gathered (results/h100-bench-2026-12-06-session23-6af4cfd.*), and a cold
+            # search at budget 10 may time only its first schedule
+            out.insert(0 if "gathered" in windows else 1, Schedule(gemm="cublas", name="cublas"))
+        if "runs" in windows and "gathered" not in windows:
+            # windows read in 16-byte runs: the prior's tiles first; on the H100 the three 3x3
+            # ResNet layers ran 0.101 / 0.057 / 0.051 ms under it, 0.099 / 0.073 / 0.067 under
+            # the default and 0.193 / 0.104 / 0.088 under cuBLAS (window staged) (results/raw/
+            # h100-conv-runs-2026-12-06-session24-d72a6ed.txt)
+            prior = next((x for x in out if x.name == "prior"), None)
+            if prior is not None:
+                out.remove(prior)
+                out.insert(0, prior)
         if "runs" in windows:     # the window gathered element by element instead of read in runs
-            out.insert(2, Schedule(window="gather", name="gather"))
+            out.insert(3, Schedule(window="gather", name="gather"))
         wg_first = None
         if "attention" in kinds:
             out += [Schedule(attn=c, name=c.name) for c in ATTN_CONFIGS]

@@ -1174,8 +1174,9 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     from ir import node as N
     from ir.view import ShapeTracker, View
     shape, acc_a, acc_b, _, _, dt, _ = tc
-    if sched.tma is not None and runs is None:
-        got = _render_tma(name, step, sched.tma, tc, params, call, names, epi)
+    tma = sched.tma if sched.tma is not None else (default_tma() if sched.gemm == "auto" and sched.wg is None else None)
+    if tma is not None and runs is None:
+        got = _render_tma(name, step, tma, tc, extra, params, call, names, epi)
         if got is not None:
             return got
     cfg = sched.wg or default_wg()
@@ -1225,7 +1226,7 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     return "\n".join(src_parts), launches
 
 
-def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, params, call, names, epi):
+def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, extra, params, call, names, epi):
     """The TMA-fed wgmma GEMM (backends/cuda/templates/gemm_tma.py), or None where its tensor
     maps do not fit the operands (the cp.async kernel takes those)."""
     from backends.cuda.tensor_map import TensorMap
@@ -1240,9 +1241,17 @@ def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, params, call
                  for which, dims, strides, box, off in gemm_tma.tensor_maps(shape, cfg))
     src = gemm_tma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair)
     launch = Launch(name, "gemm_tma", gemm_tma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
-                    list(step.inputs), f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
+                    list(step.inputs) + list(extra), f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
                     f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages} TMA B {shape.b_layout}", tensor_maps=maps)
     return src, [launch]
+
+
+def default_tma() -> gemm_tma.TMAConfig:
+    """The TMA kernel's 128x256 tile, 3 stages: the default for long products (m*n >= 4096^2,
+    k >= 2048, `_want_wgmma`) whose operands its tensor maps read; on the H100 0.83x cuBLAS at
+    4096^3 f16 against 0.67x for the cp.async kernel (default_wg), 0.78x against 0.68x at
+    2048x11008x4096 (results/h100-product-kernels-tma-2026-12-06-session24-5259868.txt)."""
+    return gemm_tma.TMAConfig(128, 256, 3)
 
 
 def default_wg() -> gemm_wgmma.WGConfig:
