@@ -36,6 +36,7 @@ TYPES = {
     "cuda.SimtConfig": ("backends.cuda.templates.gemm_simt", "SimtConfig"),
     "cuda.AttnConfig": ("backends.cuda.templates.attention", "AttnConfig"),
     "cuda.WGConfig": ("backends.cuda.templates.gemm_wgmma", "WGConfig"),
+    "cuda.TMAConfig": ("backends.cuda.templates.gemm_tma", "TMAConfig"),
     "cuda.AttnWGConfig": ("backends.cuda.templates.attention_wgmma", "AttnWGConfig"),
 }
 NODE = "Node"          # ir.node.Node: not a dataclass, built by Node(op, dtype, shape, srcs, arg)
