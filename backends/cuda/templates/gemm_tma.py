@@ -131,9 +131,6 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     (_, a_dims, *_), (_, b_dims, *_) = tensor_maps(shape, cfg)
     _, _, c_off = batch_offsets(shape)
     tb = 1 if shape.b_layout == "kn" else 0
-    pack2 = "__floats2half2_rn" if out_type == "__half" else ("__floats2bfloat162_rn" if out_type == "__nv_bfloat16" else "make_float2")
-    pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
-    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
     load_a = _load("tmA", a_dims, "sa", "k0", f"m0", "bz")
     if tb:   # n-contiguous B: BN/64 boxes of 64 n x 64 k, 8192 bytes apart
         b_desc = "wg_desc2(sb + kk * 2048, 8192, 1024)"
@@ -142,19 +139,6 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     else:
         b_desc = "wg_desc(sb + kk * 32)"
         load_b = _load("tmB", b_dims, "sb", "k0", "n0", "bz") + ";"
-    if pair_store:
-        store = f"""
-        if (col + 1 < {shape.n}) {{
-          float v0 = epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]);
-          float v1 = epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]);
-          *reinterpret_cast<{pair_t}*>(out + flat) = {pack2}(v0, v1);
-        }} else if (col < {shape.n}) {{
-          out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
-        }}"""
-    else:
-        store = f"""
-        if (col < {shape.n}) out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
-        if (col + 1 < {shape.n}) out[flat + {shape.c_sn}] = {conv}(epi_{name}({call_args}, flat + {shape.c_sn}, acc[j * 4 + 2 * h + 1]));"""
     return f"""
 {wg.NEEDS_ARCH_SPECIFIC}
 {wg.COMMON}
@@ -213,7 +197,7 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_consta
     if (kt > 0) mbar_arrive(bars + 16 * ((kt - 1) % {S}) + 8);   // tile kt-1's stage may be refilled
   }}
   wg_wait<0>();
-{wg._direct_epilogue(name, shape, BN, store)}
+{wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)}
 }}
 """
 

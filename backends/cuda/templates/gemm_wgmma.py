@@ -114,9 +114,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     a_chunks, b_chunks = BM * 8 // NT, BN * 8 // NT
     a_off, b_off, c_off = batch_offsets(shape)
     KT = (shape.k + 63) // 64
-    pack2 = "__floats2half2_rn" if out_type == "__half" else ("__floats2bfloat162_rn" if out_type == "__nv_bfloat16" else "make_float2")
-    pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
-    conv = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}.get(out_type, "")
+    conv = _CONVERT.get(out_type, "")
     tb = 1 if cfg.b_mn else 0
     if cfg.b_mn:
         # B tile: 64 k-rows x BN n-values, n contiguous: atoms of 8 k-rows x 64 n (1024 B, swizzled),
@@ -143,24 +141,11 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
       const bool ok = gn < {shape.n} && gk < {shape.k};
       cp_async16(sb + r * 128 + ((ch ^ (r & 7)) << 4), ok ? Bb + {f"ldb_runs_{name}(bz, gk, gn)" if b_runs else f"(long long)gn * {shape.b_sn} + gk"} : Bb, ok ? 16 : 0);
     }}"""
-    if pair_store:
-        store = f"""
-        if (col + 1 < {shape.n}) {{
-          float v0 = epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]);
-          float v1 = epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]);
-          *reinterpret_cast<{pair_t}*>(out + flat) = {pack2}(v0, v1);
-        }} else if (col < {shape.n}) {{
-          out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
-        }}"""
-    else:
-        store = f"""
-        if (col < {shape.n}) out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
-        if (col + 1 < {shape.n}) out[flat + {shape.c_sn}] = {conv}(epi_{name}({call_args}, flat + {shape.c_sn}, acc[j * 4 + 2 * h + 1]));"""
     if cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16", "float") and \
             smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
         epilogue_code = _smem_epilogue(name, shape, cfg, call_args, out_type, conv)
     else:
-        epilogue_code = _direct_epilogue(name, shape, BN, store)
+        epilogue_code = direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
     return f"""
 {NEEDS_ARCH_SPECIFIC}
 {COMMON}
@@ -224,7 +209,29 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
 """
 
 
-def _direct_epilogue(name, shape, BN, store) -> str:
+_CONVERT = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}
+
+
+def direct_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out_type: str, pair_store: bool) -> str:
+    """Each thread's accumulators (a warpgroup's m64nBN fragment; `wg`, `wq`, `lane`, `m0`,
+    `n0`, `c_base` in scope) through the epilogue and stored, two neighbours as one pair store
+    where `pair_store` (unit column stride, even rows)."""
+    conv = _CONVERT.get(out_type, "")
+    if pair_store:
+        pack2 = "__floats2half2_rn" if out_type == "__half" else ("__floats2bfloat162_rn" if out_type == "__nv_bfloat16" else "make_float2")
+        pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
+        store = f"""
+        if (col + 1 < {shape.n}) {{
+          float v0 = epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]);
+          float v1 = epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]);
+          *reinterpret_cast<{pair_t}*>(out + flat) = {pack2}(v0, v1);
+        }} else if (col < {shape.n}) {{
+          out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
+        }}"""
+    else:
+        store = f"""
+        if (col < {shape.n}) out[flat] = {conv}(epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]));
+        if (col + 1 < {shape.n}) out[flat + {shape.c_sn}] = {conv}(epi_{name}({call_args}, flat + {shape.c_sn}, acc[j * 4 + 2 * h + 1]));"""
     return f"""
   #pragma unroll
   for (int h = 0; h < 2; ++h) {{
