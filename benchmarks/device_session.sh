@@ -23,7 +23,7 @@ fi
 ( timeout $cap $T tests/test_flash_attention.py \
     "tests/test_cuda_gpu.py::test_attend_term_runs_as_one_flash_kernel_under_every_attention_schedule" \
     > "$out/tests/attention.log" 2>&1 ) &
-( timeout $cap $T tests/test_library_cuda.py > "$out/tests/library_cuda.log" 2>&1 ) &
+( timeout $cap $T tests/test_library_cuda.py tests/test_gemm_tma.py > "$out/tests/library_cuda.log" 2>&1 ) &
 ( timeout $cap $T tests/test_decoder_gpu.py > "$out/tests/decoder_gpu.log" 2>&1 ) &
 ( timeout $cap $T tests/test_device_tensors_gpu.py tests/test_search_gpu.py > "$out/tests/device_search.log" 2>&1 ) &
 wait
@@ -37,7 +37,7 @@ if [ "${ATTENTION_KERNELS:-1}" = 1 ]; then
   tail -60 "$out/attention-kernels-$tree.txt"
 fi
 if [ "${PRODUCT_KERNELS:-0}" = 1 ]; then
-  timeout $(( total / 3 )) python3 -m benchmarks.product_kernels --repeat 20 \
+  timeout $(( total / 3 )) python3 -m benchmarks.product_kernels --repeat 20 --persistent \
     --json "$out/product-kernels-$tree.json" > "$out/product-kernels-$tree.txt" 2>&1
   tail -24 "$out/product-kernels-$tree.txt"
 fi

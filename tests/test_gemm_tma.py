@@ -4,11 +4,13 @@ matches the interpreter at odd shapes, batched, with either B layout and an epil
 host arrays and through device tensors whose buffers change between calls."""
 from __future__ import annotations
 
+import shutil
+
 import numpy as np
 import pytest
 
 from backends.cuda.render import Schedule
-from backends.cuda.templates.gemm_tma import TMA_CONFIGS, TMAConfig, fits, tensor_maps
+from backends.cuda.templates.gemm_tma import TMA_CONFIGS, TMA_PERSISTENT_CONFIGS, TMAConfig, fits, tensor_maps
 from backends.cuda.templates.gemm_tc import GemmShape
 from backends.cuda.toolchain import compile_source, find_nvcc, parse_resources
 from compiler.trace import spec, trace
@@ -94,7 +96,7 @@ def test_gpu_tma_products_match_the_interpreter(cuda_backend, name):
     args = _inputs(g, 0)
     want = evaluate(g, args)[0]
     k = g.inputs[0].shape[-1]
-    for cfg in TMA_CONFIGS:
+    for cfg in TMA_CONFIGS + TMA_PERSISTENT_CONFIGS:
         exe, why = cuda_backend.try_build(g, Schedule(tma=cfg, gemm="wgmma", name="tma"))
         assert exe is not None, why
         assert any(l.kind == "gemm_tma" for l in exe.launches), exe.explain()
@@ -156,3 +158,35 @@ def test_long_products_take_the_tma_kernel_by_default_and_staged_operands_are_it
 
 def test_every_tma_tile_fits_the_shared_memory_of_a_hopper_block():
     assert all(c.smem_bytes <= 227 * 1024 for c in TMA_CONFIGS)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ not found")
+@pytest.mark.parametrize("mt,nt,batch", [(1, 1, 1), (32, 16, 1), (13, 7, 3), (8, 1, 2), (9, 22, 1)])
+def test_a_persistent_block_walk_covers_every_tile_once(mt, nt, batch, tmp_path):
+    """The rendered tile walk (run on the host) maps t = 0..tiles-1 onto every (batch, m-tile,
+    n-tile) exactly once, GROUP_M m-tiles at a time."""
+    import subprocess
+    from backends.cuda.templates.gemm_tma import GROUP_M, tile_coords
+    src = tmp_path / "walk.cpp"
+    src.write_text("#include <cstdio>\n#include <algorithm>\nusing std::min;\nint main() {\n"
+                   f"  for (int t = 0; t < {mt * nt * batch}; ++t) {{\n      {tile_coords(mt, nt, 128, 256)}\n"
+                   '      std::printf("%lld %d %d\\n", bz, m0, n0);\n  }\n}\n')
+    exe = tmp_path / "walk"
+    subprocess.run(["g++", "-O1", str(src), "-o", str(exe)], check=True)
+    got = [tuple(map(int, line.split())) for line in subprocess.run([str(exe)], capture_output=True, text=True,
+                                                                      check=True).stdout.splitlines()]
+    assert sorted(got) == [(b, i * 128, j * 256) for b in range(batch) for i in range(mt) for j in range(nt)]
+    assert all(got[t][1] // 128 // GROUP_M == got[t + 1][1] // 128 // GROUP_M or got[t + 1][2] == 0
+               for t in range(len(got) - 1) if got[t][0] == got[t + 1][0])
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_persistent_tma_kernels_compile_without_spills_and_launch_one_block_per_sm_at_most():
+    from backends.cuda.templates.gemm_tma import SMS, TMA_PERSISTENT_CONFIGS
+    for name, g in _programs().items():
+        for cfg in TMA_PERSISTENT_CONFIGS[:2]:
+            src, launches = _tma_launches(g, cfg)
+            assert launches[0].grid[0] <= SMS and launches[0].grid[1:] == (1, 1)
+            res = compile_source(src, "sm_90a")
+            assert res.error is None, res.log[-2000:]
+            assert all(r.get("spill_stores", 0) == 0 for r in parse_resources(res.log).values())

@@ -29,6 +29,9 @@ class TMAConfig:
     bm: int = 128          # 64 rows per consumer warpgroup
     bn: int = 256          # wgmma N (<= 256, multiple of 64)
     stages: int = 4
+    persistent: bool = False   # one block per SM looping over output tiles (grouped 8 m-tiles at a
+                               # time for L2 reuse); the producer copies the next tile's stages
+                               # while the consumers store the last one
 
     @property
     def consumers(self) -> int:
@@ -48,6 +51,10 @@ class TMAConfig:
 
 
 TMA_CONFIGS = [TMAConfig(128, 256, 4), TMAConfig(128, 128, 6), TMAConfig(128, 256, 3), TMAConfig(64, 256, 5)]
+# not yet run on a GPU: offered by benchmarks/product_kernels.py --persistent only, not searched
+TMA_PERSISTENT_CONFIGS = [TMAConfig(128, 256, 4, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6, True)]
+SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
+GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
 
 def fits(shape: GemmShape, dtype: str) -> str | None:
@@ -139,6 +146,9 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     else:
         b_desc = "wg_desc(sb + kk * 32)"
         load_b = _load("tmB", b_dims, "sb", "k0", "n0", "bz") + ";"
+    if cfg.persistent:
+        return _render_persistent(name, dtype, shape, cfg, params, call_args, epilogue, out_type, pair_store,
+                                  load_a, load_b, b_desc, tb)
     return f"""
 {wg.NEEDS_ARCH_SPECIFIC}
 {wg.COMMON}
@@ -202,5 +212,98 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_consta
 """
 
 
+def tile_coords(mt: int, nt: int, bm: int, bn: int) -> str:
+    """C statements giving tile t's batch `bz` and corner (m0, n0): consecutive t walk GROUP_M
+    m-tiles down one n column, then the next column (the A rows they share stay in L2)."""
+    return f"""const long long bz = t / {mt * nt};
+      const int r = t % {mt * nt}, first = (r / {GROUP_M * nt}) * {GROUP_M}, rows = min({mt} - first, {GROUP_M});
+      const int m0 = (first + (r % {GROUP_M * nt}) % rows) * {bm}, n0 = ((r % {GROUP_M * nt}) / rows) * {bn};"""
+
+
+def _render_persistent(name, dtype, shape, cfg, params, call_args, epilogue, out_type, pair_store,
+                       load_a, load_b, b_desc, tb) -> str:
+    """The same producer / consumer pipeline with each block looping over tiles t = blockIdx.x,
+    + gridDim.x, ...; one stage counter `it` runs across tiles, so a consumer releases the last
+    stage of a tile after its final wgmma and the producer is already filling the next tile's."""
+    ty = "f16" if dtype == "f16" else "bf16"
+    BM, BN, S, NT, C = cfg.bm, cfg.bn, cfg.stages, cfg.threads, cfg.consumers
+    A_ST = BM * 128
+    KT = (shape.k + 63) // 64
+    mt, nt = -(-shape.m // BM), -(-shape.n // BN)
+    tiles = mt * nt * shape.batch_count
+    _, _, c_off = batch_offsets(shape)
+    coords = tile_coords(mt, nt, BM, BN)
+    return f"""
+{wg.NEEDS_ARCH_SPECIFIC}
+{wg.COMMON}
+{MBAR}
+#ifndef SATURN_WGMMA_N{BN}_{ty}_T{tb}
+#define SATURN_WGMMA_N{BN}_{ty}_T{tb}
+{wg.helpers(BN, dtype, tb)}
+#endif
+{epilogue}
+
+extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
+    const __grid_constant__ TensorMap tmB, {params}) {{
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const uint32_t bars = base + {S * cfg.stage_bytes};      // full[s] at bars + 16 s, empty[s] at + 8
+  const int tid = threadIdx.x, wgi = tid >> 7;
+  if (tid == 0) {{
+    for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {C * 128}); }}
+    mbar_fence_init();
+  }}
+  __syncthreads();
+  if (wgi == 0) {{                     // the producer: one thread issues every copy
+    regs_dec<{PRODUCER_REGS}>();
+    if (tid == 0) {{
+      int it = 0;
+      for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
+      {coords}
+      for (int kt = 0; kt < {KT}; ++kt, ++it) {{
+        const int s = it % {S};
+        const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
+        mbar_wait(full + 8, ((it / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
+        mbar_expect_tx(full, {cfg.stage_bytes});
+        const int k0 = kt * 64;
+        {load_a};
+        {load_b}
+      }}
+      }}
+    }}
+    return;
+  }}
+  regs_inc<{CONSUMER_REGS}>();
+  const int wg = wgi - 1, lane = tid & 31, wq = (tid >> 5) & 3;
+  int it = 0;
+  for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
+    {coords}
+    const long long c_base = {c_off};
+    float acc[{BN // 2}];
+    #pragma unroll
+    for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;
+    for (int kt = 0; kt < {KT}; ++kt, ++it) {{
+      const int s = it % {S};
+      mbar_wait(bars + 16 * s, (it / {S}) & 1);
+      const uint32_t sa = base + s * {cfg.stage_bytes} + wg * {64 * 128};
+      const uint32_t sb = base + s * {cfg.stage_bytes} + {A_ST};
+      wg_fence();
+      #pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
+      wg_commit();
+      wg_wait<1>();
+      if (kt > 0) mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);   // the previous stage may be refilled
+    }}
+    wg_wait<0>();
+    mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);                // and this tile's last
+{wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)}
+  }}
+}}
+"""
+
+
 def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
+    if cfg.persistent:
+        tiles = -(-shape.m // cfg.bm) * -(-shape.n // cfg.bn) * shape.batch_count
+        return (min(tiles, SMS), 1, 1)
     return batched_grid((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)[0]
