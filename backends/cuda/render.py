@@ -1143,8 +1143,7 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
     if tc is not None:
         shape, acc_a, acc_b, a_gather, b_gather, dt, groups = tc
         cfg = sched.tc or default_tc(shape)
-        pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
-            and o.dtype in (DType.f16, DType.bf16, DType.f32)
+        pair = _pair_store(shape, o.dtype)
         loaders = _loaders(name, step, names, params, groups) if (a_gather or b_gather) else ""
         g = step.gemm
         runs = staged.get("b_runs") if b_gather else None
@@ -1213,8 +1212,7 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
         return None
     if shape.b_layout == "kn" and not cfg.b_mn:
         return None
-    pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
-        and o.dtype in (DType.f16, DType.bf16, DType.f32)
+    pair = _pair_store(shape, o.dtype)
     b_name = names[b_node]
     src_parts.append(gemm_wgmma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair,
                                        names[acc_a.buffer], b_name, b_runs=runs is not None))
@@ -1226,6 +1224,13 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
     return "\n".join(src_parts), launches
 
 
+def _pair_store(shape: gemm_tc.GemmShape, out: DType) -> bool:
+    """Whether a product's epilogue may store two neighbouring outputs as one pair: unit column
+    stride, even rows and batch strides, a 2- or 4-byte float output."""
+    return shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
+        and out in (DType.f16, DType.bf16, DType.f32)
+
+
 def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, extra, params, call, names, epi):
     """The TMA-fed wgmma GEMM (backends/cuda/templates/gemm_tma.py), or None where its tensor
     maps do not fit the operands (the cp.async kernel takes those)."""
@@ -1234,14 +1239,14 @@ def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, extra, param
     if gemm_tma.fits(shape, dt.value) or (shape.b_layout == "kn" and not wgmma_mn_allowed()):
         return None
     o = step.output
-    pair = shape.c_sn == 1 and shape.c_sm % 2 == 0 and all(c % 2 == 0 for *_, c in shape.batch) \
-        and o.dtype in (DType.f16, DType.bf16, DType.f32)
-    args = {"a": 1 + int(names[acc_a.buffer][2:]), "b": 1 + int(names[acc_b.buffer][2:])}   # after `out`
+    pair = _pair_store(shape, o.dtype)
+    inputs = list(step.inputs) + list(extra)
+    args = {"a": 1 + inputs.index(acc_a.buffer), "b": 1 + inputs.index(acc_b.buffer)}   # after `out`
     maps = tuple(TensorMap(args[which], dt, tuple(dims), tuple(strides), tuple(box), off)
                  for which, dims, strides, box, off in gemm_tma.tensor_maps(shape, cfg))
     src = gemm_tma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair)
     launch = Launch(name, "gemm_tma", gemm_tma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
-                    list(step.inputs) + list(extra), f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
+                    inputs, f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
                     f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages} TMA B {shape.b_layout}", tensor_maps=maps)
     return src, [launch]
 

@@ -130,9 +130,12 @@ def _load(map_name: str, dims: list, dst: str, x: str, y: str, bz: str) -> str:
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str, call_args: str,
            epilogue: str, out_type: str, pair_store: bool) -> str:
+    """The kernel: one output tile per block, or with `cfg.persistent` one block per SM
+    looping over tiles t = blockIdx.x, + gridDim.x, ... with one stage counter `it` across
+    tiles (a consumer releases a tile's last stage after its final wgmma, and the producer is
+    already filling the next tile's stages while the consumers store)."""
     ty = "f16" if dtype == "f16" else "bf16"
     BM, BN, S, NT, C = cfg.bm, cfg.bn, cfg.stages, cfg.threads, cfg.consumers
-    bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
     A_ST = BM * 128
     KT = (shape.k + 63) // 64
     (_, a_dims, *_), (_, b_dims, *_) = tensor_maps(shape, cfg)
@@ -146,9 +149,66 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     else:
         b_desc = "wg_desc(sb + kk * 32)"
         load_b = _load("tmB", b_dims, "sb", "k0", "n0", "bz") + ";"
+    counter = "it" if cfg.persistent else "kt"
+    produce = f"""        const int s = {counter} % {S};
+        const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
+        mbar_wait(full + 8, (({counter} / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
+        mbar_expect_tx(full, {cfg.stage_bytes});
+        const int k0 = kt * 64;
+        {load_a};
+        {load_b}"""
+    consume = f"""    const int s = {counter} % {S};
+    mbar_wait(bars + 16 * s, ({counter} / {S}) & 1);
+    const uint32_t sa = base + s * {cfg.stage_bytes} + wg * {64 * 128};
+    const uint32_t sb = base + s * {cfg.stage_bytes} + {A_ST};
+    wg_fence();
+    #pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
+    wg_commit();
+    wg_wait<1>();
+    if (kt > 0) mbar_arrive(bars + 16 * (({counter} - 1) % {S}) + 8);   // tile kt-1's stage may be refilled"""
+    acc = f"""  const long long c_base = {c_off};
+  float acc[{BN // 2}];
+  #pragma unroll
+  for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;"""
+    store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
     if cfg.persistent:
-        return _render_persistent(name, dtype, shape, cfg, params, call_args, epilogue, out_type, pair_store,
-                                  load_a, load_b, b_desc, tb)
+        mt, nt = -(-shape.m // BM), -(-shape.n // BN)
+        tiles, coords = mt * nt * shape.batch_count, tile_coords(mt, nt, BM, BN)
+        block = ""
+        producer = f"""      int it = 0;
+      for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
+      {coords}
+      for (int kt = 0; kt < {KT}; ++kt, ++it) {{
+{produce}
+      }}
+      }}"""
+        consumer = f"""  int it = 0;
+  for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
+    {coords}
+{acc}
+  for (int kt = 0; kt < {KT}; ++kt, ++it) {{
+{consume}
+  }}
+  wg_wait<0>();
+  mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);                 // and this tile's last
+{store}
+  }}"""
+    else:
+        bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
+        block = f"""
+  const long long bz = {bz};
+  {past_end}
+  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};"""
+        producer = f"""      for (int kt = 0; kt < {KT}; ++kt) {{
+{produce}
+      }}"""
+        consumer = f"""{acc}
+  for (int kt = 0; kt < {KT}; ++kt) {{
+{consume}
+  }}
+  wg_wait<0>();
+{store}"""
     return f"""
 {wg.NEEDS_ARCH_SPECIFIC}
 {wg.COMMON}
@@ -164,10 +224,7 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_consta
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t bars = base + {S * cfg.stage_bytes};      // full[s] at bars + 16 s, empty[s] at + 8
-  const int tid = threadIdx.x, wgi = tid >> 7;
-  const long long bz = {bz};
-  {past_end}
-  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};
+  const int tid = threadIdx.x, wgi = tid >> 7;{block}
   if (tid == 0) {{
     for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {C * 128}); }}
     mbar_fence_init();
@@ -176,38 +233,13 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_consta
   if (wgi == 0) {{                     // the producer: one thread issues every copy
     regs_dec<{PRODUCER_REGS}>();
     if (tid == 0) {{
-      for (int kt = 0; kt < {KT}; ++kt) {{
-        const int s = kt % {S};
-        const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
-        mbar_wait(full + 8, ((kt / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
-        mbar_expect_tx(full, {cfg.stage_bytes});
-        const int k0 = kt * 64;
-        {load_a};
-        {load_b}
-      }}
+{producer}
     }}
     return;
   }}
   regs_inc<{CONSUMER_REGS}>();
   const int wg = wgi - 1, lane = tid & 31, wq = (tid >> 5) & 3;
-  const long long c_base = {c_off};
-  float acc[{BN // 2}];
-  #pragma unroll
-  for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;
-  for (int kt = 0; kt < {KT}; ++kt) {{
-    const int s = kt % {S};
-    mbar_wait(bars + 16 * s, (kt / {S}) & 1);
-    const uint32_t sa = base + s * {cfg.stage_bytes} + wg * {64 * 128};
-    const uint32_t sb = base + s * {cfg.stage_bytes} + {A_ST};
-    wg_fence();
-    #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
-    wg_commit();
-    wg_wait<1>();
-    if (kt > 0) mbar_arrive(bars + 16 * ((kt - 1) % {S}) + 8);   // tile kt-1's stage may be refilled
-  }}
-  wg_wait<0>();
-{wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)}
+{consumer}
 }}
 """
 
@@ -218,88 +250,6 @@ def tile_coords(mt: int, nt: int, bm: int, bn: int) -> str:
     return f"""const long long bz = t / {mt * nt};
       const int r = t % {mt * nt}, first = (r / {GROUP_M * nt}) * {GROUP_M}, rows = min({mt} - first, {GROUP_M});
       const int m0 = (first + (r % {GROUP_M * nt}) % rows) * {bm}, n0 = ((r % {GROUP_M * nt}) / rows) * {bn};"""
-
-
-def _render_persistent(name, dtype, shape, cfg, params, call_args, epilogue, out_type, pair_store,
-                       load_a, load_b, b_desc, tb) -> str:
-    """The same producer / consumer pipeline with each block looping over tiles t = blockIdx.x,
-    + gridDim.x, ...; one stage counter `it` runs across tiles, so a consumer releases the last
-    stage of a tile after its final wgmma and the producer is already filling the next tile's."""
-    ty = "f16" if dtype == "f16" else "bf16"
-    BM, BN, S, NT, C = cfg.bm, cfg.bn, cfg.stages, cfg.threads, cfg.consumers
-    A_ST = BM * 128
-    KT = (shape.k + 63) // 64
-    mt, nt = -(-shape.m // BM), -(-shape.n // BN)
-    tiles = mt * nt * shape.batch_count
-    _, _, c_off = batch_offsets(shape)
-    coords = tile_coords(mt, nt, BM, BN)
-    return f"""
-{wg.NEEDS_ARCH_SPECIFIC}
-{wg.COMMON}
-{MBAR}
-#ifndef SATURN_WGMMA_N{BN}_{ty}_T{tb}
-#define SATURN_WGMMA_N{BN}_{ty}_T{tb}
-{wg.helpers(BN, dtype, tb)}
-#endif
-{epilogue}
-
-extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
-    const __grid_constant__ TensorMap tmB, {params}) {{
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const uint32_t bars = base + {S * cfg.stage_bytes};      // full[s] at bars + 16 s, empty[s] at + 8
-  const int tid = threadIdx.x, wgi = tid >> 7;
-  if (tid == 0) {{
-    for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {C * 128}); }}
-    mbar_fence_init();
-  }}
-  __syncthreads();
-  if (wgi == 0) {{                     // the producer: one thread issues every copy
-    regs_dec<{PRODUCER_REGS}>();
-    if (tid == 0) {{
-      int it = 0;
-      for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
-      {coords}
-      for (int kt = 0; kt < {KT}; ++kt, ++it) {{
-        const int s = it % {S};
-        const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
-        mbar_wait(full + 8, ((it / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
-        mbar_expect_tx(full, {cfg.stage_bytes});
-        const int k0 = kt * 64;
-        {load_a};
-        {load_b}
-      }}
-      }}
-    }}
-    return;
-  }}
-  regs_inc<{CONSUMER_REGS}>();
-  const int wg = wgi - 1, lane = tid & 31, wq = (tid >> 5) & 3;
-  int it = 0;
-  for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
-    {coords}
-    const long long c_base = {c_off};
-    float acc[{BN // 2}];
-    #pragma unroll
-    for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;
-    for (int kt = 0; kt < {KT}; ++kt, ++it) {{
-      const int s = it % {S};
-      mbar_wait(bars + 16 * s, (it / {S}) & 1);
-      const uint32_t sa = base + s * {cfg.stage_bytes} + wg * {64 * 128};
-      const uint32_t sb = base + s * {cfg.stage_bytes} + {A_ST};
-      wg_fence();
-      #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
-      wg_commit();
-      wg_wait<1>();
-      if (kt > 0) mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);   // the previous stage may be refilled
-    }}
-    wg_wait<0>();
-    mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);                // and this tile's last
-{wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)}
-  }}
-}}
-"""
 
 
 def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
