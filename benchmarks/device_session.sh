@@ -37,7 +37,7 @@ if [ "${ATTENTION_KERNELS:-1}" = 1 ]; then
   tail -60 "$out/attention-kernels-$tree.txt"
 fi
 if [ "${PRODUCT_KERNELS:-0}" = 1 ]; then
-  timeout $(( total / 3 )) python3 -m benchmarks.product_kernels --repeat 20 --persistent \
+  timeout $(( total / 3 )) python3 -m benchmarks.product_kernels --repeat 20 --experimental \
     --json "$out/product-kernels-$tree.json" > "$out/product-kernels-$tree.txt" 2>&1
   tail -24 "$out/product-kernels-$tree.txt"
 fi

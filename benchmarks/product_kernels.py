@@ -1,6 +1,6 @@
 """Every generated matrix-product schedule of the CUDA backend against cuBLAS, at model shapes.
 
-    python -m benchmarks.product_kernels [--quick] [--repeat N] [--json FILE] [--only PREFIX,...] [--persistent]
+    python -m benchmarks.product_kernels [--quick] [--repeat N] [--json FILE] [--only PREFIX,...] [--experimental]
 
 For each case (M x N x K, batch, layout, dtype) the traced product is built under every schedule
 the backend offers except the library ones (cuBLAS, and the generic kernel-IR rendering, which
@@ -42,17 +42,17 @@ def _program(m, n, k, batch, layout, dtype):
 
 
 ONLY: tuple[str, ...] = ()      # --only: schedule name prefixes to time (empty: all)
-PERSISTENT = False              # --persistent: also the persistent TMA tiles (not searched yet)
+EXPERIMENTAL = False            # --experimental: also the TMA tiles not yet run on a GPU (not searched)
 
 
 def generated_schedules(be, g) -> list:
     """The backend's schedules for `g` whose products are generated kernels (those named by
-    --only), and with --persistent the persistent TMA tiles."""
+    --only), and with --experimental the TMA tiles not yet searched."""
     out = [s for s in be.schedules(g) if s.gemm != "cublas" and s.lowering != "kernel_ir"]
-    if PERSISTENT and any(s.tma is not None for s in out):
+    if EXPERIMENTAL and any(s.tma is not None for s in out):
         from backends.cuda.render import Schedule
-        from backends.cuda.templates.gemm_tma import TMA_PERSISTENT_CONFIGS
-        out += [Schedule(tma=c, gemm="wgmma", name=f"tma{c.bm}x{c.bn}s{c.stages}p") for c in TMA_PERSISTENT_CONFIGS]
+        from backends.cuda.templates.gemm_tma import TMA_EXPERIMENTAL_CONFIGS
+        out += [Schedule(tma=c, gemm="wgmma", name=c.name) for c in TMA_EXPERIMENTAL_CONFIGS]
     return [s for s in out if not ONLY or s.name.startswith(ONLY)]
 
 
@@ -147,11 +147,11 @@ def summary(rows) -> list[str]:
 
 def main(argv=None) -> int:
     import sys
-    global ONLY, PERSISTENT
+    global ONLY, EXPERIMENTAL
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--persistent" in argv:
-        PERSISTENT = True
-        argv.remove("--persistent")
+    if "--experimental" in argv:
+        EXPERIMENTAL = True
+        argv.remove("--experimental")
     if "--only" in argv:       # (before the shared options: --only tma,default)
         i = argv.index("--only")
         ONLY = tuple(argv[i + 1].split(","))

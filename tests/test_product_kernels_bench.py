@@ -45,13 +45,13 @@ def test_report_adds_rates_and_prints_failures():
     assert lines[1].endswith("2.00x cuBLAS") and lines[2].endswith("failed: too much shared memory")
 
 
-def test_only_and_persistent_pick_the_schedules_timed(monkeypatch):
+def test_only_and_experimental_pick_the_schedules_timed(monkeypatch):
     monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: True))
     be = CUDABackend()
     g = pk._program(4096, 4096, 4096, 1, "nn", "f16")
     monkeypatch.setattr(pk, "ONLY", ("tma",))
     plain = [s.name for s in pk.generated_schedules(be, g)]
     assert plain and all(n.startswith("tma") and not n.endswith("p") for n in plain)
-    monkeypatch.setattr(pk, "PERSISTENT", True)
-    more = [s for s in pk.generated_schedules(be, g) if s.name.endswith("p")]
-    assert more and all(s.tma.persistent for s in more)
+    monkeypatch.setattr(pk, "EXPERIMENTAL", True)
+    more = [s for s in pk.generated_schedules(be, g) if s.name not in plain]
+    assert more and all(s.tma.persistent or s.tma.smem_epilogue for s in more)

@@ -83,7 +83,7 @@ class CUDABackend:
                 out += [Schedule(wg=c, gemm="wgmma", name=f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "")
                                  + ("e" if c.smem_epilogue else "")) for c in configs]
                 from backends.cuda.templates.gemm_tma import TMA_CONFIGS
-                out += [Schedule(tma=c, gemm="wgmma", name=f"tma{c.bm}x{c.bn}s{c.stages}") for c in TMA_CONFIGS]
+                out += [Schedule(tma=c, gemm="wgmma", name=c.name) for c in TMA_CONFIGS]
         if "gemm" in kinds and self._cublas_reason() is None:
             # plain products by cuBLAS (cublas.py); first where the default gathers a window
             # operand (a convolution's im2col view) element by element: on the H100 the 3x3

@@ -32,6 +32,12 @@ class TMAConfig:
     persistent: bool = False   # one block per SM looping over output tiles (grouped 8 m-tiles at a
                                # time for L2 reuse); the producer copies the next tile's stages
                                # while the consumers store the last one
+    smem_epilogue: bool = False   # (one tile per block) outputs staged in the drained stages, then
+                                  # stored as 16-byte rows
+
+    @property
+    def name(self) -> str:
+        return f"tma{self.bm}x{self.bn}s{self.stages}" + ("p" if self.persistent else "") + ("e" if self.smem_epilogue else "")
 
     @property
     def consumers(self) -> int:
@@ -51,8 +57,9 @@ class TMAConfig:
 
 
 TMA_CONFIGS = [TMAConfig(128, 256, 4), TMAConfig(128, 128, 6), TMAConfig(128, 256, 3), TMAConfig(64, 256, 5)]
-# not yet run on a GPU: offered by benchmarks/product_kernels.py --persistent only, not searched
-TMA_PERSISTENT_CONFIGS = [TMAConfig(128, 256, 4, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6, True)]
+# not yet run on a GPU: offered by benchmarks/product_kernels.py --experimental only, not searched
+TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 256, 4, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6, True),
+                            TMAConfig(128, 256, 3, False, True), TMAConfig(128, 128, 6, False, True)]
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
@@ -172,6 +179,13 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   #pragma unroll
   for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;"""
     store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
+    if cfg.smem_epilogue and not cfg.persistent and out_type in ("__half", "__nv_bfloat16", "float") \
+            and wg.smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
+        # the consumers' own barrier (the producer warps have left); every stage has been
+        # consumed, so the ring is free once both warpgroups' last wgmma is done
+        store = wg.smem_epilogue(name, shape, cfg, call_args, out_type, wg._CONVERT.get(out_type, ""),
+                                 sync=f'asm volatile("bar.sync 1, {C * 128};" ::: "memory");', drain="",
+                                 tid="(tid - 128)", threads=C * 128)
     if cfg.persistent:
         mt, nt = -(-shape.m // BM), -(-shape.n // BN)
         tiles, coords = mt * nt * shape.batch_count, tile_coords(mt, nt, BM, BN)

@@ -143,7 +143,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     }}"""
     if cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16", "float") and \
             smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
-        epilogue_code = _smem_epilogue(name, shape, cfg, call_args, out_type, conv)
+        epilogue_code = smem_epilogue(name, shape, cfg, call_args, out_type, conv)
     else:
         epilogue_code = direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
     return f"""
@@ -245,15 +245,18 @@ def direct_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out_ty
   }}"""
 
 
-def _smem_epilogue(name, shape, cfg, call_args, out_type, conv) -> str:
-    """Values through the epilogue into a padded shared tile, then 16-byte row stores."""
-    BM, BN, NT = cfg.bm, cfg.bn, cfg.threads
+def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__syncthreads();",
+                  drain: str = "cp_async_wait<0>();\n  ", tid: str = "tid", threads: int | None = None) -> str:
+    """Values through the epilogue into a padded shared tile, then 16-byte row stores. `sync`
+    is the barrier of the threads storing (`threads` of them, numbered by `tid`; all the block's
+    by default), `drain` what ends the pipeline's own copies first."""
+    BM, BN = cfg.bm, cfg.bn
+    NT = threads or cfg.threads
     osz = 4 if out_type == "float" else 2
     ld = BN + 16 // osz                      # one 16-byte pad per row
     vec = 16 // osz
     return f"""
-  cp_async_wait<0>();
-  __syncthreads();                          // all warpgroups done with the pipeline's shared memory
+  {drain}{sync}{" " * max(1, 42 - len(sync))}// all warpgroups done with the pipeline's shared memory
   {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + (base - smem_u32(smem_raw)));
   #pragma unroll
   for (int h = 0; h < 2; ++h) {{
@@ -268,8 +271,8 @@ def _smem_epilogue(name, shape, cfg, call_args, out_type, conv) -> str:
       if (row < {shape.m} && col + 1 < {shape.n}) tile[r * {ld} + cl + 1] = {conv}(epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]));
     }}
   }}
-  __syncthreads();
-  for (int c = tid; c < {BM * BN // vec}; c += {NT}) {{
+  {sync}
+  for (int c = {tid}; c < {BM * BN // vec}; c += {NT}) {{
     const int r = c / {BN // vec}, cl = (c % {BN // vec}) * {vec};
     const int row = m0 + r, col = n0 + cl;
     if (row >= {shape.m}) continue;
