@@ -75,10 +75,10 @@ class LLVMBackend:
         tiles = any(n.op == Op.CONTRACT for n in graph.nodes)
         out.append(Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"))
         if tiles:
-            # 8 rows x 1 vector on AVX-512: a 3x3 conv at b8 28x28x64 ran 2.35-2.39 ms against
-            # 2.60-2.65 under 6x2, products within +-3 %; the 4x3 tile it replaces was never
-            # faster than one of them (2-core EPYC, 2026-12-05)
-            out.append(Schedule(default=KernelSchedule(vector_width=w, tile=(8, 1, 256, 1024)), name="mm8x1")
+            # the other tile beside the default (matmul.DEFAULT_TILE): on AVX-512 the former
+            # default 6 x 2 (the odd 3x3 conv b3 27x27x31 preferred it, 0.198-0.206 ms against
+            # 0.219-0.221 under 8 x 2; 8 x 1 was never the fastest, 2-core EPYC, 2026-12-06)
+            out.append(Schedule(default=KernelSchedule(vector_width=w, tile=(6, 2, 256, 1024)), name="mm6x2")
                        if w == 16 else
                        Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3"))
         if w == 16:
