@@ -145,18 +145,21 @@ def summary(rows) -> list[str]:
     return ["| case | cuBLAS ms | best generated ms | generated x cuBLAS |", "|---|---|---|---|"] + out
 
 
+def _options(ap):
+    ap.add_argument("--only", help="comma-separated schedule name prefixes to time (default: all)")
+    ap.add_argument("--experimental", action="store_true",
+                    help="also the TMA tiles not yet run on a GPU (the search does not offer them)")
+
+    def apply(a):
+        global ONLY, EXPERIMENTAL
+        ONLY = tuple(a.only.split(",")) if a.only else ()
+        EXPERIMENTAL = a.experimental
+    return apply
+
+
 def main(argv=None) -> int:
-    import sys
-    global ONLY, EXPERIMENTAL
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if "--experimental" in argv:
-        EXPERIMENTAL = True
-        argv.remove("--experimental")
-    if "--only" in argv:       # (before the shared options: --only tma,default)
-        i = argv.index("--only")
-        ONLY = tuple(argv[i + 1].split(","))
-        del argv[i:i + 2]
-    return schedule_tables.main(__doc__, CASES, run_case, _precompile, argv, repeat=20, label=label, summary=summary)
+    return schedule_tables.main(__doc__, CASES, run_case, _precompile, argv, repeat=20, label=label, summary=summary,
+                                options=_options)
 
 
 if __name__ == "__main__":

@@ -55,3 +55,15 @@ def test_only_and_experimental_pick_the_schedules_timed(monkeypatch):
     monkeypatch.setattr(pk, "EXPERIMENTAL", True)
     more = [s for s in pk.generated_schedules(be, g) if s.name not in plain]
     assert more and all(s.tma.persistent or s.tma.smem_epilogue for s in more)
+
+
+def test_only_and_experimental_are_options_of_the_command_line(monkeypatch):
+    import argparse
+    ap = argparse.ArgumentParser()
+    apply = pk._options(ap)
+    monkeypatch.setattr(pk, "ONLY", ())
+    monkeypatch.setattr(pk, "EXPERIMENTAL", False)
+    apply(ap.parse_args(["--only", "tma,default", "--experimental"]))
+    assert pk.ONLY == ("tma", "default") and pk.EXPERIMENTAL is True
+    apply(ap.parse_args([]))
+    assert pk.ONLY == () and pk.EXPERIMENTAL is False

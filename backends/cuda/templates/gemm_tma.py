@@ -148,7 +148,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     (_, a_dims, *_), (_, b_dims, *_) = tensor_maps(shape, cfg)
     _, _, c_off = batch_offsets(shape)
     tb = 1 if shape.b_layout == "kn" else 0
-    load_a = _load("tmA", a_dims, "sa", "k0", f"m0", "bz")
+    load_a = _load("tmA", a_dims, "sa", "k0", "m0", "bz")
     if tb:   # n-contiguous B: BN/64 boxes of 64 n x 64 k, 8192 bytes apart
         b_desc = "wg_desc2(sb + kk * 2048, 8192, 1024)"
         load_b = (f"for (int j = 0; j < {BN // 64}; ++j) "
