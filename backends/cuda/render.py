@@ -913,6 +913,14 @@ def _want_wgmma(step: Step, sched: Schedule) -> bool:
     return m * n >= 4096 * 4096 and g.mul.shape[g.k_axis] >= 2048
 
 
+def _tma_rows(step: Step) -> bool:
+    """Whether the TMA kernel's tensor maps read this product's operands as they are (before
+    any staging copy, which gives contiguous rows that it reads too)."""
+    _, _, names = _params(step)
+    tc, _ = tc_plan(step, names, relax_kn=True)
+    return tc is not None and not tc[3] and not tc[4] and gemm_tma.fits(tc[0], tc[5].value) is None
+
+
 def prior_choice(step: Step, sched: Schedule):
     """The tiles.rank_tiles choice of rank sched.tile_rank for this product (None for f32)."""
     from backends.cuda import tiles
@@ -925,7 +933,8 @@ def prior_choice(step: Step, sched: Schedule):
     inputs = set(step.inputs)
     acc_b = resolve(g.b, lambda x: x in inputs)
     b_kn = acc_b is not None and bool(g.n_axes) and acc_b.strides[g.n_axes[-1]] == 1
-    ranked = tiles.rank_tiles(m, n, k, batch, b_kn, sched.wgmma_allowed(), wgmma_mn_allowed())
+    ranked = tiles.rank_tiles(m, n, k, batch, b_kn, sched.wgmma_allowed(), wgmma_mn_allowed(),
+                              tma=g.a.dtype in HALVES and _tma_rows(step))
     return ranked[min(sched.tile_rank, len(ranked) - 1)]
 
 
@@ -1109,7 +1118,9 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
         sched = dataclasses.replace(sched, gemm=sched.cublas_fallback)
     if sched.gemm == "prior":
         choice = prior_choice(step, sched)
-        if choice is not None and choice.kind == "wgmma":
+        if choice is not None and choice.kind == "tma":
+            sched = dataclasses.replace(sched, gemm="wgmma", tma=choice.config, wg=None, tc=None)
+        elif choice is not None and choice.kind == "wgmma":
             sched = dataclasses.replace(sched, gemm="wgmma", wg=choice.config, tc=None)
         else:
             sched = dataclasses.replace(sched, gemm="mma", tc=choice.config if choice is not None else None)
@@ -1252,11 +1263,12 @@ def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, extra, param
 
 
 def default_tma() -> gemm_tma.TMAConfig:
-    """The TMA kernel's 128x256 tile, 3 stages: the default for long products (m*n >= 4096^2,
-    k >= 2048, `_want_wgmma`) whose operands its tensor maps read; on the H100 0.83x cuBLAS at
-    4096^3 f16 against 0.67x for the cp.async kernel (default_wg), 0.78x against 0.68x at
-    2048x11008x4096 (results/h100-product-kernels-tma-2026-12-06-session24-5259868.txt)."""
-    return gemm_tma.TMAConfig(128, 256, 3)
+    """The TMA kernel's 128x256 tile, 3 stages, outputs staged through shared memory: the
+    default for long products (m*n >= 4096^2, k >= 2048, `_want_wgmma`) whose operands its
+    tensor maps read; on the H100 0.84x cuBLAS at 4096^3 f16 (0.67x for the cp.async kernel,
+    default_wg), 0.97x at 8192x1024x4096 and 0.85x at 2048x11008x4096
+    (results/h100-product-kernels-tma-experimental-2026-12-06-session25-*)."""
+    return gemm_tma.TMAConfig(128, 256, 3, False, True)
 
 
 def default_wg() -> gemm_wgmma.WGConfig:

@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 
 from backends.cuda.templates.gemm_tc import TCConfig
+from backends.cuda.templates.gemm_tma import TMAConfig
 from backends.cuda.templates.gemm_wgmma import WGConfig
 
 SMS = 132                       # H200 streaming multiprocessors
@@ -33,12 +34,17 @@ MMA = [(TCConfig(128, 128, 32, 2, 4, 4), 325.0, 2), (TCConfig(128, 128, 64, 2, 2
 WGMMA = [(WGConfig(128, 256, 4, 0, True), 486.0, 1), (WGConfig(128, 128, 5, 0, True), 413.0, 1),
          (WGConfig(128, 256, 3), 452.0, 1), (WGConfig(64, 256, 4), 358.0, 1), (WGConfig(128, 128, 4, 0, True), 400.0, 1)]
 WGMMA_MN = [(WGConfig(128, 256, 4, 1, True), 472.0, 1), (WGConfig(128, 128, 5, 1, True), 405.0, 1)]
+# the TMA-fed kernel (reads an n-contiguous B as is): rates measured on an H100 at 4096^3 f16
+# (results/h100-product-kernels-tma-experimental-2026-12-06-session25-*), scaled by 486/442, the
+# H200/H100 ratio of the cp.async kernel's 128x256 tile, to this table's H200 terms
+TMA = [(TMAConfig(128, 256, 3, False, True), 611.0, 1), (TMAConfig(128, 256, 4, True), 591.0, 1),
+       (TMAConfig(128, 128, 6, True), 470.0, 1), (TMAConfig(128, 128, 6, False, True), 506.0, 1)]
 
 
 @dataclass(frozen=True)
 class TileChoice:
-    kind: str                  # "mma" or "wgmma"
-    config: object             # TCConfig or WGConfig
+    kind: str                  # "mma", "wgmma" or "tma"
+    config: object             # TCConfig, WGConfig or TMAConfig
     estimate_s: float
 
     @property
@@ -46,6 +52,8 @@ class TileChoice:
         c = self.config
         if self.kind == "mma":
             return f"tc{c.bm}x{c.bn}x{c.bk}w{c.warps_m}x{c.warps_n}s{c.stages}"
+        if self.kind == "tma":
+            return c.name
         return f"wgmma{c.bm}x{c.bn}s{c.stages}" + (f"mn{c.b_mn}" if c.b_mn else "") + ("e" if c.smem_epilogue else "")
 
 
@@ -60,10 +68,12 @@ def estimate(m: int, n: int, k: int, batch: int, bm: int, bn: int, tflops: float
     return waves * (resident * 2 * bm * bn * k / per_sm + WAVE_OVERHEAD_S)
 
 
-def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmma_mn: bool) -> list[TileChoice]:
+def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmma_mn: bool,
+               tma: bool = False) -> list[TileChoice]:
     """Candidate tiles for an (m, n, k) x batch product, fastest estimate first. `b_kn`: B is
     n-contiguous (weights stored (in, out)); wgmma then transposes it first unless `wgmma_mn`
-    (B read as is) is allowed; batched n-contiguous B has no wgmma path."""
+    (B read as is) is allowed; batched n-contiguous B has no wgmma path. `tma`: the operands
+    suit the TMA kernel's tensor maps (it reads an n-contiguous B through `wgmma_mn`)."""
     out = []
     for cfg, rate, regs in MMA:
         if not cfg.valid():
@@ -79,4 +89,10 @@ def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmm
             for cfg, rate, regs in WGMMA_MN:
                 res = _resident(cfg.smem_bytes, cfg.threads, regs)
                 out.append(TileChoice("wgmma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
+        if tma and (wgmma_mn or not b_kn):
+            for cfg, rate, regs in TMA:
+                # a persistent block's waves are its rounds of tiles; its gain (the next tile's
+                # loads under this one's epilogue) is in its measured rate, not modelled apart
+                res = _resident(cfg.smem_bytes, cfg.threads, regs)
+                out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
     return sorted(out, key=lambda c: c.estimate_s)

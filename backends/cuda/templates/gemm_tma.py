@@ -22,6 +22,7 @@ from backends.cuda.templates import gemm_wgmma as wg
 from backends.cuda.templates.gemm_tc import GemmShape, batch_offsets
 
 PRODUCER_REGS, CONSUMER_REGS = 40, 232      # setmaxnreg: 128 * 40 + 256 * 232 <= 65536
+BARRIER_BYTES = 128     # full/empty mbarriers of up to 8 stages; a persistent staged tile follows
 
 
 @dataclass(frozen=True)
@@ -32,8 +33,12 @@ class TMAConfig:
     persistent: bool = False   # one block per SM looping over output tiles (grouped 8 m-tiles at a
                                # time for L2 reuse); the producer copies the next tile's stages
                                # while the consumers store the last one
-    smem_epilogue: bool = False   # (one tile per block) outputs staged in the drained stages, then
-                                  # stored as 16-byte rows
+    smem_epilogue: bool = False   # outputs staged in shared memory, then stored as 16-byte rows: in
+                                  # the drained stages (one tile per block), or with `persistent` in
+                                  # a tile of their own, so the producer fills the ring meanwhile
+
+    def __post_init__(self):
+        assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 64 == 0 and self.bn <= 256
 
     @property
     def name(self) -> str:
@@ -52,14 +57,26 @@ class TMAConfig:
         return (self.bm + self.bn) * 128
 
     @property
+    def own_tile(self) -> bool:
+        """Whether the staged outputs have their own shared tile (2-byte outputs) after the
+        ring and its barriers."""
+        return self.persistent and self.smem_epilogue
+
+    @property
     def smem_bytes(self) -> int:
-        return self.stages * self.stage_bytes + 1024 + 16 * self.stages
+        ring = self.stages * self.stage_bytes + 1024 + BARRIER_BYTES
+        return ring + (wg.smem_tile_bytes(self.bm, self.bn, 2) if self.own_tile else 0)
 
 
-TMA_CONFIGS = [TMAConfig(128, 256, 4), TMAConfig(128, 128, 6), TMAConfig(128, 256, 3), TMAConfig(64, 256, 5)]
-# not yet run on a GPU: offered by benchmarks/product_kernels.py --experimental only, not searched
-TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 256, 4, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6, True),
-                            TMAConfig(128, 256, 3, False, True), TMAConfig(128, 128, 6, False, True)]
+# searched: on the H100 the staged epilogue (e) won long products with few k-steps per output
+# (16384x4096x1024: 0.87x cuBLAS against 0.75x) and batched short ones, the persistent walk (p)
+# the wide ones (2048x11008x4096: 0.88x against 0.80x) and 128x128 tiles those of one wave
+# (results/h100-product-kernels-tma-experimental-2026-12-06-session25-*)
+TMA_CONFIGS = [TMAConfig(128, 256, 3, False, True), TMAConfig(128, 256, 4, True), TMAConfig(128, 128, 6, True),
+               TMAConfig(128, 128, 6, False, True), TMAConfig(128, 256, 4), TMAConfig(128, 128, 6)]
+# not yet measured on a GPU: offered by benchmarks/product_kernels.py --experimental only, not searched
+TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 128, 5, True, True),
+                            TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(64, 256, 5)]
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
@@ -179,13 +196,17 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   #pragma unroll
   for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;"""
     store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
-    if cfg.smem_epilogue and not cfg.persistent and out_type in ("__half", "__nv_bfloat16", "float") \
+    staged_types = ("__half", "__nv_bfloat16") if cfg.own_tile else ("__half", "__nv_bfloat16", "float")
+    if cfg.smem_epilogue and out_type in staged_types \
             and wg.smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
-        # the consumers' own barrier (the producer warps have left); every stage has been
-        # consumed, so the ring is free once both warpgroups' last wgmma is done
+        # the consumers' own barrier (the producer warps have left). One tile per block: every
+        # stage has been consumed, so the ring is free once both warpgroups' last wgmma is done.
+        # Persistent: the tile after the barriers, free once every consumer has stored the last
+        # tile's rows (the first barrier)
         store = wg.smem_epilogue(name, shape, cfg, call_args, out_type, wg._CONVERT.get(out_type, ""),
                                  sync=f'asm volatile("bar.sync 1, {C * 128};" ::: "memory");', drain="",
-                                 tid="(tid - 128)", threads=C * 128)
+                                 tid="(tid - 128)", threads=C * 128,
+                                 at=f"(bars + {BARRIER_BYTES})" if cfg.own_tile else "base")
     if cfg.persistent:
         mt, nt = -(-shape.m // BM), -(-shape.n // BN)
         tiles, coords = mt * nt * shape.batch_count, tile_coords(mt, nt, BM, BN)

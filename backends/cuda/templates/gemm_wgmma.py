@@ -246,10 +246,12 @@ def direct_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out_ty
 
 
 def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__syncthreads();",
-                  drain: str = "cp_async_wait<0>();\n  ", tid: str = "tid", threads: int | None = None) -> str:
-    """Values through the epilogue into a padded shared tile, then 16-byte row stores. `sync`
-    is the barrier of the threads storing (`threads` of them, numbered by `tid`; all the block's
-    by default), `drain` what ends the pipeline's own copies first."""
+                  drain: str = "cp_async_wait<0>();\n  ", tid: str = "tid", threads: int | None = None,
+                  at: str = "base") -> str:
+    """Values through the epilogue into a padded shared tile (at shared address `at`; the
+    pipeline's drained stages by default), then 16-byte row stores. `sync` is the barrier of
+    the threads storing (`threads` of them, numbered by `tid`; all the block's by default),
+    `drain` what ends the pipeline's own copies first."""
     BM, BN = cfg.bm, cfg.bn
     NT = threads or cfg.threads
     osz = 4 if out_type == "float" else 2
@@ -257,7 +259,7 @@ def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__sy
     vec = 16 // osz
     return f"""
   {drain}{sync}{" " * max(1, 42 - len(sync))}// all warpgroups done with the pipeline's shared memory
-  {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + (base - smem_u32(smem_raw)));
+  {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + ({at} - smem_u32(smem_raw)));
   #pragma unroll
   for (int h = 0; h < 2; ++h) {{
     const int r = wg * 64 + wq * 16 + (lane >> 2) + h * 8;
@@ -283,6 +285,11 @@ def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__sy
       for (int v = 0; v < {vec} && col + v < {shape.n}; ++v) dst[v] = tile[r * {ld} + cl + v];
     }}
   }}"""
+
+
+def smem_tile_bytes(bm: int, bn: int, out_itemsize: int) -> int:
+    """The padded shared tile smem_epilogue stages (one 16-byte pad per row)."""
+    return bm * (bn * out_itemsize + 16)
 
 
 def smem_epilogue_ok(shape: GemmShape, out_itemsize: int) -> bool:
