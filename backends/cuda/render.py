@@ -934,7 +934,7 @@ def prior_choice(step: Step, sched: Schedule):
     acc_b = resolve(g.b, lambda x: x in inputs)
     b_kn = acc_b is not None and bool(g.n_axes) and acc_b.strides[g.n_axes[-1]] == 1
     ranked = tiles.rank_tiles(m, n, k, batch, b_kn, sched.wgmma_allowed(), wgmma_mn_allowed(),
-                              tma=g.a.dtype in HALVES and _tma_rows(step))
+                              tma=_tma_rows(step))
     return ranked[min(sched.tile_rank, len(ranked) - 1)]
 
 
@@ -1116,6 +1116,11 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
         if split is not None:
             return split
         sched = dataclasses.replace(sched, gemm=sched.cublas_fallback)
+    if sched.gemm == "auto" and sched.tc is None and sched.wg is None and sched.tma is None \
+            and sched.wgmma_allowed() and _tma_rows(step):
+        # operands the TMA kernel reads as they are: the prior's tile (on the H100 the fixed
+        # mma.sync tile ran 16384x4096x1024 at 0.41x cuBLAS, the prior's TMA tile at 0.73-0.82x)
+        sched = dataclasses.replace(sched, gemm="prior", tile_rank=0)
     if sched.gemm == "prior":
         choice = prior_choice(step, sched)
         if choice is not None and choice.kind == "tma":
@@ -1263,12 +1268,12 @@ def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, extra, param
 
 
 def default_tma() -> gemm_tma.TMAConfig:
-    """The TMA kernel's 128x256 tile, 3 stages, outputs staged through shared memory: the
-    default for long products (m*n >= 4096^2, k >= 2048, `_want_wgmma`) whose operands its
-    tensor maps read; on the H100 0.84x cuBLAS at 4096^3 f16 (0.67x for the cp.async kernel,
-    default_wg), 0.97x at 8192x1024x4096 and 0.85x at 2048x11008x4096
-    (results/h100-product-kernels-tma-experimental-2026-12-06-session25-*)."""
-    return gemm_tma.TMAConfig(128, 256, 3, False, True)
+    """The TMA kernel's 128x256 tile, 3 stages, persistent, outputs staged in a shared tile of
+    their own: the default for long products (m*n >= 4096^2, k >= 2048, `_want_wgmma`) whose
+    tensor maps need a staging copy first. On the H100 0.93x cuBLAS at 4096^3 f16 (0.67x for
+    the cp.async kernel, default_wg), 0.91x at 8192x1024x4096, 1.06x at 2048x11008x4096
+    (results/h100-product-kernels-tma-2026-12-06-session25-*)."""
+    return gemm_tma.TMAConfig(128, 256, 3, True, True)
 
 
 def default_wg() -> gemm_wgmma.WGConfig:

@@ -68,15 +68,17 @@ class TMAConfig:
         return ring + (wg.smem_tile_bytes(self.bm, self.bn, 2) if self.own_tile else 0)
 
 
-# searched: on the H100 the staged epilogue (e) won long products with few k-steps per output
-# (16384x4096x1024: 0.87x cuBLAS against 0.75x) and batched short ones, the persistent walk (p)
-# the wide ones (2048x11008x4096: 0.88x against 0.80x) and 128x128 tiles those of one wave
-# (results/h100-product-kernels-tma-experimental-2026-12-06-session25-*)
-TMA_CONFIGS = [TMAConfig(128, 256, 3, False, True), TMAConfig(128, 256, 4, True), TMAConfig(128, 128, 6, True),
-               TMAConfig(128, 128, 6, False, True), TMAConfig(128, 256, 4), TMAConfig(128, 128, 6)]
-# not yet measured on a GPU: offered by benchmarks/product_kernels.py --experimental only, not searched
-TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 128, 5, True, True),
-                            TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(64, 256, 5)]
+# searched: on the H100 outputs staged through shared memory (e) won products with few k-steps
+# per output (16384x4096x1024: 0.82x cuBLAS against 0.66x), a persistent walk (p) wide ones, and
+# both (pe: a tile of their own, stored while the producer fills the ring) most: 4096^3 0.93x,
+# 2048x11008x4096 1.06x, batched 4096x4096x128 0.70x against 0.39x
+# (results/h100-product-kernels-tma-2026-12-06-session25-*)
+TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False, True), TMAConfig(128, 128, 5, True, True),
+               TMAConfig(128, 256, 4, True), TMAConfig(128, 128, 6, False, True), TMAConfig(128, 128, 6, True),
+               TMAConfig(128, 256, 4)]
+# not searched (never the best in those runs): benchmarks/product_kernels.py --experimental times them
+TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
+                            TMAConfig(64, 256, 5)]
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
