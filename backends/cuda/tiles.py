@@ -90,10 +90,10 @@ def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmm
             for cfg, rate, regs in WGMMA_MN:
                 res = _resident(cfg.smem_bytes, cfg.threads, regs)
                 out.append(TileChoice("wgmma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
-        if tma and (wgmma_mn or not b_kn):
-            for cfg, rate, regs in TMA:
-                # a persistent block's waves are its rounds of tiles; its gain (the next tile's
-                # loads under this one's epilogue) is in its measured rate, not modelled apart
-                res = _resident(cfg.smem_bytes, cfg.threads, regs)
-                out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
+    if wgmma and tma and (wgmma_mn or not b_kn):      # (a batched n-contiguous B too: 3-d maps)
+        for cfg, rate, regs in TMA:
+            # a persistent block's waves are its rounds of tiles; its gain (the next tile's
+            # loads under this one's epilogue) is in its measured rate, not modelled apart
+            res = _resident(cfg.smem_bytes, cfg.threads, regs)
+            out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
     return sorted(out, key=lambda c: c.estimate_s)
