@@ -223,6 +223,10 @@ def test_products_of_more_than_65535_batches_fit_the_grid(dtype, tiles):
     gemms = [l for l in launches if l.kind.startswith("gemm")]
     assert gemms
     for l in gemms:
+        if l.kind == "gemm_tma" and "t += gridDim.x" in src:    # a persistent walk over (batch, tile)
+            from backends.cuda.templates.gemm_tma import SMS
+            assert l.grid[0] <= SMS and l.grid[1:] == (1, 1), l.grid
+            continue
         assert max(l.grid[1:]) <= MAX_GRID_YZ and l.grid[1] * l.grid[2] >= batch, (l.kind, l.grid)
         assert "blockIdx.z *" in src and "return;" in src
     assert batched_grid(1, 1, 131072) == ((1, 3, 43691), 3)
