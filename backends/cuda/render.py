@@ -1272,7 +1272,7 @@ def default_tma() -> gemm_tma.TMAConfig:
     their own: the default for long products (m*n >= 4096^2, k >= 2048, `_want_wgmma`) whose
     tensor maps need a staging copy first. On the H100 0.93x cuBLAS at 4096^3 f16 (0.67x for
     the cp.async kernel, default_wg), 0.91x at 8192x1024x4096, 1.06x at 2048x11008x4096
-    (results/h100-product-kernels-tma-2026-12-06-session25-*)."""
+    (results/h100-product-kernels-tma-2026-12-06-session25-788f819.txt)."""
     return gemm_tma.TMAConfig(128, 256, 3, True, True)
 
 

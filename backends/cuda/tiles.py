@@ -35,7 +35,7 @@ WGMMA = [(WGConfig(128, 256, 4, 0, True), 486.0, 1), (WGConfig(128, 128, 5, 0, T
          (WGConfig(128, 256, 3), 452.0, 1), (WGConfig(64, 256, 4), 358.0, 1), (WGConfig(128, 128, 4, 0, True), 400.0, 1)]
 WGMMA_MN = [(WGConfig(128, 256, 4, 1, True), 472.0, 1), (WGConfig(128, 128, 5, 1, True), 405.0, 1)]
 # the TMA-fed kernel (reads an n-contiguous B as is): rates measured in one run on an H100 at
-# 4096^3 f16 (results/h100-product-kernels-tma-2026-12-06-session25-*), scaled by 486/473, the
+# 4096^3 f16 (results/h100-product-kernels-tma-2026-12-06-session25-788f819.txt), scaled by 486/473, the
 # H200/H100 ratio of the cp.async kernel's 128x256 tile in that run, to this table's H200 terms
 TMA = [(TMAConfig(128, 256, 3, True, True), 675.0, 1), (TMAConfig(128, 256, 3, False, True), 653.0, 1),
        (TMAConfig(128, 128, 5, True, True), 628.0, 1), (TMAConfig(128, 256, 4, True), 623.0, 1),

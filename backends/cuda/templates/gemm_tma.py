@@ -72,7 +72,7 @@ class TMAConfig:
 # per output (16384x4096x1024: 0.82x cuBLAS against 0.66x), a persistent walk (p) wide ones, and
 # both (pe: a tile of their own, stored while the producer fills the ring) most: 4096^3 0.93x,
 # 2048x11008x4096 1.06x, batched 4096x4096x128 0.70x against 0.39x
-# (results/h100-product-kernels-tma-2026-12-06-session25-*)
+# (results/h100-product-kernels-tma-2026-12-06-session25-788f819.txt)
 TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False, True), TMAConfig(128, 128, 5, True, True),
                TMAConfig(128, 256, 4, True), TMAConfig(128, 128, 6, False, True), TMAConfig(128, 128, 6, True),
                TMAConfig(128, 256, 4)]
