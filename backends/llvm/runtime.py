@@ -1,7 +1,7 @@
 """Run compiled kernel programs: buffers, a reusing allocator, and a thread pool over chunks.
 
 Each kernel's parallel loop [0, n) is cut into contiguous chunks; chunks run on a thread pool
-(ctypes releases the GIL during the call). A chunk holds whole output rows, so every reduction
+(ctypes releases the GIL during the call; backends/llvm/spin_pool.py). A chunk holds whole output rows, so every reduction
 runs in one thread in one fixed order: results never depend on the thread count.
 
 An executable may be called from many threads at once: nothing a call writes is shared. Outputs
@@ -16,21 +16,21 @@ import math
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from backends.base import wall_clock_benchmark
+from backends.llvm import spin_pool
 from backends.llvm.blas import BlasLaunch
 from ir.kernel import KernelProgram, Schedule
 
-_POOLS: dict[int, ThreadPoolExecutor] = {}
 LIBRARY_SETTLE_S = 0.3    # (2 cores, 2026-12-05: 1.5x slow 0.12 s after a BLAS call, clean 0.3 s later)
-_POOLS_LOCK = threading.Lock()
-# Below this many inner operations a kernel runs on one thread: handing chunks to the pool costs
-# 50-80 us on the 2-core development machine, where (x * 1.7 + 0.3).exp() on two threads took
-# 92 us against 29 us on one at 65536 elements and broke even at 262144 (106 us either way).
-MIN_CHUNK_WORK = 1 << 18
+# Below this many inner operations a kernel runs on one thread. Handing chunks to the pool's
+# workers (native, spinning) costs a few microseconds on the 2-core development machine:
+# (x * 1.7 + 0.3).exp() ran 16.1 / 27.9 us on one thread at 65536 / 131072 elements and 14.1 /
+# 20.3 us on two, 10.2 against 10.8 us at 32768 (sleeping Python workers cost 50-80 us a kernel,
+# when this was 1 << 18).
+MIN_CHUNK_WORK = 1 << 16
 
 
 def cpu_count() -> int:
@@ -38,15 +38,6 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    pool = _POOLS.get(threads)
-    if pool is None:
-        with _POOLS_LOCK:   # two first calls at once must not make two pools
-            pool = _POOLS.setdefault(threads, ThreadPoolExecutor(max_workers=threads,
-                                                                 thread_name_prefix="saturn-cpu"))
-    return pool
 
 
 def _work(k) -> int:
@@ -63,8 +54,9 @@ def _work(k) -> int:
 class _Launch:
     """One kernel ready to run: function pointer, buffer names, parallel extent, chunks, scratch."""
 
-    def __init__(self, kernel, fn, info, threads: int):
+    def __init__(self, kernel, fn, info, threads: int, address: int = 0):
         self.kernel, self.fn, self.buffers = kernel, fn, info.buffers
+        self.address = address
         self.n = info.extent
         work = _work(kernel)
         if threads <= 1 or self.n <= 1 or work < MIN_CHUNK_WORK:
@@ -73,18 +65,24 @@ class _Launch:
             count = min(self.n, threads * info.chunks_per_thread, max(threads, work // MIN_CHUNK_WORK))
             bounds = [self.n * i // count for i in range(count + 1)]
             self.chunks = [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+        self.bounds = np.array(self.chunks, np.int64).reshape(-1, 2)
         # floats of 64-byte-aligned scratch a chunk needs; each thread that runs chunks of this
         # kernel (a pool worker, or a calling thread) has its own, made on its first chunk
         self.scratch_floats = info.scratch
         self._mine = threading.local()
+        self._participants: list[tuple] = []   # scratch of the pool's participants (used under its lock)
+
+    def _new_scratch(self) -> tuple[np.ndarray, int]:
+        raw = np.empty(self.scratch_floats + 16, np.float32)
+        off = (-raw.ctypes.data % 64) // 4
+        array = raw[off:off + self.scratch_floats]
+        return array, array.ctypes.data
 
     def _scratch(self) -> int:
         ptr = getattr(self._mine, "ptr", None)
         if ptr is None:
-            raw = np.empty(self.scratch_floats + 16, np.float32)
-            off = (-raw.ctypes.data % 64) // 4
-            self._mine.array = raw[off:off + self.scratch_floats]
-            ptr = self._mine.ptr = self._mine.array.ctypes.data
+            self._mine.array, ptr = self._new_scratch()
+            self._mine.ptr = ptr
         return ptr
 
     def args(self, env) -> list:
@@ -92,6 +90,18 @@ class _Launch:
         if self.scratch_floats:
             ptrs.append(self._scratch())
         return ptrs
+
+    def rows(self, env, participants: int) -> list[list[int]] | None:
+        """Each pool participant's arguments (its own scratch last), or None when the native
+        loop cannot call this kernel (too many pointers)."""
+        ptrs = [env[n].ctypes.data for n in self.buffers]
+        if len(ptrs) + bool(self.scratch_floats) > spin_pool.MAX_ARGS:
+            return None
+        if not self.scratch_floats:
+            return [ptrs] * participants
+        while len(self._participants) < participants:
+            self._participants.append(self._new_scratch())
+        return [ptrs + [self._participants[who][1]] for who in range(participants)]
 
 
 class LLVMExecutable:
@@ -123,7 +133,7 @@ class LLVMExecutable:
             info = infos[k.name]
             nptr = len(info.buffers) + (1 if info.scratch else 0)
             proto = ctypes.CFUNCTYPE(None, *([ctypes.c_void_p] * nptr), ctypes.c_int64, ctypes.c_int64)
-            self.launches.append(_Launch(k, proto(addrs[k.name]), info, self.threads))
+            self.launches.append(_Launch(k, proto(addrs[k.name]), info, self.threads, addrs[k.name]))
         self._plan_temps()
         self._mine = threading.local()   # .free: this calling thread's freed temps, by (dtype, size)
 
@@ -185,7 +195,7 @@ class LLVMExecutable:
             env[name] = arr if arr.size else np.empty(1, dt)
         for name, size, dt in self._outputs:
             env[name] = np.empty(size, dt)
-        pool = _pool(self.threads - 1) if self.threads > 1 else None
+        pool = spin_pool.pool(self.threads - 1) if self.threads > 1 else None
         free = self._free_lists()
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
@@ -197,18 +207,12 @@ class LLVMExecutable:
                 for a, b in l.chunks:
                     l.fn(*l.args(env), a, b)
             else:
-                # the caller and threads-1 pool workers take chunks from one shared iterator
-                # (next() on it is atomic under the GIL; the kernel calls release the GIL)
-                todo = iter(range(len(l.chunks)))
-
-                def work(l=l, todo=todo):
-                    for c in todo:
-                        a, b = l.chunks[c]
+                # the caller and threads-1 pool workers take chunks from one atomic counter, in
+                # native code; where another call holds the workers, this thread runs them all
+                rows = l.rows(env, pool.participants)
+                if rows is None or not pool.run(l.address, rows, l.bounds):
+                    for a, b in l.chunks:
                         l.fn(*l.args(env), a, b)
-                futures = [pool.submit(work) for _ in range(min(self.threads - 1, len(l.chunks) - 1))]
-                work()
-                for f in futures:
-                    f.result()
             if times is not None:
                 times.setdefault(l.kernel.name, []).append(time.perf_counter() - t0)
             for buf in self.free_after[i]:

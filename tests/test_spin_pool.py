@@ -1,0 +1,134 @@
+"""The CPU runtime's worker pool (backends/llvm/spin_pool.py): every chunk runs once, each
+participant passes its own arguments, callers at once stay correct, sleeping workers wake."""
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+
+from backends.llvm import jit, spin_pool
+from backends.llvm.spin_pool import SpinPool
+
+_KERNELS = """
+; out[i] += 1 for i in [a, b)
+define void @count(ptr %out, i64 %a, i64 %b) {
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ %a, %entry ], [ %j, %body ]
+  %more = icmp slt i64 %i, %b
+  br i1 %more, label %body, label %done
+body:
+  %p = getelementptr i64, ptr %out, i64 %i
+  %v = load i64, ptr %p
+  %w = add i64 %v, 1
+  store i64 %w, ptr %p
+  %j = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}
+; out[i] = the address of its last argument (a participant's own scratch) for i in [a, b)
+define void @mark(ptr %out, ptr %x, ptr %scratch, i64 %a, i64 %b) {
+entry:
+  %s = ptrtoint ptr %scratch to i64
+  br label %loop
+loop:
+  %i = phi i64 [ %a, %entry ], [ %j, %body ]
+  %more = icmp slt i64 %i, %b
+  br i1 %more, label %body, label %done
+body:
+  %p = getelementptr i64, ptr %out, i64 %i
+  store i64 %s, ptr %p
+  %j = add i64 %i, 1
+  br label %loop
+done:
+  ret void
+}
+"""
+_loaded: dict = {}
+
+
+def _kernels() -> dict:
+    if not _loaded:
+        addrs, _, engine = jit.load(f'target triple = "{jit.target_info()[0]}"\n' + _KERNELS, ["count", "mark"],
+                                    use_cache=False)
+        _loaded.update(addrs, engine=engine)
+    return _loaded
+
+
+def _chunks(n: int, count: int) -> np.ndarray:
+    b = [n * i // count for i in range(count + 1)]
+    return np.array([(x, y) for x, y in zip(b, b[1:])], np.int64)
+
+
+def test_every_chunk_runs_once_however_many_chunks_and_workers():
+    k = _kernels()
+    for workers in (1, 2, 3):
+        p = SpinPool(workers)
+        for n, count in ((1, 1), (7, 3), (1000, 64), (4097, 5)):
+            out = np.zeros(n, np.int64)
+            for _ in range(20):
+                assert p.run(k["count"], [[out.ctypes.data]] * p.participants, _chunks(n, count))
+            assert (out == 20).all(), (workers, n, count)
+
+
+def test_each_participant_passes_its_own_row():
+    k = _kernels()
+    p = SpinPool(2)
+    out = np.zeros(6000, np.int64)
+    scratch = [np.zeros(4) for _ in range(p.participants)]
+    rows = [[out.ctypes.data, 0, s.ctypes.data] for s in scratch]
+    for _ in range(50):
+        out[:] = 0
+        assert p.run(k["mark"], rows, _chunks(out.size, 60))
+        assert set(out.tolist()) <= {s.ctypes.data for s in scratch} and 0 not in out
+
+
+def test_a_second_caller_is_told_to_run_alone_while_the_pool_is_held():
+    k = _kernels()
+    p = SpinPool(1)
+    out = np.zeros(8, np.int64)
+    p._held.acquire()                      # as a caller in the middle of a run does
+    try:
+        assert p.run(k["count"], [[out.ctypes.data]] * 2, _chunks(8, 2)) is False
+        assert (out == 0).all()
+    finally:
+        p._held.release()
+    assert p.run(k["count"], [[out.ctypes.data]] * 2, _chunks(8, 2)) is True
+    assert (out == 1).all()
+
+
+def test_workers_that_fell_asleep_wake_for_the_next_kernel(monkeypatch):
+    monkeypatch.setattr(spin_pool, "SPIN_POLLS", 1)
+    k = _kernels()
+    p = SpinPool(2)
+    out = np.zeros(300, np.int64)
+    for _ in range(5):
+        time.sleep(0.02)                     # long past the workers' polls: they sleep
+        assert p.run(k["count"], [[out.ctypes.data]] * 3, _chunks(300, 30))
+    assert (out == 5).all()
+
+
+def test_many_threads_calling_a_cpu_executable_at_once_get_their_own_results():
+    import compiler
+    from compiler.trace import spec
+    exe = compiler.compile(lambda x: (x * 1.7 + 0.3).exp().sum(1), spec((512, 1024), "f32"),
+                           target="cpu", budget=1, quiet=True)
+    assert exe.executable.threads < 2 or any(len(l.chunks) > 1 for l in exe.executable.launches)
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((512, 1024)).astype(np.float32) * 0.1 for _ in range(6)]
+    want = [np.exp(x.astype(np.float64) * 1.7 + 0.3).sum(1) for x in xs]
+    got = [None] * len(xs)
+
+    def call(i):
+        for _ in range(20):
+            got[i] = exe(xs[i])
+    ts = [threading.Thread(target=call, args=(i,)) for i in range(len(xs))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-4)
