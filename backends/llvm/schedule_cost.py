@@ -26,7 +26,7 @@ from ir.kernel import KernelProgram, Schedule
 from ir.kernel_cost import FEATURES, buffer_bytes, kernel_counts
 
 CORE_SHARE = 0.9              # parallel speedup per core (one thread measured 1.6-1.9x slower on 2 cores)
-HANDOFF_S = 60e-6             # handing one kernel's chunks to the pool (runtime.py: 50-80 us)
+HANDOFF_S = 8e-6              # handing one kernel's chunks to the pool (spin_pool.py: 6-10 us)
 STRICT_STEPS_PER_S = 1e9      # in-order reduction steps per second and core (a dependent add)
 NARROW_VECTORS = 1.1          # compute on half-width vectors (vec256 on an AVX-512 host)
 LIBRARY_CONTENTION = 2.0      # a generated kernel beside the library's spinning threads (runtime.py)
