@@ -132,3 +132,44 @@ def test_many_threads_calling_a_cpu_executable_at_once_get_their_own_results():
         t.join(60)
     for g, w in zip(got, want):
         np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-4)
+
+
+def test_the_caller_does_not_wait_for_a_worker_that_has_not_started(monkeypatch):
+    """A worker the OS has not scheduled yet must not hold up a kernel: the caller takes every
+    chunk itself and returns."""
+    k = _kernels()
+    started = threading.Event()
+    real = SpinPool._serve
+
+    def late(self, i):
+        started.wait(10)
+        real(self, i)
+    monkeypatch.setattr(SpinPool, "_serve", late)
+    p = SpinPool(2)
+    out = np.zeros(1000, np.int64)
+    t0 = time.perf_counter()
+    for _ in range(10):
+        assert p.run(k["count"], [[out.ctypes.data]] * 3, _chunks(1000, 10))
+    assert time.perf_counter() - t0 < 5 and (out == 10).all()
+    started.set()
+    for _ in range(10):
+        assert p.run(k["count"], [[out.ctypes.data]] * 3, _chunks(1000, 10))
+    assert (out == 20).all()
+
+
+def test_kernels_published_back_to_back_never_mix_their_tasks():
+    """Two kernels of different arguments in turn, thousands of times: a worker that reads one
+    task while the next is written would call one kernel with the other's arguments."""
+    k = _kernels()
+    p = SpinPool(3)
+    counts = np.zeros(512, np.int64)
+    marks = np.zeros(4096, np.int64)
+    scratch = [np.zeros(4) for _ in range(p.participants)]
+    mark_rows = [[marks.ctypes.data, 0, s.ctypes.data] for s in scratch]
+    count_rows = [[counts.ctypes.data]] * p.participants
+    rng = np.random.default_rng(0)
+    for r in range(3000):
+        assert p.run(k["count"], count_rows, _chunks(counts.size, int(rng.integers(1, 9))))
+        assert p.run(k["mark"], mark_rows, _chunks(marks.size, int(rng.integers(1, 17))))
+    assert (counts == 3000).all()
+    assert set(marks.tolist()) <= {s.ctypes.data for s in scratch}

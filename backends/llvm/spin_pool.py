@@ -7,11 +7,15 @@ after a rest against 0.18 ms back to back. Here each worker thread runs a JIT-co
 (`saturn_serve`) that polls the pool's generation word (a `pause` per poll, the core yielded
 every 256 polls: a woken thread may share the poller's core, and two pollers on one core made
 1.8 ms calls), takes chunk indices from the task's atomic counter and calls the kernel itself;
-only after a while with no work does it return to Python and sleep on a condition. The caller
-fills the task (kernel address, each participant's argument row, chunk bounds), publishes the
-next generation, runs chunks the same way, and waits for every worker's done word. One caller
-at a time holds the pool; `run` says no to a second concurrent caller, which then runs its
-chunks on its own thread, so calls from many threads stay correct.
+only after a while with no work does it return to Python and sleep on a condition.
+
+The caller waits for the kernel's chunks, not for the workers: on a loaded machine a worker may
+not run for milliseconds, and the caller then runs every chunk itself. To write the next task it
+first sets the generation word to BUSY and waits until no worker is inside the task (a worker
+counts itself in, then checks the generation again, so it either sees BUSY and leaves or is
+counted), so a late worker never reads half of one task and half of the next. One caller at a
+time holds the pool; `run` says no to a second concurrent caller, which then runs its chunks on
+its own thread, so calls from many threads stay correct.
 """
 from __future__ import annotations
 
@@ -25,9 +29,11 @@ SPIN_POLLS = 1 << 16     # polls before an idle worker sleeps: about 1-2 ms with
 WAIT_POLLS = 1 << 12     # polls of a waiting caller per native call
 MAX_ARGS = 48            # pointer arguments of a kernel the native loop can call (more: the caller alone)
 LINE = 8                 # int64 words per cache line: the words polled each sit on their own
+BUSY = -1                # the generation word while the caller rewrites the task
 
 # task words: 0 kernel address, 1 pointer arguments, 2 chunk bounds address, 3 chunks;
-# LINE: the next chunk (atomic); 2 * LINE + who * MAX_ARGS: participant `who`'s arguments
+# LINE: the next chunk to take, 2 LINE: chunks finished, 3 LINE: workers inside the task (all
+# atomic); 4 LINE + who * MAX_ARGS: participant `who`'s arguments
 _TASK_IR = """
 declare i32 @sched_yield()
 {declare}
@@ -56,8 +62,32 @@ out:
   ret i64 %v
 }}
 
+define i64 @saturn_wait_value(ptr %word, i64 %want, i64 %polls) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %idle ], [ %next, %yield ]
+  %v = load atomic i64, ptr %word acquire, align 8
+  %there = icmp eq i64 %v, %want
+  br i1 %there, label %out, label %poll
+poll:
+  {pause}
+  %next = add i64 %i, 1
+  %more = icmp ult i64 %next, %polls
+  br i1 %more, label %idle, label %out
+idle:
+  %low = and i64 %next, 255
+  %turn = icmp eq i64 %low, 0
+  br i1 %turn, label %yield, label %loop
+yield:
+  %r = call i32 @sched_yield()
+  br label %loop
+out:
+  ret i64 %v
+}}
+
 define void @saturn_publish(ptr %word, i64 %v) {{
-  store atomic i64 %v, ptr %word release, align 8
+  store atomic i64 %v, ptr %word seq_cst, align 8
   ret void
 }}
 
@@ -73,6 +103,7 @@ entry:
   %ncp = getelementptr i64, ptr %task, i64 3
   %nc = load i64, ptr %ncp, align 8
   %nextp = getelementptr i64, ptr %task, i64 {line}
+  %finp = getelementptr i64, ptr %task, i64 {line2}
   %row = mul i64 %who, {max_args}
   %off = add i64 %row, {args_at}
   %args = getelementptr i64, ptr %task, i64 %off
@@ -89,6 +120,7 @@ body:
   %pb = getelementptr i64, ptr %ch, i64 %ib
   %b = load i64, ptr %pb, align 8
   call void @saturn_call(ptr %fn, ptr %args, i64 %n, i64 %a, i64 %b)
+  %f = atomicrmw add ptr %finp, i64 1 release
   br label %loop
 out:
   ret void
@@ -96,19 +128,32 @@ out:
 
 define i64 @saturn_serve(ptr %words, ptr %task, i64 %who, i64 %seen, i64 %polls) {{
 entry:
-  %doneoff = mul i64 %who, {line}
-  %doneoff1 = add i64 %doneoff, {line}
-  %done = getelementptr i64, ptr %words, i64 %doneoff1
+  %activep = getelementptr i64, ptr %task, i64 {line3}
   %me = add i64 %who, 1
   br label %wait
 wait:
-  %s = phi i64 [ %seen, %entry ], [ %g, %run ]
+  %s = phi i64 [ %seen, %entry ], [ %g, %busy ], [ %g, %left ], [ %g, %ran ]
   %g = call i64 @saturn_wait_change(ptr %words, i64 %s, i64 %polls)
   %idle = icmp eq i64 %g, %s
-  br i1 %idle, label %out, label %run
+  br i1 %idle, label %out, label %check
+check:
+  %isbusy = icmp eq i64 %g, {busy}
+  br i1 %isbusy, label %busy, label %enter
+busy:
+  br label %wait
+enter:
+  %a0 = atomicrmw add ptr %activep, i64 1 seq_cst
+  %g2 = load atomic i64, ptr %words seq_cst, align 8
+  %same = icmp eq i64 %g2, %g
+  br i1 %same, label %run, label %left
+left:
+  %a1 = atomicrmw sub ptr %activep, i64 1 seq_cst
+  br label %wait
 run:
   call void @saturn_run_chunks(ptr %task, i64 %me)
-  store atomic i64 %g, ptr %done release, align 8
+  %a2 = atomicrmw sub ptr %activep, i64 1 release
+  br label %ran
+ran:
   br label %wait
 out:
   ret i64 %s
@@ -132,6 +177,7 @@ def _call_ir() -> str:
 _native: dict = {}
 _native_lock = threading.Lock()
 _FUNCS = {"wait": ("saturn_wait_change", ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)),
+          "wait_value": ("saturn_wait_value", ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)),
           "publish": ("saturn_publish", None, (ctypes.c_void_p, ctypes.c_int64)),
           "run": ("saturn_run_chunks", None, (ctypes.c_void_p, ctypes.c_int64)),
           "serve": ("saturn_serve", ctypes.c_int64,
@@ -152,7 +198,8 @@ def native() -> dict:
                 else:
                     pause, declare = "", ""
                 ir = f'target triple = "{triple}"\n' + _TASK_IR.format(
-                    pause=pause, declare=declare, call=_call_ir(), line=LINE, max_args=MAX_ARGS, args_at=2 * LINE)
+                    pause=pause, declare=declare, call=_call_ir(), line=LINE, line2=2 * LINE, line3=3 * LINE,
+                    busy=BUSY, max_args=MAX_ARGS, args_at=4 * LINE)
                 addrs, _, engine = jit.load(ir, [name for name, _, _ in _FUNCS.values()])
                 fns = {role: ctypes.CFUNCTYPE(res, *args)(addrs[name]) for role, (name, res, args) in _FUNCS.items()}
                 fns["engine"] = engine         # the code lives as long as its engine
@@ -166,11 +213,11 @@ class SpinPool:
     def __init__(self, workers: int):
         self.workers = workers
         self._fn = native()
-        # word 0: the generation; word LINE * (1 + i): worker i's last finished generation
-        self._words = np.zeros(LINE * (1 + workers), np.int64)
-        self._task = np.zeros(2 * LINE + (1 + workers) * MAX_ARGS, np.int64)
-        self._args = self._task[2 * LINE:].reshape(1 + workers, MAX_ARGS)
+        self._words = np.zeros(LINE, np.int64)             # word 0: the generation (or BUSY)
+        self._task = np.zeros(4 * LINE + (1 + workers) * MAX_ARGS, np.int64)
+        self._args = self._task[4 * LINE:].reshape(1 + workers, MAX_ARGS)
         self._words_at, self._task_at = self._words.ctypes.data, self._task.ctypes.data
+        self._gen = 0
         self._held = threading.Lock()          # one caller at a time
         self._wake = threading.Condition()
         self._threads = [threading.Thread(target=self._serve, args=(i,), name=f"saturn-cpu-{i}", daemon=True)
@@ -187,31 +234,35 @@ class SpinPool:
         while True:
             seen = serve(self._words_at, self._task_at, i, seen, SPIN_POLLS)   # the GIL released
             with self._wake:                   # idle for a while: sleep until the next generation
-                while int(self._words[0]) == seen:
+                while int(self._words[0]) in (seen, BUSY):
                     self._wake.wait()
+
+    def _wait_for(self, word: int, want: int) -> None:
+        wait = self._fn["wait_value"]
+        while wait(self._task_at + 8 * word, want, WAIT_POLLS) != want:
+            pass
 
     def run(self, kernel: int, rows, chunks: np.ndarray) -> bool:
         """Run kernel(*rows[who], a, b) for every (a, b) row of `chunks` (int64, C order) on the
         workers and this thread, participant `who` passing its own argument row (one per
-        participant, at most MAX_ARGS pointers each, all the same length); return once all
-        are done. False (nothing run) when another caller holds the pool."""
+        participant, at most MAX_ARGS pointers each, all the same length); return once every
+        chunk is done. False (nothing run) when another caller holds the pool."""
         if not self._held.acquire(blocking=False):
             return False
         try:
+            publish = self._fn["publish"]
+            publish(self._words_at, BUSY)
+            self._wait_for(3 * LINE, 0)        # no worker still inside the last task
             t, n = self._task, len(rows[0])
-            t[0], t[1], t[2], t[3], t[LINE] = kernel, n, chunks.ctypes.data, len(chunks), 0
+            t[0], t[1], t[2], t[3], t[LINE], t[2 * LINE] = kernel, n, chunks.ctypes.data, len(chunks), 0, 0
             for who, row in enumerate(rows):
                 self._args[who, :n] = row
-            gen = int(self._words[0]) + 1
+            self._gen += 1
             with self._wake:
-                self._fn["publish"](self._words_at, gen)
+                publish(self._words_at, self._gen)
                 self._wake.notify_all()
             self._fn["run"](self._task_at, 0)
-            wait = self._fn["wait"]
-            for i in range(self.workers):
-                addr = self._words_at + 8 * LINE * (1 + i)
-                while wait(addr, gen - 1, WAIT_POLLS) != gen:
-                    pass
+            self._wait_for(2 * LINE, len(chunks))
             return True
         finally:
             self._held.release()
