@@ -173,3 +173,15 @@ def test_kernels_published_back_to_back_never_mix_their_tasks():
         assert p.run(k["mark"], mark_rows, _chunks(marks.size, int(rng.integers(1, 17))))
     assert (counts == 3000).all()
     assert set(marks.tolist()) <= {s.ctypes.data for s in scratch}
+
+
+def test_stopped_workers_leave_and_a_stopped_pool_is_not_reused():
+    k = _kernels()
+    p = SpinPool(2)
+    out = np.zeros(100, np.int64)
+    assert p.run(k["count"], [[out.ctypes.data]] * 3, _chunks(100, 4))
+    p.stop()
+    assert not any(t.is_alive() for t in p._threads)
+    q = spin_pool.pool(2)
+    spin_pool._stop_all()
+    assert spin_pool.pool(2) is not q

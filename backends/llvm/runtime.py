@@ -85,16 +85,16 @@ class _Launch:
             self._mine.ptr = ptr
         return ptr
 
-    def args(self, env) -> list:
-        ptrs = [env[n].ctypes.data for n in self.buffers]
+    def args(self, addr: dict[str, int]) -> list:
+        ptrs = [addr[n] for n in self.buffers]
         if self.scratch_floats:
             ptrs.append(self._scratch())
         return ptrs
 
-    def rows(self, env, participants: int) -> list[list[int]] | None:
+    def rows(self, addr: dict[str, int], participants: int) -> list[list[int]] | None:
         """Each pool participant's arguments (its own scratch last), or None when the native
         loop cannot call this kernel (too many pointers)."""
-        ptrs = [env[n].ctypes.data for n in self.buffers]
+        ptrs = [addr[n] for n in self.buffers]
         if len(ptrs) + bool(self.scratch_floats) > spin_pool.MAX_ARGS:
             return None
         if not self.scratch_floats:
@@ -163,17 +163,19 @@ class LLVMExecutable:
         self._outputs = [(b.name, max(b.size, 1), b.dtype.np) for b in p.buffers if b.kind == "output"]
         self._output_sizes = [math.prod(s) for s in p.output_shapes]
 
-    def _free_lists(self) -> dict[tuple, list[np.ndarray]]:
+    def _free_lists(self) -> dict[tuple, list[tuple[np.ndarray, int]]]:
         free = getattr(self._mine, "free", None)
         if free is None:
             free = self._mine.free = {}
         return free
 
-    def _take(self, free: dict, buf) -> np.ndarray:
+    def _take(self, free: dict, buf) -> tuple[np.ndarray, int]:
+        """A temp buffer and its address: one this thread freed, else a new one."""
         arrays = free.get((buf.dtype, buf.size))
         if arrays:
             return arrays.pop()
-        return np.empty(max(buf.size, 1), buf.dtype.np)
+        arr = np.empty(max(buf.size, 1), buf.dtype.np)
+        return arr, arr.ctypes.data
 
     def __call__(self, *args) -> list[np.ndarray]:
         return self._run(args, None)
@@ -190,33 +192,36 @@ class LLVMExecutable:
         if len(args) != len(p.inputs):
             raise ValueError(f"expected {len(p.inputs)} inputs, got {len(args)}")
         env: dict[str, np.ndarray] = {}
+        addr: dict[str, int] = {}      # each buffer's address, looked up once per call
         for name, dt, a in zip(p.inputs, self._input_dtypes, args):
             arr = np.ascontiguousarray(a, dtype=dt).reshape(-1)
             env[name] = arr if arr.size else np.empty(1, dt)
+            addr[name] = env[name].ctypes.data
         for name, size, dt in self._outputs:
             env[name] = np.empty(size, dt)
+            addr[name] = env[name].ctypes.data
         pool = spin_pool.pool(self.threads - 1) if self.threads > 1 else None
         free = self._free_lists()
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
-                env[buf.name] = self._take(free, buf)
+                env[buf.name], addr[buf.name] = self._take(free, buf)
             t0 = time.perf_counter() if times is not None else 0.0
             if isinstance(l, BlasLaunch):
                 l.run(env)      # on this thread; the library runs its own threads
             elif len(l.chunks) == 1 or pool is None:
                 for a, b in l.chunks:
-                    l.fn(*l.args(env), a, b)
+                    l.fn(*l.args(addr), a, b)
             else:
                 # the caller and threads-1 pool workers take chunks from one atomic counter, in
                 # native code; where another call holds the workers, this thread runs them all
-                rows = l.rows(env, pool.participants)
+                rows = l.rows(addr, pool.participants)
                 if rows is None or not pool.run(l.address, rows, l.bounds):
                     for a, b in l.chunks:
-                        l.fn(*l.args(env), a, b)
+                        l.fn(*l.args(addr), a, b)
             if times is not None:
                 times.setdefault(l.kernel.name, []).append(time.perf_counter() - t0)
             for buf in self.free_after[i]:
-                free.setdefault((buf.dtype, buf.size), []).append(env.pop(buf.name))
+                free.setdefault((buf.dtype, buf.size), []).append((env.pop(buf.name), addr.pop(buf.name)))
         outs, seen = [], set()
         for name, shape, n in zip(p.outputs, p.output_shapes, self._output_sizes):
             arr = env[name][:n].reshape(shape)

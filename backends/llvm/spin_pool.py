@@ -19,6 +19,7 @@ its own thread, so calls from many threads stay correct.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import threading
@@ -30,6 +31,7 @@ WAIT_POLLS = 1 << 12     # polls of a waiting caller per native call
 MAX_ARGS = 48            # pointer arguments of a kernel the native loop can call (more: the caller alone)
 LINE = 8                 # int64 words per cache line: the words polled each sit on their own
 BUSY = -1                # the generation word while the caller rewrites the task
+STOP = -2                # the generation word once the process exits: workers leave their loop
 
 # task words: 0 kernel address, 1 pointer arguments, 2 chunk bounds address, 3 chunks;
 # LINE: the next chunk to take, 2 LINE: chunks finished, 3 LINE: workers inside the task (all
@@ -137,6 +139,11 @@ wait:
   %idle = icmp eq i64 %g, %s
   br i1 %idle, label %out, label %check
 check:
+  %isstop = icmp eq i64 %g, {stop}
+  br i1 %isstop, label %stopped, label %notstop
+stopped:
+  ret i64 %g
+notstop:
   %isbusy = icmp eq i64 %g, {busy}
   br i1 %isbusy, label %busy, label %enter
 busy:
@@ -199,7 +206,7 @@ def native() -> dict:
                     pause, declare = "", ""
                 ir = f'target triple = "{triple}"\n' + _TASK_IR.format(
                     pause=pause, declare=declare, call=_call_ir(), line=LINE, line2=2 * LINE, line3=3 * LINE,
-                    busy=BUSY, max_args=MAX_ARGS, args_at=4 * LINE)
+                    busy=BUSY, stop=STOP, max_args=MAX_ARGS, args_at=4 * LINE)
                 addrs, _, engine = jit.load(ir, [name for name, _, _ in _FUNCS.values()])
                 fns = {role: ctypes.CFUNCTYPE(res, *args)(addrs[name]) for role, (name, res, args) in _FUNCS.items()}
                 fns["engine"] = engine         # the code lives as long as its engine
@@ -233,9 +240,24 @@ class SpinPool:
         serve, seen = self._fn["serve"], 0
         while True:
             seen = serve(self._words_at, self._task_at, i, seen, SPIN_POLLS)   # the GIL released
+            if seen == STOP:
+                return
             with self._wake:                   # idle for a while: sleep until the next generation
                 while int(self._words[0]) in (seen, BUSY):
                     self._wake.wait()
+
+    def stop(self) -> None:
+        """End the workers' loops (at exit: their code must not be freed under them)."""
+        held = self._held.acquire(timeout=1.0)      # (a caller still running gets a second)
+        try:
+            with self._wake:
+                self._fn["publish"](self._words_at, STOP)
+                self._wake.notify_all()
+            for t in self._threads:
+                t.join(1.0)
+        finally:
+            if held:
+                self._held.release()
 
     def _wait_for(self, word: int, want: int) -> None:
         wait = self._fn["wait_value"]
@@ -282,5 +304,13 @@ def pool(workers: int) -> SpinPool:
     return p
 
 
+def _stop_all() -> None:
+    for p in list(_POOLS.values()):
+        p.stop()
+    _POOLS.clear()
+
+
 # threads do not survive fork: a child process makes its own pools
 os.register_at_fork(after_in_child=_POOLS.clear)
+# the workers run JIT code that module teardown would free: end them first
+atexit.register(_stop_all)
