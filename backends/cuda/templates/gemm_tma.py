@@ -76,9 +76,12 @@ class TMAConfig:
 TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False, True), TMAConfig(128, 128, 5, True, True),
                TMAConfig(128, 256, 4, True), TMAConfig(128, 128, 6, False, True), TMAConfig(128, 128, 6, True),
                TMAConfig(128, 256, 4)]
-# not searched (never the best in those runs): benchmarks/product_kernels.py --experimental times them
+# not searched (never the best in those runs, or not yet run on a GPU: the 192-wide tiles, for
+# products whose n leaves a 256-wide last wave mostly idle, e.g. 1024x5632: 176 tiles of 128x256
+# are 2 rounds of 256 columns on 132 SMs, 240 of 128x192 2 rounds of 192);
+# benchmarks/product_kernels.py --experimental times them
 TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
-                            TMAConfig(64, 256, 5)]
+                            TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True)]
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
