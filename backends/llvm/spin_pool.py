@@ -40,53 +40,7 @@ _TASK_IR = """
 declare i32 @sched_yield()
 {declare}
 
-define i64 @saturn_wait_change(ptr %word, i64 %seen, i64 %polls) {{
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %idle ], [ %next, %yield ]
-  %v = load atomic i64, ptr %word acquire, align 8
-  %changed = icmp ne i64 %v, %seen
-  br i1 %changed, label %out, label %poll
-poll:
-  {pause}
-  %next = add i64 %i, 1
-  %more = icmp ult i64 %next, %polls
-  br i1 %more, label %idle, label %out
-idle:
-  %low = and i64 %next, 255
-  %turn = icmp eq i64 %low, 0
-  br i1 %turn, label %yield, label %loop
-yield:
-  %r = call i32 @sched_yield()
-  br label %loop
-out:
-  ret i64 %v
-}}
-
-define i64 @saturn_wait_value(ptr %word, i64 %want, i64 %polls) {{
-entry:
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %next, %idle ], [ %next, %yield ]
-  %v = load atomic i64, ptr %word acquire, align 8
-  %there = icmp eq i64 %v, %want
-  br i1 %there, label %out, label %poll
-poll:
-  {pause}
-  %next = add i64 %i, 1
-  %more = icmp ult i64 %next, %polls
-  br i1 %more, label %idle, label %out
-idle:
-  %low = and i64 %next, 255
-  %turn = icmp eq i64 %low, 0
-  br i1 %turn, label %yield, label %loop
-yield:
-  %r = call i32 @sched_yield()
-  br label %loop
-out:
-  ret i64 %v
-}}
+{polls}
 
 define void @saturn_publish(ptr %word, i64 %v) {{
   store atomic i64 %v, ptr %word seq_cst, align 8
@@ -168,6 +122,35 @@ out:
 """
 
 
+def _poll_ir(name: str, stop_when: str, pause: str) -> str:
+    """i64 name(word*, x, polls): polls the word (acquire) until `icmp stop_when v, x` holds or
+    `polls` polls have passed, a pause per poll and the core yielded every 256; returns the
+    last value read."""
+    return f"""define i64 @{name}(ptr %word, i64 %x, i64 %polls) {{
+entry:
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %next, %idle ], [ %next, %yield ]
+  %v = load atomic i64, ptr %word acquire, align 8
+  %done = icmp {stop_when} i64 %v, %x
+  br i1 %done, label %out, label %poll
+poll:
+  {pause}
+  %next = add i64 %i, 1
+  %more = icmp ult i64 %next, %polls
+  br i1 %more, label %idle, label %out
+idle:
+  %low = and i64 %next, 255
+  %turn = icmp eq i64 %low, 0
+  br i1 %turn, label %yield, label %loop
+yield:
+  %r = call i32 @sched_yield()
+  br label %loop
+out:
+  ret i64 %v
+}}"""
+
+
 def _call_ir() -> str:
     """saturn_call(kernel, args, n, a, b): kernel(args[0], ..., args[n-1], a, b)."""
     cases = " ".join(f"i64 {n}, label %c{n}" for n in range(MAX_ARGS + 1))
@@ -204,8 +187,9 @@ def native() -> dict:
                     pause, declare = "call void @llvm.aarch64.hint(i32 1)", "declare void @llvm.aarch64.hint(i32)"
                 else:
                     pause, declare = "", ""
+                polls = _poll_ir("saturn_wait_change", "ne", pause) + "\n\n" + _poll_ir("saturn_wait_value", "eq", pause)
                 ir = f'target triple = "{triple}"\n' + _TASK_IR.format(
-                    pause=pause, declare=declare, call=_call_ir(), line=LINE, line2=2 * LINE, line3=3 * LINE,
+                    polls=polls, declare=declare, call=_call_ir(), line=LINE, line2=2 * LINE, line3=3 * LINE,
                     busy=BUSY, stop=STOP, max_args=MAX_ARGS, args_at=4 * LINE)
                 addrs, _, engine = jit.load(ir, [name for name, _, _ in _FUNCS.values()])
                 fns = {role: ctypes.CFUNCTYPE(res, *args)(addrs[name]) for role, (name, res, args) in _FUNCS.items()}
