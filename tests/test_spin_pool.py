@@ -185,3 +185,27 @@ def test_stopped_workers_leave_and_a_stopped_pool_is_not_reused():
     q = spin_pool.pool(2)
     spin_pool._stop_all()
     assert spin_pool.pool(2) is not q
+
+
+def test_an_interrupted_caller_returns_only_once_no_worker_is_inside_the_task(monkeypatch):
+    k = _kernels()
+    p = SpinPool(2)
+    out = np.zeros(100_000, np.int64)
+    real = p._wait_for
+    calls = []
+
+    def interrupted(word, want):
+        calls.append(word)
+        if len(calls) == 2:                  # the wait for the chunks: as if Ctrl-C came
+            raise KeyboardInterrupt
+        real(word, want)
+    monkeypatch.setattr(p, "_wait_for", interrupted)
+    try:
+        p.run(k["count"], [[out.ctypes.data]] * 3, _chunks(out.size, 50))
+    except KeyboardInterrupt:
+        pass
+    assert int(p._task[3 * spin_pool.LINE]) == 0       # nobody inside
+    assert (out == 1).all()                            # every chunk taken was finished
+    monkeypatch.setattr(p, "_wait_for", real)
+    assert p.run(k["count"], [[out.ctypes.data]] * 3, _chunks(out.size, 50))
+    assert (out == 2).all()

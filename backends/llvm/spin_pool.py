@@ -267,8 +267,15 @@ class SpinPool:
             with self._wake:
                 publish(self._words_at, self._gen)
                 self._wake.notify_all()
-            self._fn["run"](self._task_at, 0)
-            self._wait_for(2 * LINE, len(chunks))
+            try:
+                self._fn["run"](self._task_at, 0)
+                self._wait_for(2 * LINE, len(chunks))
+            except BaseException:
+                # (an interrupt between polls) workers may still be writing the caller's
+                # buffers: they must be done before those can be freed
+                publish(self._words_at, BUSY)
+                self._wait_for(3 * LINE, 0)
+                raise
             return True
         finally:
             self._held.release()
