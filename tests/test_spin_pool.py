@@ -209,3 +209,23 @@ def test_an_interrupted_caller_returns_only_once_no_worker_is_inside_the_task(mo
     monkeypatch.setattr(p, "_wait_for", real)
     assert p.run(k["count"], [[out.ctypes.data]] * 3, _chunks(out.size, 50))
     assert (out == 2).all()
+
+
+def test_a_schedule_of_more_threads_than_cores_gets_one_participant_per_core(monkeypatch):
+    """Chunks for 8 threads, shared out by at most one participant per core (workers beyond
+    the cores would only poll against each other); results as on one thread."""
+    from backends import get_backend
+    from backends.llvm import runtime
+    from compiler.trace import spec, trace
+    from ir.kernel import KernelSchedule, Schedule
+    monkeypatch.setattr(runtime, "MIN_CHUNK_WORK", 1)
+    monkeypatch.setattr(runtime, "cpu_count", lambda: 2)
+    g = trace(lambda x: (x * 1.7 + 0.3).exp().sum(1), spec((64, 256)))
+    be = get_backend("cpu")
+    many = be.build(g, Schedule(threads=8, default=KernelSchedule(vector_width=16)))
+    one = be.build(g, Schedule(threads=1, default=KernelSchedule(vector_width=16)))
+    assert any(len(l.chunks) > 2 for l in many.launches)
+    before = set(spin_pool._POOLS)
+    x = np.random.default_rng(0).standard_normal((64, 256)).astype(np.float32)
+    np.testing.assert_array_equal(many(x)[0], one(x)[0])
+    assert set(spin_pool._POOLS) - before <= {1}

@@ -200,7 +200,10 @@ class LLVMExecutable:
         for name, size, dt in self._outputs:
             env[name] = np.empty(size, dt)
             addr[name] = env[name].ctypes.data
-        pool = spin_pool.pool(self.threads - 1) if self.threads > 1 else None
+        # workers beyond the cores would only poll against each other: chunks are shared out
+        # among at most one participant per core
+        workers = min(self.threads, cpu_count()) - 1
+        pool = spin_pool.pool(workers) if workers > 0 else None
         free = self._free_lists()
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:
