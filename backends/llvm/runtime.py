@@ -1,8 +1,9 @@
 """Run compiled kernel programs: buffers, a reusing allocator, and a thread pool over chunks.
 
-Each kernel's parallel loop [0, n) is cut into contiguous chunks; chunks run on a thread pool
-(ctypes releases the GIL during the call; backends/llvm/spin_pool.py). A chunk holds whole output rows, so every reduction
-runs in one thread in one fixed order: results never depend on the thread count.
+Each kernel's parallel loop [0, n) is cut into contiguous chunks; chunks run on the calling
+thread and the pool's workers (backends/llvm/spin_pool.py: native code, the GIL released). A
+chunk holds whole output rows, so every reduction runs in one thread in one fixed order:
+results never depend on the thread count.
 
 An executable may be called from many threads at once: nothing a call writes is shared. Outputs
 are fresh arrays per call; a kernel's scratch (the matmul's packed panels, the attention K
