@@ -42,7 +42,7 @@ def _program(m, n, k, batch, layout, dtype):
 
 
 ONLY: tuple[str, ...] = ()      # --only: schedule name prefixes to time (empty: all)
-EXPERIMENTAL = False            # --experimental: also the TMA tiles not yet run on a GPU (not searched)
+EXPERIMENTAL = False            # --experimental: also the TMA tiles the search does not offer
 
 
 def generated_schedules(be, g) -> list:
@@ -148,7 +148,7 @@ def summary(rows) -> list[str]:
 def _options(ap):
     ap.add_argument("--only", help="comma-separated schedule name prefixes to time (default: all)")
     ap.add_argument("--experimental", action="store_true",
-                    help="also the TMA tiles not yet run on a GPU (the search does not offer them)")
+                    help="also the TMA tiles the search does not offer (not yet run on a GPU, or never the best)")
 
     def apply(a):
         global ONLY, EXPERIMENTAL

@@ -921,8 +921,9 @@ def _tma_rows(step: Step) -> bool:
     return tc is not None and not tc[3] and not tc[4] and gemm_tma.fits(tc[0], tc[5].value) is None
 
 
-def prior_choice(step: Step, sched: Schedule):
-    """The tiles.rank_tiles choice of rank sched.tile_rank for this product (None for f32)."""
+def prior_choice(step: Step, sched: Schedule, tma: bool | None = None):
+    """The tiles.rank_tiles choice of rank sched.tile_rank for this product (None for f32);
+    `tma`: `_tma_rows(step)` where the caller has it."""
     from backends.cuda import tiles
     g = step.gemm
     if g.a.dtype not in HALVES and g.a.dtype != DType.f32:
@@ -934,7 +935,7 @@ def prior_choice(step: Step, sched: Schedule):
     acc_b = resolve(g.b, lambda x: x in inputs)
     b_kn = acc_b is not None and bool(g.n_axes) and acc_b.strides[g.n_axes[-1]] == 1
     ranked = tiles.rank_tiles(m, n, k, batch, b_kn, sched.wgmma_allowed(), wgmma_mn_allowed(),
-                              tma=_tma_rows(step))
+                              tma=_tma_rows(step) if tma is None else tma)
     return ranked[min(sched.tile_rank, len(ranked) - 1)]
 
 
@@ -1116,13 +1117,16 @@ def render_gemm(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[s
         if split is not None:
             return split
         sched = dataclasses.replace(sched, gemm=sched.cublas_fallback)
+    tma_rows = None
     if sched.gemm == "auto" and sched.tc is None and sched.wg is None and sched.tma is None \
-            and sched.wgmma_allowed() and _tma_rows(step):
-        # operands the TMA kernel reads as they are: the prior's tile (on the H100 the fixed
-        # mma.sync tile ran 16384x4096x1024 at 0.41x cuBLAS, the prior's TMA tile at 0.73-0.82x)
-        sched = dataclasses.replace(sched, gemm="prior", tile_rank=0)
+            and sched.wgmma_allowed():
+        tma_rows = _tma_rows(step)
+        if tma_rows:
+            # operands the TMA kernel reads as they are: the prior's tile (on the H100 the fixed
+            # mma.sync tile ran 16384x4096x1024 at 0.41x cuBLAS, the prior's TMA tile at 0.88x)
+            sched = dataclasses.replace(sched, gemm="prior", tile_rank=0)
     if sched.gemm == "prior":
-        choice = prior_choice(step, sched)
+        choice = prior_choice(step, sched, tma_rows)
         if choice is not None and choice.kind == "tma":
             sched = dataclasses.replace(sched, gemm="wgmma", tma=choice.config, wg=None, tc=None)
         elif choice is not None and choice.kind == "wgmma":

@@ -124,6 +124,9 @@ class LLVMExecutable:
         self.settle_s = LIBRARY_SETTLE_S if calls else 0.0
         self._engine = engine   # owns the machine code
         self.threads = schedule.threads or cpu_count()
+        # workers beyond the cores would only poll against each other: chunks are shared out
+        # among at most one participant per core
+        self._workers = min(self.threads, cpu_count()) - 1
         self.launches = []
         for k in program.kernels:
             if k.name in calls:
@@ -201,10 +204,7 @@ class LLVMExecutable:
         for name, size, dt in self._outputs:
             env[name] = np.empty(size, dt)
             addr[name] = env[name].ctypes.data
-        # workers beyond the cores would only poll against each other: chunks are shared out
-        # among at most one participant per core
-        workers = min(self.threads, cpu_count()) - 1
-        pool = spin_pool.pool(workers) if workers > 0 else None
+        pool = spin_pool.pool(self._workers) if self._workers > 0 else None
         free = self._free_lists()
         for i, l in enumerate(self.launches):
             for buf in self.alloc_before[i]:

@@ -166,8 +166,7 @@ def _call_ir() -> str:
 
 _native: dict = {}
 _native_lock = threading.Lock()
-_FUNCS = {"wait": ("saturn_wait_change", ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)),
-          "wait_value": ("saturn_wait_value", ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)),
+_FUNCS = {"wait_value": ("saturn_wait_value", ctypes.c_int64, (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64)),
           "publish": ("saturn_publish", None, (ctypes.c_void_p, ctypes.c_int64)),
           "run": ("saturn_run_chunks", None, (ctypes.c_void_p, ctypes.c_int64)),
           "serve": ("saturn_serve", ctypes.c_int64,
