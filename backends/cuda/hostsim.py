@@ -1,9 +1,11 @@
-"""Run simple rendered CUDA kernels on the CPU, for tests on machines without a GPU.
+"""Run rendered CUDA kernels on the CPU, for tests on machines without a GPU.
 
-Kernels that use no shared memory, barriers or warp instructions (the kernel-IR renderer's
-without row threads, the elementwise template, the generic one with a thread per output) are plain C++ once `__global__` is defined away:
-they are compiled with the host compiler against CUDA's half-precision headers and run
-thread by thread, one block after another. Not a timing tool; a semantics check.
+Kernels written in plain CUDA C++ (no inline PTX: the elementwise, generic, row-reduction,
+transpose and SIMT product templates, the kernel-IR renderer's) are compiled with the host
+compiler against CUDA's half-precision headers. Kernels without barriers, shared memory or
+shuffles run thread by thread, one block after another; the others run a block's threads as
+fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
+semantics check.
 """
 from __future__ import annotations
 
@@ -16,7 +18,112 @@ import tempfile
 
 import numpy as np
 
-from backends.cuda.templates.prelude import FLOAT_TO_INT
+from backends.cuda.templates.prelude import FLOAT_TO_INT, REDUCTIONS
+
+# A block's threads as fibers (ucontext), for kernels with shared memory, barriers and warp
+# shuffles: one fiber runs until it reaches a barrier, a shuffle or its end, then the next; a
+# barrier lets its fibers go once every live thread of the block (a shuffle: of the warp) has
+# reached it. Threads that have returned no longer count (a kernel's early exit). `__shared__`
+# arrays are function statics: one copy, shared by the block's threads, and blocks run one
+# after another. Deterministic: the threads always run in the same order.
+THREADS = r"""
+#include <ucontext.h>
+#include <cstdio>
+#include <cstdlib>
+#define __shared__ static
+#define __syncthreads() saturn_wait(SATURN_AT_BARRIER)
+#define __syncwarp(...) saturn_wait(SATURN_AT_WARP)
+enum saturn_state { SATURN_RUNNING, SATURN_AT_BARRIER, SATURN_AT_WARP, SATURN_DONE };
+struct saturn_fiber { ucontext_t ctx; saturn_state state; char* stack; };
+static const size_t SATURN_STACK = 1 << 18;
+static saturn_fiber* saturn_fibers = nullptr;
+static unsigned saturn_nthreads = 0, saturn_current = 0;
+static ucontext_t saturn_scheduler;
+static unsigned long long saturn_slots[1024];
+static void (*saturn_body)() = nullptr;
+
+static void saturn_wait(saturn_state s) {
+  saturn_fibers[saturn_current].state = s;
+  swapcontext(&saturn_fibers[saturn_current].ctx, &saturn_scheduler);
+}
+static void saturn_trampoline() {
+  saturn_body();
+  saturn_fibers[saturn_current].state = SATURN_DONE;
+  swapcontext(&saturn_fibers[saturn_current].ctx, &saturn_scheduler);
+}
+// the value `v` of lane `src` of the calling thread's warp (its own where that lane has left)
+template <class T> static T saturn_shuffle(T v, int src) {
+  static_assert(sizeof(T) <= 8, "a shuffle moves at most 8 bytes");
+  unsigned me = saturn_current, from = (me & ~31u) + (unsigned)src;
+  std::memcpy(&saturn_slots[me], &v, sizeof(T));
+  saturn_wait(SATURN_AT_WARP);
+  T got = v;
+  if (src >= 0 && src < 32 && from < saturn_nthreads && saturn_fibers[from].state != SATURN_DONE)
+    std::memcpy(&got, &saturn_slots[from], sizeof(T));
+  saturn_wait(SATURN_AT_WARP);     // (no lane writes its slot again before every lane has read)
+  return got;
+}
+template <class T> static T __shfl_xor_sync(unsigned, T v, int o, int = 32) { return saturn_shuffle(v, (int)(saturn_current & 31) ^ o); }
+template <class T> static T __shfl_sync(unsigned, T v, int src, int = 32) { return saturn_shuffle(v, src & 31); }
+template <class T> static T __shfl_down_sync(unsigned, T v, unsigned d, int = 32) {
+  int l = (int)(saturn_current & 31) + (int)d; return saturn_shuffle(v, l < 32 ? l : (int)(saturn_current & 31)); }
+template <class T> static T __shfl_up_sync(unsigned, T v, unsigned d, int = 32) {
+  int l = (int)(saturn_current & 31) - (int)d; return saturn_shuffle(v, l >= 0 ? l : (int)(saturn_current & 31)); }
+template <class T> static T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
+template <class T> static T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
+template <class T> static T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
+
+// Runs one block of `n` threads; 0, or 1 where they deadlock (some wait at a barrier that the
+// others never reach).
+static int saturn_run_block(unsigned n) {
+  if (n > 1024) return 1;
+  if (saturn_nthreads < n) {
+    for (unsigned i = 0; i < saturn_nthreads; ++i) std::free(saturn_fibers[i].stack);
+    std::free(saturn_fibers);
+    saturn_fibers = (saturn_fiber*)std::calloc(n, sizeof(saturn_fiber));
+    for (unsigned i = 0; i < n; ++i) saturn_fibers[i].stack = (char*)std::malloc(SATURN_STACK);
+  }
+  saturn_nthreads = n;
+  for (unsigned i = 0; i < n; ++i) {
+    saturn_fiber& f = saturn_fibers[i];
+    getcontext(&f.ctx);
+    f.ctx.uc_stack.ss_sp = f.stack;
+    f.ctx.uc_stack.ss_size = SATURN_STACK;
+    f.ctx.uc_link = nullptr;
+    makecontext(&f.ctx, saturn_trampoline, 0);
+    f.state = SATURN_RUNNING;
+  }
+  for (;;) {
+    for (unsigned i = 0; i < n; ++i) {
+      if (saturn_fibers[i].state != SATURN_RUNNING) continue;
+      saturn_current = i;
+      threadIdx.x = i;
+      swapcontext(&saturn_scheduler, &saturn_fibers[i].ctx);
+    }
+    bool live = false, released = false;
+    for (unsigned w = 0; w < n; w += 32) {      // warps whose live lanes all wait at a shuffle
+      bool any = false, all = true;
+      for (unsigned i = w; i < n && i < w + 32; ++i) {
+        saturn_state s = saturn_fibers[i].state;
+        if (s == SATURN_DONE) continue;
+        any = live = true;
+        all = all && s == SATURN_AT_WARP;
+      }
+      if (any && all) {
+        released = true;
+        for (unsigned i = w; i < n && i < w + 32; ++i)
+          if (saturn_fibers[i].state == SATURN_AT_WARP) saturn_fibers[i].state = SATURN_RUNNING;
+      }
+    }
+    if (!live) return 0;
+    if (released) continue;
+    for (unsigned i = 0; i < n; ++i)
+      if (saturn_fibers[i].state == SATURN_AT_WARP) return 1;
+    for (unsigned i = 0; i < n; ++i)             // every live thread waits at the barrier
+      if (saturn_fibers[i].state == SATURN_AT_BARRIER) saturn_fibers[i].state = SATURN_RUNNING;
+  }
+}
+"""
 
 HOST_PRELUDE = r"""
 #include <cuda_fp16.h>
@@ -25,7 +132,7 @@ HOST_PRELUDE = r"""
 #include <cstdint>
 #include <cstring>
 struct saturn_dim3 { unsigned x, y, z; };
-static saturn_dim3 blockIdx, threadIdx;
+static saturn_dim3 blockIdx, threadIdx, blockDim, gridDim;
 #define __global__
 #define __launch_bounds__(...)
 #define DEV static inline
@@ -44,9 +151,9 @@ static inline long long saturn_sat64(double x) {
     return x != x ? INT64_MIN : x >= 9223372036854775807.0 ? INT64_MAX : x <= -9223372036854775808.0 ? INT64_MIN : (long long)x; }
 static inline long long __float2ll_rz(float x) { return saturn_sat64(x); }
 static inline long long __double2ll_rz(double x) { return saturn_sat64(x); }
-DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
-DEV int max_nan(int a, int b) { return a > b ? a : b; }
-""" + FLOAT_TO_INT
+static inline int max(int a, int b) { return a > b ? a : b; }
+static inline int min(int a, int b) { return a < b ? a : b; }
+""" + THREADS + REDUCTIONS + FLOAT_TO_INT
 
 
 def cuda_include() -> str | None:
@@ -76,12 +183,27 @@ def _strip_prelude(src: str) -> str:
     return src[:start] + src[end:] if end > 0 else src
 
 
-def build(source: str, kernels: list[tuple[str, int, int, int]]):
-    """Compile `source` (kernels as rendered) for the host. kernels: (name, n_params, grid, block).
-    Returns a function run(name, pointers) that runs one launch."""
+THREAD_MARKERS = ("__syncthreads", "__shared__", "_sync(", "block_sum", "block_max", "warp_sum", "warp_max")
+
+
+def _kernel_text(body: str, name: str) -> str:
+    """The text of kernel `name` in `body`: from its signature to the next kernel's."""
+    at = body.find(f" {name}(")
+    if at < 0:
+        return ""
+    end = body.find('extern "C"', at)
+    return body[at:end if end > 0 else len(body)]
+
+
+def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int], int]]):
+    """Compile `source` (kernels as rendered) for the host. kernels: (name, n_params, grid,
+    block), grid a block count or (x, y, z). A kernel that syncs or shares memory runs its
+    block's threads as fibers (THREADS), others thread by thread. Returns a function
+    run(name, arrays) that runs one launch."""
     body = _strip_prelude(source)
     wrappers, seen = [], {}
     for name, nparams, grid, block in kernels:
+        grid = (grid, 1, 1) if isinstance(grid, int) else tuple(grid)
         if name in seen:    # one kernel launched again (a generic kernel reused): one wrapper
             if seen[name] != (nparams, grid, block):
                 raise ValueError(f"kernel {name} launched with two shapes: {seen[name]}, {(nparams, grid, block)}")
@@ -89,11 +211,23 @@ def build(source: str, kernels: list[tuple[str, int, int, int]]):
         seen[name] = (nparams, grid, block)
         sig = ", ".join(["void*"] * nparams)
         args = ", ".join(f"a[{i}]" for i in range(nparams))
-        wrappers.append(
-            f'extern "C" void saturn_run_{name}(void** a) {{\n'
-            f"  for (unsigned b = 0; b < {grid}u; ++b) for (unsigned t = 0; t < {block}u; ++t) {{\n"
-            f"    blockIdx.x = b; threadIdx.x = t;\n"
-            f"    ((void (*)({sig})){name})({args});\n  }}\n}}\n")
+        call = f"((void (*)({sig})){name})({args});"
+        loops = (f"  blockDim.x = {block}u; blockDim.y = blockDim.z = 1u;\n"
+                 f"  gridDim.x = {grid[0]}u; gridDim.y = {grid[1]}u; gridDim.z = {grid[2]}u;\n"
+                 f"  for (unsigned z = 0; z < {grid[2]}u; ++z) for (unsigned y = 0; y < {grid[1]}u; ++y)\n"
+                 f"  for (unsigned x = 0; x < {grid[0]}u; ++x) {{\n"
+                 f"    blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;\n")
+        if any(m in _kernel_text(body, name) for m in THREAD_MARKERS):
+            wrappers.append(
+                f"static void** saturn_args_{name};\n"
+                f"static void saturn_body_{name}() {{ void** a = saturn_args_{name}; {call} }}\n"
+                f'extern "C" int saturn_run_{name}(void** a) {{\n'
+                f"  saturn_args_{name} = a; saturn_body = saturn_body_{name};\n{loops}"
+                f"    if (saturn_run_block({block}u)) return 1;\n  }}\n  return 0;\n}}\n")
+        else:
+            wrappers.append(
+                f'extern "C" int saturn_run_{name}(void** a) {{\n{loops}'
+                f"    for (unsigned t = 0; t < {block}u; ++t) {{ threadIdx.x = t; {call} }}\n  }}\n  return 0;\n}}\n")
     text = HOST_PRELUDE + body + "\n" + "\n".join(wrappers)
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
     tmp = tempfile.mkdtemp(prefix="saturn_host_")
@@ -101,7 +235,7 @@ def build(source: str, kernels: list[tuple[str, int, int, int]]):
     cpp = os.path.join(tmp, "k.cpp")
     with open(cpp, "w") as f:
         f.write(text)
-    proc = subprocess.run(["g++", "-O1", "-shared", "-fPIC", "-w", f"-I{cuda_include()}", cpp, "-o", so],
+    proc = subprocess.run(["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{cuda_include()}", cpp, "-o", so],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"host compile failed:\n{proc.stderr[:3000]}")
@@ -109,17 +243,19 @@ def build(source: str, kernels: list[tuple[str, int, int, int]]):
 
     def run(name: str, arrays: list[np.ndarray]) -> None:
         ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-        getattr(lib, f"saturn_run_{name}")(ptrs)
+        if getattr(lib, f"saturn_run_{name}")(ptrs):
+            raise RuntimeError(f"kernel {name}: the threads of a block wait at barriers that the others never reach")
     return run
 
 
-def run_kernel_ir(graph, args) -> list[np.ndarray]:
-    """Lower `graph` with ir.lower, render it with the CUDA kernel-IR renderer, run it here."""
+def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
+    """Lower `graph` with ir.lower, render it with the CUDA kernel-IR renderer (row_threads:
+    threads that share a row's reductions through shuffles, 0 for a thread per row), run it here."""
     from ir.lower import lower
     from backends.cuda.kir import render_kir_program
     program = lower(graph)
-    src, launches = render_kir_program(program, row_threads=0)   # no barriers here
-    run = build(src, [(l.name, len(l.buffers), l.grid[0], l.block[0]) for l in launches])
+    src, launches = render_kir_program(program, row_threads=row_threads)
+    run = build(src, [(l.name, len(l.buffers), l.grid, l.block[0]) for l in launches])
     bufs = {}
     for b in program.buffers:
         bufs[b.name] = np.zeros(max(b.size, 1), dtype=b.dtype.np)
@@ -131,13 +267,14 @@ def run_kernel_ir(graph, args) -> list[np.ndarray]:
             for name, shape in zip(program.outputs, program.output_shapes)]
 
 
-EMULATED_KINDS = ("elementwise", "generic", "stage")   # stage: an elementwise copy
+# kinds whose kernels are plain C++ over THREADS (stage: an elementwise copy); the tensor-core
+# products and attention (mma, ldmatrix, cp.async, TMA: inline PTX) need a GPU
+EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "transpose", "gemm_simt")
 
 
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     """Render `graph` with the template planner (under `schedule`) and run it here; every step
-    must be an elementwise or generic kernel (no shared memory, barriers or warp instructions),
-    or a cuBLAS call: one into the step's output is stood in for by the interpreter's value (the
+    must be of EMULATED_KINDS or a cuBLAS call: one into the step's output is stood in for by the interpreter's value (the
     product where an epilogue kernel finishes the step, else the step's value), one into a
     buffer of its own is emulated from its arguments (`cublas.emulate_call`)."""
     from backends.cuda import render
@@ -149,12 +286,9 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     kinds = {l.kind for l in launches}
     if not kinds <= set(EMULATED_KINDS) | {"cublas"}:
         raise ValueError(f"kernels of kinds {sorted(kinds - set(EMULATED_KINDS))} need a GPU")
-    warps = [l.name for l in launches if l.detail == "warp per output"]
-    if warps:
-        raise ValueError(f"kernels {warps} reduce with warp shuffles: they need a GPU")
     kernels = [l for l in launches if l.library is None]
     finished = {l.output for l in launches if l.name.endswith("_epilogue")}
-    run = build(src, [(l.name, 1 + len(l.inputs), l.grid[0], l.block[0]) for l in kernels])
+    run = build(src, [(l.name, 1 + len(l.inputs), l.grid, l.block[0]) for l in kernels])
     bufs = {}
     for node, a in zip(graph.inputs, args):
         bufs[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(-1).copy()

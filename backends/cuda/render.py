@@ -499,6 +499,14 @@ def _pure_half_read(side: Node, names: dict[Node, str]):
     return n.dtype if n.dtype in HALVES else None
 
 
+def simt_only(step: Step) -> bool:
+    """Whether a product runs the SIMT kernel under every schedule: an operand is not halves
+    read through views and lossless casts (f32 data, a computed operand), so no tensor-core
+    tile applies and only the SIMT tiles differ."""
+    names = _params(step)[2]
+    return _pure_half_read(step.gemm.a, names) is None or _pure_half_read(step.gemm.b, names) is None
+
+
 def _cp_async_ready(acc, unit_axis: int, sizes) -> bool:
     """A strided read cp.async can copy in 16-byte chunks: unit stride along `unit_axis`, whose
     size is a multiple of 8, and every other stride and the offset 8-element aligned."""

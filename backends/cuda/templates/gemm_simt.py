@@ -1,8 +1,12 @@
-"""Register-tiled SIMT GEMM (f32 FMA; any dtype, any operand view): 128x128 block tile, 8x8
-outputs per thread, k-tiles of 8 through shared memory with the next tile prefetched into
-registers. Operand elements come from device functions `lda_<name>(params, bz, m, k)` and
-`ldb_<name>(params, bz, k, n)` and the output offset from `cflat_<name>(bz, row, col)`, rendered by the planner, so strided, permuted and masked views
-all work; the planner passes `a_kcontig` / `b_ncontig` to pick a coalesced thread mapping.
+"""Register-tiled SIMT GEMM (f32 FMA; any dtype, any operand view): a BMxBN block tile, TMxTN
+outputs per thread, k-tiles of BK through two shared buffers (one barrier per k-tile: the next
+tile is fetched into registers while the current one is multiplied, then stored into the other
+buffer), fragments read from shared memory as 16- or 8-byte vectors. A warp's lanes cover 8
+thread columns by 4 thread rows, so a k-step's fragment reads touch few distinct addresses.
+Operand elements come from device functions `lda_<name>(params, bz, m, k)` and
+`ldb_<name>(params, bz, k, n)` and the output offset from `cflat_<name>(bz, row, col)`, rendered
+by the planner, so strided, permuted and masked views all work; the planner passes `a_kcontig` /
+`b_ncontig` to pick a coalesced thread mapping.
 """
 from __future__ import annotations
 
@@ -18,13 +22,30 @@ class SimtConfig:
     bk: int = 8
     tm: int = 8
     tn: int = 8
+    min_blocks: int = 2     # blocks an SM holds at once: caps registers at 64K / (threads x this)
 
     @property
     def threads(self) -> int:
         return (self.bm // self.tm) * (self.bn // self.tn)
 
+    @property
+    def name(self) -> str:
+        return f"simt{self.bm}x{self.bn}x{self.bk}t{self.tm}x{self.tn}b{self.min_blocks}"
 
-SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4)]
+
+SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(128, 128, 8, 8, 8, 1), SimtConfig(128, 128, 16, 8, 8, 1),
+                SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4), SimtConfig(64, 128, 8, 4, 8)]
+
+
+def _fragment(dst: str, at: int, src: str, width: int) -> str:
+    """dst[at .. at + width) = `width` consecutive floats of shared memory from `src` (an
+    element reference): one vector read where the width allows (the offsets are multiples of
+    the width: rows are padded by 4 floats and the arrays 16-byte aligned)."""
+    if width in (2, 4):
+        parts = " ".join(f"{dst}[{at + i}] = t.{c};" for i, c in enumerate("xyzw"[:width]))
+        return f"{{ const float{width} t = *reinterpret_cast<const float{width}*>(&{src}); {parts} }}"
+    base = src[:src.rindex("]")]
+    return " ".join(f"{dst}[{at + i}] = {base} + {i}];" for i in range(width))
 
 
 def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call_args: str,
@@ -35,19 +56,26 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     a_per = BM * BK // NT
     b_per = BK * BN // NT
     a_map = f"int mm = e / {BK}, kk = e % {BK};" if a_kcontig else f"int mm = e % {BM}, kk = e / {BM};"
-    b_map = f"int kk = e / {BN}, nn = e % {BN};" if b_ncontig else f"int nn = e % {BN}, kk = e / {BN};"
-    if not b_ncontig:
-        b_map = f"int nn = e / {BK}, kk = e % {BK};"
+    b_map = f"int kk = e / {BN}, nn = e % {BN};" if b_ncontig else f"int nn = e / {BK}, kk = e % {BK};"
     half_m, half_n = TM // 2, TN // 2
+    if tx_n % 8 == 0 and NT % 32 == 0:     # lanes 8 (n) x 4 (m); warps tile the block
+        coords = (f"const int lane = tid & 31, warp = tid >> 5;\n"
+                  f"  const int tx = (warp % {tx_n // 8}) * 8 + (lane & 7), ty = (warp / {tx_n // 8}) * 4 + (lane >> 3);")
+    else:
+        coords = f"const int tx = tid % {tx_n}, ty = tid / {tx_n};"
+    a_lo = _fragment("a", 0, f"As[buf][kk][ty * {half_m}]", half_m)
+    a_hi = _fragment("a", half_m, f"As[buf][kk][{BM // 2} + ty * {half_m}]", half_m)
+    b_lo = _fragment("b", 0, f"Bs[buf][kk][tx * {half_n}]", half_n)
+    b_hi = _fragment("b", half_n, f"Bs[buf][kk][{BN // 2} + tx * {half_n}]", half_n)
     return f"""
 {loaders}
 {epilogue}
 
-extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
-  __shared__ float As[{BK}][{BM + 4}];
-  __shared__ float Bs[{BK}][{BN + 4}];
+extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({params}) {{
+  __shared__ __align__(16) float As[2][{BK}][{BM + 4}];
+  __shared__ __align__(16) float Bs[2][{BK}][{BN + 4}];
   const int tid = threadIdx.x;
-  const int tx = tid % {tx_n}, ty = tid / {tx_n};
+  {coords}
   const long long bz = {bz};
   {past_end}
   const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};
@@ -71,32 +99,33 @@ extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
       rb[i] = (gk < {k} && gn < {n}) ? ldb_{name}({call_args}, bz, gk, gn) : 0.f;
     }}
   }};
-  auto stash = [&]() {{
+  auto stash = [&](int buf) {{
     #pragma unroll
-    for (int i = 0; i < {a_per}; ++i) {{ int e = tid + i * {NT}; {a_map} As[kk][mm] = ra[i]; }}
+    for (int i = 0; i < {a_per}; ++i) {{ int e = tid + i * {NT}; {a_map} As[buf][kk][mm] = ra[i]; }}
     #pragma unroll
-    for (int i = 0; i < {b_per}; ++i) {{ int e = tid + i * {NT}; {b_map} Bs[kk][nn] = rb[i]; }}
+    for (int i = 0; i < {b_per}; ++i) {{ int e = tid + i * {NT}; {b_map} Bs[buf][kk][nn] = rb[i]; }}
   }};
   fetch(0);
-  stash();
+  stash(0);
   __syncthreads();
+  int buf = 0;
   for (int k0 = 0; k0 < {k}; k0 += {BK}) {{
     const bool more = k0 + {BK} < {k};
     if (more) fetch(k0 + {BK});
     #pragma unroll
     for (int kk = 0; kk < {BK}; ++kk) {{
       float a[{TM}], b[{TN}];
-      #pragma unroll
-      for (int i = 0; i < {half_m}; ++i) {{ a[i] = As[kk][ty * {half_m} + i]; a[{half_m} + i] = As[kk][{BM // 2} + ty * {half_m} + i]; }}
-      #pragma unroll
-      for (int j = 0; j < {half_n}; ++j) {{ b[j] = Bs[kk][tx * {half_n} + j]; b[{half_n} + j] = Bs[kk][{BN // 2} + tx * {half_n} + j]; }}
+      {a_lo} {a_hi}
+      {b_lo} {b_hi}
       #pragma unroll
       for (int i = 0; i < {TM}; ++i)
         #pragma unroll
         for (int j = 0; j < {TN}; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }}
+    // the other buffer was last read before the previous barrier: store the next tile there
+    if (more) stash(buf ^ 1);
     __syncthreads();
-    if (more) {{ stash(); __syncthreads(); }}
+    buf ^= 1;
   }}
   #pragma unroll
   for (int i = 0; i < {TM}; ++i) {{

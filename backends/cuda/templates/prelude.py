@@ -10,6 +10,54 @@ DEV long long to_i64(float x) { return x != x ? 0 : __float2ll_rz(x); }
 DEV long long to_i64(double x) { return x != x ? 0 : __double2ll_rz(x); }
 """
 
+# NaN-propagating max and the warp / block reductions: in the device prelude, and in the host
+# simulator's (backends/cuda/hostsim.py) over its emulated warp shuffles and barriers.
+REDUCTIONS = r"""
+// NaN-propagating max, like numpy's
+DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
+DEV int max_nan(int a, int b) { return a > b ? a : b; }
+
+DEV float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+DEV float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+DEV int warp_sum(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+DEV int warp_max(int v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// block-wide reductions (blockDim.x a multiple of 32); every thread gets warp 0's lane-0 result,
+// so the value does not depend on which thread reads it. sh: 33 floats of shared memory.
+template <bool MAX> DEV float block_reduce(float v, float* sh) {
+  v = MAX ? warp_max(v) : warp_sum(v);
+  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+  __syncthreads();
+  if (l == 0) sh[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    v = l < (int)(blockDim.x >> 5) ? sh[l] : (MAX ? -__int_as_float(0x7f800000) : 0.f);
+    v = MAX ? warp_max(v) : warp_sum(v);
+    if (l == 0) sh[32] = v;
+  }
+  __syncthreads();
+  return sh[32];
+}
+DEV float block_sum(float v, float* sh) { return block_reduce<false>(v, sh); }
+DEV float block_max(float v, float* sh) { return block_reduce<true>(v, sh); }
+"""
+
 PRELUDE = r"""
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -60,47 +108,4 @@ DEV uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
-// NaN-propagating max, like numpy's
-DEV float max_nan(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
-DEV int max_nan(int a, int b) { return a > b ? a : b; }
-
-DEV float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-DEV float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max_nan(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-DEV int warp_sum(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-DEV int warp_max(int v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// block-wide reductions (blockDim.x a multiple of 32); every thread gets warp 0's lane-0 result,
-// so the value does not depend on which thread reads it. sh: 33 floats of shared memory.
-template <bool MAX> DEV float block_reduce(float v, float* sh) {
-  v = MAX ? warp_max(v) : warp_sum(v);
-  const int w = threadIdx.x >> 5, l = threadIdx.x & 31;
-  __syncthreads();
-  if (l == 0) sh[w] = v;
-  __syncthreads();
-  if (w == 0) {
-    v = l < (int)(blockDim.x >> 5) ? sh[l] : (MAX ? -__int_as_float(0x7f800000) : 0.f);
-    v = MAX ? warp_max(v) : warp_sum(v);
-    if (l == 0) sh[32] = v;
-  }
-  __syncthreads();
-  return sh[32];
-}
-DEV float block_sum(float v, float* sh) { return block_reduce<false>(v, sh); }
-DEV float block_max(float v, float* sh) { return block_reduce<true>(v, sh); }
-""" + FLOAT_TO_INT
+""" + REDUCTIONS + FLOAT_TO_INT

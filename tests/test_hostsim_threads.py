@@ -1,0 +1,116 @@
+"""Kernels with barriers, shared memory and warp shuffles, run on the host (hostsim's fibers):
+the emulation itself, then the row-reduction, transpose and SIMT product templates and the
+kernel-IR renderer's row threads against the interpreter, at shapes that fill no tile."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.cuda import hostsim
+from backends.cuda.render import Schedule
+from backends.cuda.templates.gemm_simt import SIMT_CONFIGS
+from compiler.trace import spec, trace
+from cuda_cases import graph_of
+from ir.interpreter import evaluate
+from test_cuda_render import check_on_host, host_inputs
+
+pytestmark = pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
+
+SYNC_KERNELS = r"""
+#include <cuda_fp16.h>
+extern "C" __global__ void block_reductions(float* out, const float* x) {
+  __shared__ float sh[33];
+  const float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  const float s = block_sum(v, sh), m = block_max(v, sh);
+  if (threadIdx.x == 0) { out[2 * blockIdx.x] = s; out[2 * blockIdx.x + 1] = m; }
+}
+extern "C" __global__ void early_exit(float* out, const float* x) {
+  if (threadIdx.x >= 40) return;
+  __shared__ float t[64];
+  t[threadIdx.x] = x[threadIdx.x];
+  __syncthreads();
+  out[threadIdx.x] = t[39 - threadIdx.x] + __shfl_down_sync(0xffffffffu, x[threadIdx.x], 1);
+}
+extern "C" __global__ void divergent(float* out, const float* x) {
+  float v = x[threadIdx.x];
+  if (threadIdx.x < 16) __syncthreads();
+  else v = __shfl_xor_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+"""
+
+
+def test_fibers_meet_at_barriers_and_shuffles():
+    """Block sums and maxima through shuffles and shared memory over three blocks; threads
+    that returned early leave the barrier; a shuffle from a lane that has left (or past the
+    warp) gives the caller its own value, as the device does for lanes out of range."""
+    run = hostsim.build(SYNC_KERNELS, [("block_reductions", 2, 3, 128), ("early_exit", 2, 1, 64)])
+    x = np.random.default_rng(0).standard_normal(3 * 128).astype(np.float32)
+    out = np.zeros(6, np.float32)
+    run("block_reductions", [out, x])
+    rows = x.reshape(3, 128).astype(np.float64)
+    np.testing.assert_allclose(out[0::2], rows.sum(1), rtol=1e-5)
+    np.testing.assert_array_equal(out[1::2], x.reshape(3, 128).max(1))
+    got = np.zeros(64, np.float32)
+    run("early_exit", [got, x])
+    down = np.array([x[i + 1] if i % 32 < 31 and i + 1 < 40 else x[i] for i in range(40)], np.float32)
+    np.testing.assert_array_equal(got[:40], x[:40][::-1] + down)
+
+
+def test_a_barrier_half_the_block_never_reaches_is_an_error():
+    """Half a warp at a barrier, the other half at a shuffle: neither can go on."""
+    run = hostsim.build(SYNC_KERNELS, [("divergent", 2, 1, 64)])
+    x = np.zeros(64, np.float32)
+    with pytest.raises(RuntimeError, match="never reach"):
+        run("divergent", [np.zeros(64, np.float32), x])
+
+
+@pytest.mark.parametrize("name", ["softmax_f32", "gelu_f16", "sum0_f32", "int_ops"])
+def test_kernel_ir_row_threads_run_on_host(name):
+    """The kernel-IR renderer with 256 threads sharing a row (warp shuffles, shared memory)."""
+    check_on_host(lambda g, a: hostsim.run_kernel_ir(g, a, row_threads=256), graph_of(name), 1, 1e-5)
+
+
+@pytest.mark.parametrize("fn,shape", [
+    (lambda x: x.softmax(-1), (5, 1000)),                    # block-wide row reductions
+    (lambda x: x.softmax(-1), (7, 33)),
+    (lambda x: x.sum(0), (1000, 7)),                         # a warp per output
+    (lambda x: x.permute(1, 0) * 2.0, (130, 70)),
+    (lambda x: (x - x.mean(-1, keepdim=True)).square().mean(-1), (3, 4097)),
+])
+def test_reduction_and_transpose_templates_run_on_host(fn, shape):
+    check_on_host(hostsim.run_templates, trace(fn, spec(shape)), 2, 1e-5)
+
+
+PRODUCTS = [
+    ((1, 1), (1, 1), "nn"), ((7, 5), (5, 3), "nn"), ((130, 70), (70, 50), "nn"), ((129, 33), (33, 257), "nt"),
+    ((3, 65, 17), (3, 17, 66), "nn"), ((70, 130), (70, 50), "tn"),
+]
+
+
+def _product(a_shape, b_shape, form, dtype, epilogue=False):
+    def fn(a, b):
+        a = a.transpose(-1, -2) if form[0] == "t" else a
+        b = b.transpose(-1, -2) if form[1] == "t" else b
+        y = a @ b
+        return (y * 0.5).relu() if epilogue else y
+    sa = a_shape
+    sb = b_shape[:-2] + b_shape[:-3:-1] if form[1] == "t" else b_shape
+    return trace(fn, spec(sa, dtype), spec(sb, dtype))
+
+
+@pytest.mark.parametrize("config", SIMT_CONFIGS, ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}")
+@pytest.mark.parametrize("a_shape,b_shape,form", PRODUCTS)
+def test_simt_products_run_on_host(config, a_shape, b_shape, form):
+    """Every SIMT tile on products that fill no tile, transposed operands and a batch."""
+    g = _product(a_shape, b_shape, form, "f32")
+    check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(simt=config)), g, 3, 1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_simt_product_with_an_epilogue_in_half_precision_runs_on_host(dtype):
+    g = _product((67, 40), (40, 45), "nn", dtype, epilogue=True)
+    args = host_inputs(g, 5)
+    got = hostsim.run_templates(g, args, Schedule(simt=SIMT_CONFIGS[0], use_tensor_cores=False))[0].astype(np.float64)
+    want = evaluate(g, args)[0].astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
