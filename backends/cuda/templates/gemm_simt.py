@@ -33,8 +33,8 @@ class SimtConfig:
         return f"simt{self.bm}x{self.bn}x{self.bk}t{self.tm}x{self.tn}b{self.min_blocks}"
 
 
-SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(128, 128, 8, 8, 8, 1), SimtConfig(128, 128, 16, 8, 8, 1),
-                SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4), SimtConfig(64, 128, 8, 4, 8)]
+SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(64, 128, 8, 8, 8, 3), SimtConfig(128, 64, 8, 8, 8, 3),
+                SimtConfig(128, 128, 16, 8, 8, 1), SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4)]
 
 
 def _fragment(dst: str, at: int, src: str, width: int) -> str:
