@@ -58,6 +58,10 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     a_map = f"int mm = e / {BK}, kk = e % {BK};" if a_kcontig else f"int mm = e % {BM}, kk = e / {BM};"
     b_map = f"int kk = e / {BN}, nn = e % {BN};" if b_ncontig else f"int nn = e / {BK}, kk = e % {BK};"
     half_m, half_n = TM // 2, TN // 2
+    tiles = -(-k // BK)
+    # bounds tests only along sizes that are not a multiple of the tile
+    a_in = " && ".join([f"gm < {m}"] * (m % BM != 0) + [f"gk < {k}"] * (k % BK != 0)) or "true"
+    b_in = " && ".join([f"gk < {k}"] * (k % BK != 0) + [f"gn < {n}"] * (n % BN != 0)) or "true"
     if tx_n % 8 == 0 and NT % 32 == 0:     # lanes 8 (n) x 4 (m); warps tile the block
         coords = (f"const int lane = tid & 31, warp = tid >> 5;\n"
                   f"  const int tx = (warp % {tx_n // 8}) * 8 + (lane & 7), ty = (warp / {tx_n // 8}) * 4 + (lane >> 3);")
@@ -90,13 +94,13 @@ extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({par
     for (int i = 0; i < {a_per}; ++i) {{
       int e = tid + i * {NT}; {a_map}
       int gm = m0 + mm, gk = k0 + kk;
-      ra[i] = (gm < {m} && gk < {k}) ? lda_{name}({call_args}, bz, gm, gk) : 0.f;
+      ra[i] = ({a_in}) ? lda_{name}({call_args}, bz, gm, gk) : 0.f;
     }}
     #pragma unroll
     for (int i = 0; i < {b_per}; ++i) {{
       int e = tid + i * {NT}; {b_map}
       int gk = k0 + kk, gn = n0 + nn;
-      rb[i] = (gk < {k} && gn < {n}) ? ldb_{name}({call_args}, bz, gk, gn) : 0.f;
+      rb[i] = ({b_in}) ? ldb_{name}({call_args}, bz, gk, gn) : 0.f;
     }}
   }};
   auto stash = [&](int buf) {{
@@ -105,13 +109,11 @@ extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({par
     #pragma unroll
     for (int i = 0; i < {b_per}; ++i) {{ int e = tid + i * {NT}; {b_map} Bs[buf][kk][nn] = rb[i]; }}
   }};
-  fetch(0);
-  stash(0);
-  __syncthreads();
-  int buf = 0;
-  for (int k0 = 0; k0 < {k}; k0 += {BK}) {{
-    const bool more = k0 + {BK} < {k};
-    if (more) fetch(k0 + {BK});
+  // k-tile t: the next tile fetched into registers, this one multiplied from buffer `buf`, the
+  // next stored into the other buffer (last read before the previous barrier), one barrier
+  auto tile = [&](const int buf, const int t) {{
+    const bool more = t + 1 < {tiles};
+    if (more) fetch((t + 1) * {BK});
     #pragma unroll
     for (int kk = 0; kk < {BK}; ++kk) {{
       float a[{TM}], b[{TN}];
@@ -122,11 +124,13 @@ extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({par
         #pragma unroll
         for (int j = 0; j < {TN}; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
     }}
-    // the other buffer was last read before the previous barrier: store the next tile there
     if (more) stash(buf ^ 1);
     __syncthreads();
-    buf ^= 1;
-  }}
+  }};
+  fetch(0);
+  stash(0);
+  __syncthreads();
+  for (int t = 0; t < {tiles}; ++t) tile(t & 1, t);
   #pragma unroll
   for (int i = 0; i < {TM}; ++i) {{
     const int row = m0 + (i < {half_m} ? ty * {half_m} + i : {BM // 2} + ty * {half_m} + (i - {half_m}));
