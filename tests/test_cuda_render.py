@@ -671,8 +671,9 @@ def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
     (its window staged) as its first schedule, then the default; where the default reads the
     window in runs of a channels-last copy (channels a multiple of 8, the frontend's conv2d with
     its reduction reordered by the backend, or one written over (taps, channels)), the prior's
-    tiles come first, then the default, cuBLAS, and the window gathered; a plain product and a
-    1x1 convolution (no window) keep the default first."""
+    tiles come first, then the default, cuBLAS, and the window gathered, as where the channels
+    are zero-padded to a multiple of 8 to be read so (12 to 16); a plain product and a 1x1
+    convolution (no window) keep the default first."""
     from compiler import conv
     monkeypatch.setattr(CUDABackend, "_cublas_reason", staticmethod(lambda: None))
     monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: False))
@@ -681,12 +682,13 @@ def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
         return CUDABackend().schedules(compiler.trace(fn, *specs))[:2]
 
     from tests.window_programs import taps_channels_conv2d
-    s3 = CUDABackend().schedules(compiler.trace(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 12, 12, 12), "f16"),
-                                                 spec((24, 12, 3, 3), "f16")))
+    s3 = CUDABackend().schedules(compiler.trace(lambda x, w: conv.conv2d(x, w, padding=1), spec((2, 9, 12, 12), "f16"),
+                                                 spec((24, 9, 3, 3), "f16")))
     assert [s.name for s in s3[:3]] == ["cublas", "default", "prior"]       # the window gathered
     for fn in (lambda x, w: conv.conv2d(x, w, padding=1), lambda x, w: taps_channels_conv2d(x, w, padding=1)):
-        runs = CUDABackend().schedules(compiler.trace(fn, spec((2, 16, 12, 12), "f16"), spec((24, 16, 3, 3), "f16")))
-        assert [s.name for s in runs[:4]] == ["prior", "default", "cublas", "gather"] and runs[3].window == "gather"
+        for c in (16, 12):
+            runs = CUDABackend().schedules(compiler.trace(fn, spec((2, c, 12, 12), "f16"), spec((24, c, 3, 3), "f16")))
+            assert [s.name for s in runs[:4]] == ["prior", "default", "cublas", "gather"] and runs[3].window == "gather"
     s1 = first(lambda x, w: conv.conv2d(x, w), spec((2, 16, 12, 12), "f16"), spec((24, 16, 1, 1), "f16"))
     assert s1[0].name == "default"
     mm = first(lambda a, b: a @ b, spec((64, 32), "f16"), spec((32, 48), "f16"))

@@ -180,7 +180,7 @@ def _strip_prelude(src: str) -> str:
     # (up to the first step: a step's own helpers, e.g. a product's epilogue, come before its kernel)
     end = src.find("\n// step ", start)
     end = src.find("extern \"C\"", start) if end < 0 else end
-    return src[:start] + src[end:] if end > 0 else src
+    return src[:start] + (src[end:] if end > 0 else "")     # (no kernel at all: a program of views)
 
 
 THREAD_MARKERS = ("__syncthreads", "__shared__", "_sync(", "block_sum", "block_max", "warp_sum", "warp_max")

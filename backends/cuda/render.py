@@ -605,7 +605,10 @@ def _restage_window(side: Node, names: dict[Node, str], k_axis: int):
     over the source, not the window's K-fold) puts the source axis that the reduction's
     innermost step walks along last (a convolution's channels: channels-last), so that every 8
     consecutive reduction indices from a multiple of 8 read 8 consecutive, 16-byte aligned
-    elements at any output column; cp.async then copies the window in 16-byte runs.
+    elements at any output column; cp.async then copies the window in 16-byte runs. Where that
+    axis is not a multiple of 8 long, the copy's is zero-padded to one, for a window whose
+    reduction pads its innermost digit alike (`_reduction_for_runs`): the window's own zeros
+    are then the copy's (`_widened_window`).
     -> (copy node, its source buffer, the operand as a view of the copy) or None where the view
     does not read that way (checked on its index expression: `_reads_in_runs`)."""
     from ir import node as N
@@ -614,22 +617,68 @@ def _restage_window(side: Node, names: dict[Node, str], k_axis: int):
     if read is None:
         return None
     st, x = read
-    if len(st.views) < 2 or any(v.mask is not None for v in st.views[1:]) or any(0 in v.shape for v in st.views):
+    if len(st.views) < 2 or any(0 in v.shape for v in st.views):
         return None
     v0 = st.views[0]
     rank0 = len(v0.shape)
     cs0 = contiguous_strides(v0.shape)
     walked = _walked_axis(ShapeTracker(st.views[1:]), side.shape, k_axis, cs0, v0.shape)
-    if walked is None or v0.shape[walked] % 8:
+    if walked is None:
+        return None
+    zeros = (-v0.shape[walked]) % 8
+    if not zeros and any(v.mask is not None for v in st.views[1:]):
         return None
     order = tuple([j for j in range(rank0) if j != walked] + [walked])
-    copy = N.contiguous(N.view(x, ShapeTracker((v0,), fill=st.fill).permute(order)))
+    layout = ShapeTracker((v0,), fill=st.fill).permute(order)
+    if zeros:
+        layout = layout.pad(((0, 0),) * (rank0 - 1) + ((0, zeros),), 0.0)
+    copy = N.contiguous(N.view(x, layout))
     cs = contiguous_strides(copy.shape)
     under = View(v0.shape, tuple(cs[order.index(j)] for j in range(rank0)), 0, None)
-    operand = N.view(copy, ShapeTracker((under,) + st.views[1:], fill=0.0))
+    window = ShapeTracker((under,) + st.views[1:], fill=0.0)
+    if zeros:
+        window = _widened_window(window, _index_digits(side, names), k_axis, v0.shape[walked], zeros)
+        if window is None:
+            return None
+    operand = N.view(copy, window)
     if not _reads_in_runs(operand.arg, k_axis):
         return None
     return copy, x, operand
+
+
+def _widened_window(window, digits, k_axis: int, size: int, zeros: int):
+    """A window over a channels-last copy whose channels (`size` of them) are followed by
+    `zeros` zeros, for an operand whose reduction's innermost digit is those channels padded
+    alike, masked past `size` (`_reflatten`): as it is, its views are sized for `size`
+    channels and mask the padded positions, so its index expression is not one of runs.
+    Over every index split into `digits` (per axis, outer to inner) it is one strided view of
+    the copy where its expression is affine in the digits (a convolution's window: batch,
+    taps, channels, output rows and columns); with the channel digit at stride 1 and every
+    other stride a multiple of the padded channel count, that view run on past `size` reads
+    the copy's zeros, the same values as the mask. -> the widened view reshaped to the
+    operand's shape, or None where the window is not such a view."""
+    from ir.kernel import Lin, Var, as_lin
+    from ir.lower import view_index
+    from ir.view import ShapeTracker, View
+    split = tuple(d for ds in digits for d in ds)
+    inner = sum(len(ds) for ds in digits[:k_axis + 1]) - 1
+    padded = size + zeros
+    if split[inner] != padded:
+        return None
+    flat_split = window.reshape(split)
+    axes = tuple(Var(f"d{i}", size if i == inner else s) for i, s in enumerate(split))
+    cur = tuple(as_lin(v) if v.extent > 1 else Lin() for v in axes)
+    got = view_index(flat_split, cur)
+    if got is None or got[1] or any(not isinstance(a, Var) for a, _ in got[0].terms):
+        return None
+    flat = got[0]
+    strides = tuple(flat.coeff(v) for v in axes)
+    if strides[inner] != 1 or flat.const % padded or any(st % padded for i, st in enumerate(strides) if i != inner):
+        return None
+    for c in range(size, padded):          # the padding is the operand's fill there, nothing it reads
+        if view_index(flat_split, cur[:inner] + (Lin(const=c),) + cur[inner + 1:]) is not None:
+            return None
+    return ShapeTracker((View(split, strides, flat.const),)).reshape(window.shape)
 
 
 def _walked_axis(top, shape, k_axis: int, cs0, shape0) -> int | None:
@@ -679,8 +728,10 @@ def _reduction_for_runs(step: Step, names: dict[Node, str]) -> Step:
     that order: the frontend's convolution reduces over (channels, taps); over (taps, channels)
     its window reads a channels-last copy in runs, and the weight (A, then read out of order)
     is staged in that order like any operand cp.async cannot read. Both operands take the same
-    order, so the sum has the same terms, added in another order. The step as it is where no
-    order helps."""
+    order, so the sum has the same terms, added in another order. Where no order reads in runs
+    as it is, the innermost digit (channels not a multiple of 8) is also zero-padded to a
+    multiple of 8 on both operands, where that adds few terms (`_run_zeros`): k grows, and the
+    added terms are products with zero. The step as it is where nothing helps."""
     from ir import node as N
     g = step.gemm
     k = g.k_axis
@@ -691,13 +742,31 @@ def _reduction_for_runs(step: Step, names: dict[Node, str]) -> Step:
     digits = _k_digits(g.b, names, k)
     if digits is None:
         return step
-    for inner in range(len(digits) - 1):          # one of the outer digits moved innermost
+    last = len(digits) - 1
+    tries = [(inner, 0) for inner in range(last)]          # one of the outer digits moved innermost
+    padded = [(inner, _run_zeros(size)) for inner, size in enumerate(digits)]
+    tries += [(inner, zeros) for inner, zeros in padded if zeros]      # ... or any, zero-padded
+    for inner, zeros in tries:
         order = [d for d in range(len(digits)) if d != inner] + [inner]
-        a, b = _reflatten(g.a, k, digits, order), _reflatten(g.b, k, digits, order)
+        a, b = _reflatten(g.a, k, digits, order, zeros), _reflatten(g.b, k, digits, order, zeros)
         if _read_tracker(a, names) is not None and _restage_window(b, names, k) is not None:
             mul = N.binary(Op.MUL, *((a, b) if g.mul.srcs[0] is g.a else (b, a)))
             return dataclasses.replace(step, gemm=dataclasses.replace(g, a=a, b=b, mul=mul))
     return step
+
+
+def _run_zeros(size: int) -> int:
+    """The zeros that pad a reduction digit of `size` (a convolution's channels) to a multiple
+    of 8 for `_reduction_for_runs`, where that pays: more than 8 channels, and zeros adding at
+    most a third to the reduction (63 channels take 1, 12 take 4, 18 take 6); else 0 (1-11, 17
+    channels). Each zero costs a multiply-add and a copied element, as a channel does. On the
+    H100 (batch 31, 55x55, 65 outputs, 3x3, f16, the default tile) 63 channels ran 0.107 ms
+    padded against 0.264 gathered (cuDNN 0.108), 12 ran 0.067 against 0.078; 9 (k from 81 to
+    144) 0.075 against 0.067, and 6 0.065 against 0.059: a short product gains less from runs
+    than its two copy kernels cost
+    (results/raw/h100-conv-padded-channels-2026-12-06-session26.txt)."""
+    zeros = (-size) % 8
+    return zeros if size > 8 and 3 * zeros <= size else 0
 
 
 def _is_window(g, names: dict[Node, str]) -> bool:
@@ -735,6 +804,12 @@ def _k_digits(side: Node, names: dict[Node, str], k_axis: int) -> tuple[int, ...
     return None
 
 
+def _index_digits(side: Node, names: dict[Node, str]) -> tuple[tuple[int, ...], ...]:
+    """Per axis of `side`, the sizes of the axes its index flattens (`_k_digits`), or the axis
+    itself where it walks one axis of each layout below."""
+    return tuple(_k_digits(side, names, ax) or (s,) for ax, s in enumerate(side.shape))
+
+
 def _walked_axes(shape, stride: int, size: int) -> list[int] | None:
     """The axes of the row-major layout of `shape` that an index of `size` steps of `stride`
     walks through, outer to inner (size-1 axes left out), or None where it does not cover
@@ -751,13 +826,19 @@ def _walked_axes(shape, stride: int, size: int) -> list[int] | None:
     return axes if axes and covered == size else None
 
 
-def _reflatten(x: Node, k_axis: int, digits: tuple[int, ...], order: list[int]) -> Node:
+def _reflatten(x: Node, k_axis: int, digits: tuple[int, ...], order: list[int], zeros: int = 0) -> Node:
     """x with its axis `k_axis`, read as the flattening of `digits` (outer to inner), flattened
-    again with the digits in `order`."""
+    again with the digits in `order`, the new innermost one first padded with `zeros` zeros
+    (k grows by a factor (digit + zeros) / digit)."""
     from ir.node import move
     split = x.shape[:k_axis] + tuple(digits) + x.shape[k_axis + 1:]
     perm = tuple(range(k_axis)) + tuple(k_axis + d for d in order) + tuple(range(k_axis + len(digits), len(split)))
-    return move(x, lambda st: st.reshape(split).permute(perm).reshape(x.shape))
+    if not zeros:
+        return move(x, lambda st: st.reshape(split).permute(perm).reshape(x.shape))
+    pads = tuple((0, zeros) if ax == k_axis + len(digits) - 1 else (0, 0) for ax in range(len(split)))
+    K = x.shape[k_axis] // digits[order[-1]] * (digits[order[-1]] + zeros)
+    shape = x.shape[:k_axis] + (K,) + x.shape[k_axis + 1:]
+    return move(x, lambda st: st.reshape(split).permute(perm).pad(pads, 0.0).reshape(shape), fill=0.0)
 
 
 def _kn_strided(acc, g) -> bool:
