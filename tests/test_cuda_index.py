@@ -411,8 +411,8 @@ def test_folds():
 @pytest.mark.parametrize("chunk", range(4))
 def test_fuzz_programs_rendered_for_cuda_run_on_the_host(chunk):
     """The fuzzer's programs (a fixed slice) whose CUDA kernels have no inline PTX, under the
-    template planner and the kernel-IR renderer (a thread per row, and on half the slice 64
-    threads sharing a row through shuffles and barriers: slow on fibers), compiled for the host and run (hostsim's fibers where they sync),
+    template planner and the kernel-IR renderer (a thread per row, and 64 threads sharing a
+    row through shuffles and barriers), compiled for the host and run (hostsim's fibers where they sync),
     match the interpreter: the index arithmetic of every view chain the fuzzer draws and the
     reductions' thread splits, checked where no GPU is."""
     from backends.cuda import hostsim
@@ -428,8 +428,8 @@ def test_fuzz_programs_rendered_for_cuda_run_on_the_host(chunk):
         g = saturn.trace(fuzz.saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs])
         args = fuzz.inputs_for(prog)
         want = evaluate(g, args)
-        shared_rows = [lambda gr, a: hostsim.run_kernel_ir(gr, a, row_threads=64)] if chunk < 2 else []
-        for run in [hostsim.run_templates, hostsim.run_kernel_ir] + shared_rows:
+        for run in (hostsim.run_templates, hostsim.run_kernel_ir,
+                    lambda gr, a: hostsim.run_kernel_ir(gr, a, row_threads=64)):
             try:
                 got = run(g, args)
             except ValueError as e:
@@ -439,4 +439,4 @@ def test_fuzz_programs_rendered_for_cuda_run_on_the_host(chunk):
             ran += 1
             for a, b in zip(got, want):
                 assert_close(a, b, scale=8.0, graph=g, args=args)
-    assert ran >= 40
+    assert ran >= 60

@@ -25,31 +25,35 @@ from backends.cuda.templates.prelude import FLOAT_TO_INT, REDUCTIONS
 # barrier lets its fibers go once every live thread of the block (a shuffle: of the warp) has
 # reached it. Threads that have returned no longer count (a kernel's early exit). `__shared__`
 # arrays are function statics: one copy, shared by the block's threads, and blocks run one
-# after another. Deterministic: the threads always run in the same order.
+# after another. Deterministic: the threads always run in the same order. A fiber starts on its
+# own stack through ucontext; later switches are _setjmp / _longjmp, which leave the signal
+# mask alone (swapcontext's system call per switch made barrier-heavy kernels slow).
 THREADS = r"""
 #include <ucontext.h>
+#include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
 #define __shared__ static
 #define __syncthreads() saturn_wait(SATURN_AT_BARRIER)
 #define __syncwarp(...) saturn_wait(SATURN_AT_WARP)
 enum saturn_state { SATURN_RUNNING, SATURN_AT_BARRIER, SATURN_AT_WARP, SATURN_DONE };
-struct saturn_fiber { ucontext_t ctx; saturn_state state; char* stack; };
+struct saturn_fiber { ucontext_t ctx; jmp_buf resume; saturn_state state; bool started; char* stack; };
 static const size_t SATURN_STACK = 1 << 18;
 static saturn_fiber* saturn_fibers = nullptr;
 static unsigned saturn_nthreads = 0, saturn_current = 0;
-static ucontext_t saturn_scheduler;
+static jmp_buf saturn_scheduler;
 static unsigned long long saturn_slots[1024];
 static void (*saturn_body)() = nullptr;
 
 static void saturn_wait(saturn_state s) {
-  saturn_fibers[saturn_current].state = s;
-  swapcontext(&saturn_fibers[saturn_current].ctx, &saturn_scheduler);
+  saturn_fiber& f = saturn_fibers[saturn_current];
+  f.state = s;
+  if (!_setjmp(f.resume)) _longjmp(saturn_scheduler, 1);
 }
 static void saturn_trampoline() {
   saturn_body();
   saturn_fibers[saturn_current].state = SATURN_DONE;
-  swapcontext(&saturn_fibers[saturn_current].ctx, &saturn_scheduler);
+  _longjmp(saturn_scheduler, 1);
 }
 // the value `v` of lane `src` of the calling thread's warp (its own where that lane has left)
 template <class T> static T saturn_shuffle(T v, int src) {
@@ -84,21 +88,30 @@ static int saturn_run_block(unsigned n) {
     for (unsigned i = 0; i < n; ++i) saturn_fibers[i].stack = (char*)std::malloc(SATURN_STACK);
   }
   saturn_nthreads = n;
+  static ucontext_t saturn_context;          // (getcontext once: it is a system call)
+  static bool saturn_have_context = getcontext(&saturn_context) == 0;
+  if (!saturn_have_context) return 1;
   for (unsigned i = 0; i < n; ++i) {
     saturn_fiber& f = saturn_fibers[i];
-    getcontext(&f.ctx);
+    f.ctx = saturn_context;
     f.ctx.uc_stack.ss_sp = f.stack;
     f.ctx.uc_stack.ss_size = SATURN_STACK;
     f.ctx.uc_link = nullptr;
     makecontext(&f.ctx, saturn_trampoline, 0);
     f.state = SATURN_RUNNING;
+    f.started = false;
   }
   for (;;) {
     for (unsigned i = 0; i < n; ++i) {
       if (saturn_fibers[i].state != SATURN_RUNNING) continue;
       saturn_current = i;
       threadIdx.x = i;
-      swapcontext(&saturn_scheduler, &saturn_fibers[i].ctx);
+      saturn_fiber& f = saturn_fibers[i];
+      if (!_setjmp(saturn_scheduler)) {
+        if (f.started) _longjmp(f.resume, 1);
+        f.started = true;
+        setcontext(&f.ctx);
+      }
     }
     bool live = false, released = false;
     for (unsigned w = 0; w < n; w += 32) {      // warps whose live lanes all wait at a shuffle
@@ -235,7 +248,7 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
     cpp = os.path.join(tmp, "k.cpp")
     with open(cpp, "w") as f:
         f.write(text)
-    proc = subprocess.run(["g++", "-O1", "-std=c++17", "-shared", "-fPIC", "-w", f"-I{cuda_include()}", cpp, "-o", so],
+    proc = subprocess.run(["g++", "-O1", "-std=c++17", "-U_FORTIFY_SOURCE", "-shared", "-fPIC", "-w", f"-I{cuda_include()}", cpp, "-o", so],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"host compile failed:\n{proc.stderr[:3000]}")
