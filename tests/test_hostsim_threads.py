@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from backends.cuda import hostsim
+from backends.cuda import hostsim, render
 from backends.cuda.render import Schedule
 from backends.cuda.templates.gemm_simt import SIMT_CONFIGS
 from compiler.trace import spec, trace
@@ -114,3 +114,20 @@ def test_simt_product_with_an_epilogue_in_half_precision_runs_on_host(dtype):
     got = hostsim.run_templates(g, args, Schedule(simt=SIMT_CONFIGS[0], use_tensor_cores=False))[0].astype(np.float64)
     want = evaluate(g, args)[0].astype(np.float64)
     np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_simt_async_copies_read_views_with_zero_fill_on_host():
+    """The async-copy tile on operands read through a pad (masked: the copy writes zeros), a
+    slice with an offset and a permutation, and on an f16 operand (no async copy: registers)."""
+    import compiler.functional as F
+    cfg = next(c for c in SIMT_CONFIGS if c.async_copy)
+    progs = [
+        trace(lambda a, b: F.pad(a, (1, 2, 0, 3)) @ b, spec((60, 37)), spec((40, 70))),
+        trace(lambda a, b: a[3:, 1:].permute(1, 0) @ b, spec((50, 66)), spec((47, 33))),
+        trace(lambda a, b: a @ b, spec((33, 20), "f16"), spec((20, 9))),
+    ]
+    for g in progs:
+        src = render(g, Schedule(simt=cfg))[0]
+        assert ("cp_async4(&As" in src) == (g is not progs[-1])
+        assert (": -1LL; }" in src) == (g is progs[0])        # (an offset function with a mask)
+        check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(simt=cfg)), g, 7, 1e-4)

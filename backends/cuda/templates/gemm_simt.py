@@ -23,6 +23,8 @@ class SimtConfig:
     tm: int = 8
     tn: int = 8
     min_blocks: int = 2     # blocks an SM holds at once: caps registers at 64K / (threads x this)
+    async_copy: bool = False   # f32 operands read through views: copied into shared memory by
+                               # cp.async (no registers held across the multiply), where both allow
 
     @property
     def threads(self) -> int:
@@ -30,10 +32,11 @@ class SimtConfig:
 
     @property
     def name(self) -> str:
-        return f"simt{self.bm}x{self.bn}x{self.bk}t{self.tm}x{self.tn}b{self.min_blocks}"
+        return f"simt{self.bm}x{self.bn}x{self.bk}t{self.tm}x{self.tn}b{self.min_blocks}" + ("a" if self.async_copy else "")
 
 
-SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(64, 128, 8, 8, 8, 3), SimtConfig(128, 64, 8, 8, 8, 3),
+SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(128, 128, 8, 8, 8, 2, True),
+                SimtConfig(64, 128, 8, 8, 8, 3), SimtConfig(128, 64, 8, 8, 8, 3),
                 SimtConfig(128, 128, 16, 8, 8, 1), SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4)]
 
 
@@ -49,7 +52,10 @@ def _fragment(dst: str, at: int, src: str, width: int) -> str:
 
 
 def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call_args: str,
-           loaders: str, epilogue: str, out_conv: str, a_kcontig: bool, b_ncontig: bool, batch: int = 1) -> str:
+           loaders: str, epilogue: str, out_conv: str, a_kcontig: bool, b_ncontig: bool, batch: int = 1,
+           sources: tuple[str, str] | None = None) -> str:
+    """sources: the f32 buffers A and B are read from, by offset functions `oa_<name>(bz, m, k)`
+    and `ob_<name>(bz, k, n)` (-1 where the view reads its zero fill), for cfg.async_copy."""
     NT, BM, BN, BK, TM, TN = cfg.threads, cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
     bz, my, past_end = block_coords(-(-m // BM), batch)
     tx_n = BN // TN
@@ -71,24 +77,21 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     a_hi = _fragment("a", half_m, f"As[buf][kk][{BM // 2} + ty * {half_m}]", half_m)
     b_lo = _fragment("b", 0, f"Bs[buf][kk][tx * {half_n}]", half_n)
     b_hi = _fragment("b", half_n, f"Bs[buf][kk][{BN // 2} + tx * {half_n}]", half_n)
-    return f"""
-{loaders}
-{epilogue}
-
-extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({params}) {{
-  __shared__ __align__(16) float As[2][{BK}][{BM + 4}];
-  __shared__ __align__(16) float Bs[2][{BK}][{BN + 4}];
-  const int tid = threadIdx.x;
-  {coords}
-  const long long bz = {bz};
-  {past_end}
-  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};
-  float acc[{TM}][{TN}];
-  #pragma unroll
-  for (int i = 0; i < {TM}; ++i)
-    #pragma unroll
-    for (int j = 0; j < {TN}; ++j) acc[i][j] = 0.f;
-  float ra[{a_per}], rb[{b_per}];
+    multiply = f"""    #pragma unroll
+    for (int kk = 0; kk < {BK}; ++kk) {{
+      float a[{TM}], b[{TN}];
+      {a_lo} {a_hi}
+      {b_lo} {b_hi}
+      #pragma unroll
+      for (int i = 0; i < {TM}; ++i)
+        #pragma unroll
+        for (int j = 0; j < {TN}; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }}
+"""
+    if cfg.async_copy and sources is not None:
+        pipeline = _async_pipeline(name, cfg, sources, a_map, b_map, a_in, b_in, tiles, multiply)
+    else:
+        pipeline = f"""  float ra[{a_per}], rb[{b_per}];
   auto fetch = [&](int k0) {{
     #pragma unroll
     for (int i = 0; i < {a_per}; ++i) {{
@@ -114,24 +117,32 @@ extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({par
   auto tile = [&](const int buf, const int t) {{
     const bool more = t + 1 < {tiles};
     if (more) fetch((t + 1) * {BK});
-    #pragma unroll
-    for (int kk = 0; kk < {BK}; ++kk) {{
-      float a[{TM}], b[{TN}];
-      {a_lo} {a_hi}
-      {b_lo} {b_hi}
-      #pragma unroll
-      for (int i = 0; i < {TM}; ++i)
-        #pragma unroll
-        for (int j = 0; j < {TN}; ++j) acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-    }}
-    if (more) stash(buf ^ 1);
+{multiply}    if (more) stash(buf ^ 1);
     __syncthreads();
   }};
   fetch(0);
   stash(0);
   __syncthreads();
   for (int t = 0; t < {tiles}; ++t) tile(t & 1, t);
+"""
+    return f"""
+{loaders}
+{epilogue}
+
+extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({params}) {{
+  __shared__ __align__(16) float As[2][{BK}][{BM + 4}];
+  __shared__ __align__(16) float Bs[2][{BK}][{BN + 4}];
+  const int tid = threadIdx.x;
+  {coords}
+  const long long bz = {bz};
+  {past_end}
+  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};
+  float acc[{TM}][{TN}];
   #pragma unroll
+  for (int i = 0; i < {TM}; ++i)
+    #pragma unroll
+    for (int j = 0; j < {TN}; ++j) acc[i][j] = 0.f;
+{pipeline}  #pragma unroll
   for (int i = 0; i < {TM}; ++i) {{
     const int row = m0 + (i < {half_m} ? ty * {half_m} + i : {BM // 2} + ty * {half_m} + (i - {half_m}));
     if (row >= {m}) continue;
@@ -144,6 +155,41 @@ extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({par
     }}
   }}
 }}
+"""
+
+
+def _async_pipeline(name: str, cfg: SimtConfig, sources: tuple[str, str], a_map: str, b_map: str,
+                    a_in: str, b_in: str, tiles: int, multiply: str) -> str:
+    """The k loop with operands copied global -> shared by cp.async, 4 bytes an element, zero
+    where out of bounds or masked: tile t+1 is copied into the other buffer while tile t is
+    multiplied; a barrier after the copy lands and one after the multiply (the buffer is then
+    free for tile t+2)."""
+    NT, BM, BN, BK = cfg.threads, cfg.bm, cfg.bn, cfg.bk
+    a_buf, b_buf = sources
+    return f"""  auto issue = [&](const int buf, const int k0) {{
+    #pragma unroll
+    for (int i = 0; i < {BM * BK // NT}; ++i) {{
+      int e = tid + i * {NT}; {a_map}
+      int gm = m0 + mm, gk = k0 + kk;
+      const long long o = ({a_in}) ? oa_{name}(bz, gm, gk) : -1LL;
+      cp_async4(&As[buf][kk][mm], {a_buf} + (o >= 0 ? o : 0), o >= 0 ? 4 : 0);
+    }}
+    #pragma unroll
+    for (int i = 0; i < {BK * BN // NT}; ++i) {{
+      int e = tid + i * {NT}; {b_map}
+      int gk = k0 + kk, gn = n0 + nn;
+      const long long o = ({b_in}) ? ob_{name}(bz, gk, gn) : -1LL;
+      cp_async4(&Bs[buf][kk][nn], {b_buf} + (o >= 0 ? o : 0), o >= 0 ? 4 : 0);
+    }}
+    cp_async_commit();
+  }};
+  auto tile = [&](const int buf, const int t) {{
+    if (t + 1 < {tiles}) {{ issue(buf ^ 1, (t + 1) * {BK}); cp_async_wait<1>(); }} else cp_async_wait<0>();
+    __syncthreads();
+{multiply}    __syncthreads();
+  }};
+  issue(0, 0);
+  for (int t = 0; t < {tiles}; ++t) tile(t & 1, t);
 """
 
 

@@ -66,6 +66,11 @@ DEV float ex2_ftz(float x) { float y; asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y)
 DEV void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" :: "r"(dst), "l"(src), "r"(src_bytes));
 }
+// 4-byte global->shared copy (an f32 element), through the L1 (.ca: neighbours share lines);
+// src_bytes = 0 writes a zero
+DEV void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" :: "r"(smem_u32(dst)), "l"(src), "r"(src_bytes));
+}
 DEV void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> DEV void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" :: "n"(N)); }
 
