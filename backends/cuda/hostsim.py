@@ -286,7 +286,7 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
 
 
 # kinds whose kernels are plain C++ over THREADS (stage: an elementwise copy); the tensor-core
-# products and attention (mma, ldmatrix, cp.async, TMA: inline PTX) need a GPU
+# products and attention (mma, ldmatrix, 16-byte cp.async, TMA: inline PTX) need a GPU
 EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "transpose", "gemm_simt")
 
 
