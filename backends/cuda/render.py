@@ -1404,29 +1404,29 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
     cfg = sched.simt or (gemm_simt.SimtConfig(128, 128, 8, 8, 8) if m * n * nb >= 132 * 128 * 128
                          else gemm_simt.SimtConfig(64, 64, 8, 4, 4))
     conv = {DType.f16: "__float2half_rn", DType.bf16: "__float2bfloat16_rn"}.get(o.dtype, "")
-    groups = (list(g.batch_axes), list(g.m_axes), list(g.n_axes))
-    offsets = [_f32_offsets(f"o{x}_{name}", side, step, names, groups, args)
-               for x, side, args in (("a", g.a, ("m", "k")), ("b", g.b, ("k", "n")))] if cfg.async_copy else [None]
     sources = None
-    if all(offsets):
-        loaders += [text for text, _ in offsets]
-        sources = tuple(buf for _, buf in offsets)
+    if cfg.async_copy:      # oa(bz, i=m, j=k), ob(bz, i=k, j=n)
+        groups = (list(g.batch_axes), list(g.m_axes), list(g.n_axes))
+        offsets = [_f32_offsets(f"oa_{name}", g.a, _gemm_index(step, groups, "bz", "i", "0", "j"), names),
+                   _f32_offsets(f"ob_{name}", g.b, _gemm_index(step, groups, "bz", "0", "j", "i"), names)]
+        if all(offsets):
+            loaders += [text for text, _ in offsets]
+            sources = tuple(buf for _, buf in offsets)
     src = gemm_simt.render(name, m, n, k, cfg, params, call, "\n".join(loaders), epi, conv, a_k, b_n, nb, sources)
     return src, Launch(name, "gemm_simt", gemm_simt.grid(m, n, nb, cfg), (cfg.threads, 1, 1), 0, o, step.inputs,
                        f"M={m} N={n} K={k} batch={nb} tile={cfg.bm}x{cfg.bn} ({why})")
 
 
-def _f32_offsets(fn: str, side: Node, step: Step, names: dict[Node, str], groups, args: tuple[str, str]):
-    """(`fn(bz, i, j)`: the offset of an f32 operand's element in its buffer, -1 where its view
-    reads the zero fill; that buffer's parameter name) for the SIMT product's async copies, or
-    None where the operand is not an f32 buffer read through views alone."""
+def _f32_offsets(fn: str, side: Node, idx: tuple[str, ...], names: dict[Node, str]):
+    """(`fn(bz, i, j)`: the offset of an f32 operand's element at index `idx` (C expressions
+    over bz, i, j) in its buffer, -1 where its view reads the zero fill; that buffer's parameter
+    name) for the SIMT product's async copies, or None where the operand is not an f32 buffer
+    read through views alone."""
     from backends.cuda.cexpr import c_index, tracker_offset
     read = _read_tracker(side, names)
     if read is None or side.dtype != DType.f32 or read[1].dtype != DType.f32:
         return None
     st, x = read
-    idx = _gemm_index(step, groups, "bz", "i" if "m" in args else "0", "j" if "n" in args else "0",
-                      "i" if args[0] == "k" else "j")
     got = tracker_offset(st, idx)
     if got is None:
         return None
