@@ -40,7 +40,7 @@ enum saturn_state { SATURN_RUNNING, SATURN_AT_BARRIER, SATURN_AT_WARP, SATURN_DO
 struct saturn_fiber { ucontext_t ctx; jmp_buf resume; saturn_state state; bool started; char* stack; };
 static const size_t SATURN_STACK = 1 << 18;
 static saturn_fiber* saturn_fibers = nullptr;
-static unsigned saturn_nthreads = 0, saturn_current = 0;
+static unsigned saturn_nthreads = 0, saturn_capacity = 0, saturn_current = 0;   // block size, fibers made
 static jmp_buf saturn_scheduler;
 static unsigned long long saturn_slots[1024];
 static void (*saturn_body)() = nullptr;
@@ -86,11 +86,12 @@ template <class T> static T atomicMax(T* p, T v) { T old = *p; *p = old > v ? ol
 // others never reach).
 static int saturn_run_block(unsigned n) {
   if (n > 1024) return 1;
-  if (saturn_nthreads < n) {
-    for (unsigned i = 0; i < saturn_nthreads; ++i) std::free(saturn_fibers[i].stack);
+  if (saturn_capacity < n) {
+    for (unsigned i = 0; i < saturn_capacity; ++i) std::free(saturn_fibers[i].stack);
     std::free(saturn_fibers);
     saturn_fibers = (saturn_fiber*)std::calloc(n, sizeof(saturn_fiber));
     for (unsigned i = 0; i < n; ++i) saturn_fibers[i].stack = (char*)std::malloc(SATURN_STACK);
+    saturn_capacity = n;
   }
   saturn_nthreads = n;
   static ucontext_t saturn_context;          // (getcontext once: it is a system call)
