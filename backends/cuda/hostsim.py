@@ -1,7 +1,7 @@
 """Run rendered CUDA kernels on the CPU, for tests on machines without a GPU.
 
-Kernels written in plain CUDA C++ (no inline PTX: the elementwise, generic, row-reduction,
-transpose and SIMT product templates, the kernel-IR renderer's) are compiled with the host
+Kernels written in plain CUDA C++ (no inline PTX: the elementwise, generic, row-reduction and
+SIMT product templates, the kernel-IR renderer's) are compiled with the host
 compiler against CUDA's half-precision headers. Kernels without barriers, shared memory or
 shuffles run thread by thread, one block after another; the others run a block's threads as
 fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
@@ -288,7 +288,7 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
 
 # kinds whose kernels are plain C++ over THREADS (stage: an elementwise copy); the tensor-core
 # products and attention (mma, ldmatrix, 16-byte cp.async, TMA: inline PTX) need a GPU
-EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "transpose", "gemm_simt")
+EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt")
 
 
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
