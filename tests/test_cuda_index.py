@@ -412,9 +412,9 @@ def test_folds():
 def test_fuzz_programs_rendered_for_cuda_run_on_the_host(chunk):
     """The fuzzer's programs (a fixed slice) whose CUDA kernels have no inline PTX, under the
     template planner and the kernel-IR renderer (a thread per row, and 64 threads sharing a
-    row through shuffles and barriers), compiled for the host and run (hostsim's fibers where they sync),
-    match the interpreter: the index arithmetic of every view chain the fuzzer draws and the
-    reductions' thread splits, checked where no GPU is."""
+    row through shuffles and barriers), compiled for the host and run (hostsim's fibers where
+    they sync), match the interpreter: the index arithmetic of every view chain the fuzzer
+    draws and the reductions' thread splits, checked where no GPU is."""
     from backends.cuda import hostsim
     from compiler import fuzz
     import compiler as saturn

@@ -71,11 +71,13 @@ class CUDABackend:
         kinds = {s.kind for s in steps}
         windows = _window_reads(steps) if "gemm" in kinds else set()
         out = [Schedule()]
-        from backends.cuda.render import simt_only
-        if any(s.kind == "gemm" and simt_only(s) for s in steps):
-            # (f32 products) the same SIMT kernel under every tensor-core schedule: its own tiles
+        from backends.cuda.render import simt_default, simt_only
+        defaults = {simt_default(s) for s in steps if s.kind == "gemm" and simt_only(s)}
+        if defaults:
+            # (f32 products) the same SIMT kernel under every tensor-core schedule: its own tiles,
+            # but for one that renders what the default does
             from backends.cuda.templates.gemm_simt import SIMT_CONFIGS
-            out += [Schedule(simt=c, name=c.name) for c in SIMT_CONFIGS[1:]]
+            out += [Schedule(simt=c, name=c.name) for c in SIMT_CONFIGS if defaults != {c}]
         if "gemm" in kinds:
             # each product its own tile (backends/cuda/tiles.py): the prior's best, then second
             out += [Schedule(gemm="prior", name="prior"), Schedule(gemm="prior", tile_rank=1, name="prior#2")]

@@ -82,10 +82,10 @@ template <class T> static T atomicAdd(T* p, T v) { T old = *p; *p = old + v; ret
 template <class T> static T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
 template <class T> static T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
 
-// Runs one block of `n` threads; 0, or 1 where they deadlock (some wait at a barrier that the
-// others never reach).
+// Runs one block of `n` threads; 0, 1 where they deadlock (some wait at a barrier that the
+// others never reach), 2 where they cannot start (more than 1024, no context).
 static int saturn_run_block(unsigned n) {
-  if (n > 1024) return 1;
+  if (n > 1024) return 2;
   if (saturn_capacity < n) {
     for (unsigned i = 0; i < saturn_capacity; ++i) std::free(saturn_fibers[i].stack);
     std::free(saturn_fibers);
@@ -96,7 +96,7 @@ static int saturn_run_block(unsigned n) {
   saturn_nthreads = n;
   static ucontext_t saturn_context;          // (getcontext once: it is a system call)
   static bool saturn_have_context = getcontext(&saturn_context) == 0;
-  if (!saturn_have_context) return 1;
+  if (!saturn_have_context) return 2;
   for (unsigned i = 0; i < n; ++i) {
     saturn_fiber& f = saturn_fibers[i];
     f.ctx = saturn_context;
@@ -242,7 +242,7 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
                 f"static void saturn_body_{name}() {{ void** a = saturn_args_{name}; {call} }}\n"
                 f'extern "C" int saturn_run_{name}(void** a) {{\n'
                 f"  saturn_args_{name} = a; saturn_body = saturn_body_{name};\n{loops}"
-                f"    if (saturn_run_block({block}u)) return 1;\n  }}\n  return 0;\n}}\n")
+                f"    if (int r = saturn_run_block({block}u)) return r;\n  }}\n  return 0;\n}}\n")
         else:
             wrappers.append(
                 f'extern "C" int saturn_run_{name}(void** a) {{\n{loops}'
@@ -262,8 +262,11 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
 
     def run(name: str, arrays: list[np.ndarray]) -> None:
         ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
-        if getattr(lib, f"saturn_run_{name}")(ptrs):
+        failed = getattr(lib, f"saturn_run_{name}")(ptrs)
+        if failed == 1:
             raise RuntimeError(f"kernel {name}: the threads of a block wait at barriers that the others never reach")
+        if failed:
+            raise RuntimeError(f"kernel {name}: a block of {seen[name][2]} threads cannot run here (at most 1024)")
     return run
 
 
@@ -293,9 +296,10 @@ EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt")
 
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     """Render `graph` with the template planner (under `schedule`) and run it here; every step
-    must be of EMULATED_KINDS or a cuBLAS call: one into the step's output is stood in for by the interpreter's value (the
-    product where an epilogue kernel finishes the step, else the step's value), one into a
-    buffer of its own is emulated from its arguments (`cublas.emulate_call`)."""
+    must be of EMULATED_KINDS or a cuBLAS call: one into the step's output is stood in for by
+    the interpreter's value (the product where an epilogue kernel finishes the step, else the
+    step's value), one into a buffer of its own is emulated from its arguments
+    (`cublas.emulate_call`)."""
     from backends.cuda import render
     from backends.cuda.plan import plan, prepare
     from ir.interpreter import evaluate_nodes

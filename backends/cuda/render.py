@@ -507,6 +507,15 @@ def simt_only(step: Step) -> bool:
     return _pure_half_read(step.gemm.a, names) is None or _pure_half_read(step.gemm.b, names) is None
 
 
+def simt_default(step: Step) -> gemm_simt.SimtConfig:
+    """The SIMT tile a product takes when the schedule names none: 128x128 where the output
+    fills the device (132 SMs) with such tiles, else 64x64."""
+    g = step.gemm
+    sizes = g.mul.shape
+    outputs = math.prod(sizes[a] for a in g.m_axes + g.n_axes + g.batch_axes)
+    return gemm_simt.SimtConfig(128, 128, 8, 8, 8) if outputs >= 132 * 128 * 128 else gemm_simt.SimtConfig(64, 64, 8, 4, 4)
+
+
 def _cp_async_ready(acc, unit_axis: int, sizes) -> bool:
     """A strided read cp.async can copy in 16-byte chunks: unit stride along `unit_axis`, whose
     size is a multiple of 8, and every other stride and the offset 8-element aligned."""
@@ -1401,8 +1410,7 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
     acc_b = resolve(g.b, lambda q: q in names)
     a_k = acc_a is not None and acc_a.strides[g.k_axis] == 1
     b_n = acc_b is not None and len(g.n_axes) > 0 and acc_b.strides[g.n_axes[-1]] == 1
-    cfg = sched.simt or (gemm_simt.SimtConfig(128, 128, 8, 8, 8) if m * n * nb >= 132 * 128 * 128
-                         else gemm_simt.SimtConfig(64, 64, 8, 4, 4))
+    cfg = sched.simt or simt_default(step)
     conv = {DType.f16: "__float2half_rn", DType.bf16: "__float2bfloat16_rn"}.get(o.dtype, "")
     sources = None
     if cfg.async_copy:      # oa(bz, i=m, j=k), ob(bz, i=k, j=n)
