@@ -42,17 +42,21 @@ def _program(m, n, k, batch, layout, dtype):
 
 
 ONLY: tuple[str, ...] = ()      # --only: schedule name prefixes to time (empty: all)
-EXPERIMENTAL = False            # --experimental: also the TMA tiles the search does not offer
+EXPERIMENTAL = False            # --experimental: also the TMA and SIMT tiles the search does not offer
 
 
 def generated_schedules(be, g) -> list:
     """The backend's schedules for `g` whose products are generated kernels (those named by
-    --only), and with --experimental the TMA tiles not yet searched."""
+    --only), and with --experimental the TMA and SIMT tiles not yet searched."""
     out = [s for s in be.schedules(g) if s.gemm != "cublas" and s.lowering != "kernel_ir"]
     if EXPERIMENTAL and any(s.tma is not None for s in out):
         from backends.cuda.render import Schedule
         from backends.cuda.templates.gemm_tma import TMA_EXPERIMENTAL_CONFIGS
         out += [Schedule(tma=c, gemm="wgmma", name=c.name) for c in TMA_EXPERIMENTAL_CONFIGS]
+    if EXPERIMENTAL and any(s.simt is not None for s in out):
+        from backends.cuda.render import Schedule
+        from backends.cuda.templates.gemm_simt import SIMT_EXPERIMENTAL_CONFIGS
+        out += [Schedule(simt=c, name=c.name) for c in SIMT_EXPERIMENTAL_CONFIGS]
     return [s for s in out if not ONLY or s.name.startswith(ONLY)]
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from backends.cuda import hostsim, render
 from backends.cuda.render import Schedule
-from backends.cuda.templates.gemm_simt import SIMT_CONFIGS
+from backends.cuda.templates.gemm_simt import SIMT_CONFIGS, SIMT_EXPERIMENTAL_CONFIGS
 from compiler.trace import spec, trace
 from cuda_cases import graph_of
 from ir.interpreter import evaluate
@@ -99,7 +99,7 @@ def _product(a_shape, b_shape, form, dtype, epilogue=False):
     return trace(fn, spec(sa, dtype), spec(sb, dtype))
 
 
-@pytest.mark.parametrize("config", SIMT_CONFIGS, ids=lambda c: f"{c.bm}x{c.bn}x{c.bk}")
+@pytest.mark.parametrize("config", SIMT_CONFIGS + SIMT_EXPERIMENTAL_CONFIGS, ids=lambda c: c.name)
 @pytest.mark.parametrize("a_shape,b_shape,form", PRODUCTS)
 def test_simt_products_run_on_host(config, a_shape, b_shape, form):
     """Every SIMT tile on products that fill no tile, transposed operands and a batch."""

@@ -38,6 +38,19 @@ class SimtConfig:
 SIMT_CONFIGS = [SimtConfig(128, 128, 8, 8, 8), SimtConfig(128, 128, 8, 8, 8, 2, True),
                 SimtConfig(64, 128, 8, 8, 8, 3), SimtConfig(128, 64, 8, 8, 8, 3),
                 SimtConfig(128, 128, 16, 8, 8, 1), SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4)]
+# timed by `benchmarks.product_kernels --experimental`, not searched: 128 threads of 8x16 or
+# 16x8 outputs (registers for the next tile under a 255 cap), a 128x256 tile of 256 threads
+SIMT_EXPERIMENTAL_CONFIGS = [SimtConfig(128, 128, 8, 8, 16, 2), SimtConfig(128, 128, 8, 16, 8, 2),
+                             SimtConfig(128, 128, 16, 8, 16, 2), SimtConfig(128, 256, 8, 8, 16, 1),
+                             SimtConfig(128, 128, 8, 8, 16, 2, True)]
+
+
+def _chunks(t: int, b: int) -> tuple[int, int]:
+    """A thread's `t` outputs along a block side of `b`: (width, stride): runs of `width`
+    consecutive elements (16-byte vectors where t allows), `t // width` runs `stride` apart, so a
+    warp's 8 lanes read one contiguous 128-byte row piece per run."""
+    width = 4 if t % 4 == 0 and t >= 8 else max(1, t // 2)
+    return width, b // (t // width)
 
 
 def _fragment(dst: str, at: int, src: str, width: int) -> str:
@@ -49,6 +62,19 @@ def _fragment(dst: str, at: int, src: str, width: int) -> str:
         return f"{{ const float{width} t = *reinterpret_cast<const float{width}*>(&{src}); {parts} }}"
     base = src[:src.rindex("]")]
     return " ".join(f"{dst}[{at + i}] = {base} + {i}];" for i in range(width))
+
+
+def _fragments(dst: str, arr: str, t: int, b: int, lane: str) -> str:
+    """A thread's `t` operand values of k-step kk, from shared row `arr[buf][kk]`."""
+    width, stride = _chunks(t, b)
+    return " ".join(_fragment(dst, c * width, f"{arr}[buf][kk][{c * stride} + {lane} * {width}]", width)
+                    for c in range(t // width))
+
+
+def _position(origin: str, idx: str, lane: str, t: int, b: int) -> str:
+    """The block-relative row / column of a thread's output `idx` (0 <= idx < t)."""
+    width, stride = _chunks(t, b)
+    return f"{origin} + ({idx}) / {width} * {stride} + {lane} * {width} + ({idx}) % {width}"
 
 
 def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call_args: str,
@@ -63,7 +89,6 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     b_per = BK * BN // NT
     a_map = f"int mm = e / {BK}, kk = e % {BK};" if a_kcontig else f"int mm = e % {BM}, kk = e / {BM};"
     b_map = f"int kk = e / {BN}, nn = e % {BN};" if b_ncontig else f"int nn = e / {BK}, kk = e % {BK};"
-    half_m, half_n = TM // 2, TN // 2
     tiles = -(-k // BK)
     # bounds tests only along sizes that are not a multiple of the tile
     a_in = " && ".join([f"gm < {m}"] * (m % BM != 0) + [f"gk < {k}"] * (k % BK != 0)) or "true"
@@ -73,15 +98,13 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
                   f"  const int tx = (warp % {tx_n // 8}) * 8 + (lane & 7), ty = (warp / {tx_n // 8}) * 4 + (lane >> 3);")
     else:
         coords = f"const int tx = tid % {tx_n}, ty = tid / {tx_n};"
-    a_lo = _fragment("a", 0, f"As[buf][kk][ty * {half_m}]", half_m)
-    a_hi = _fragment("a", half_m, f"As[buf][kk][{BM // 2} + ty * {half_m}]", half_m)
-    b_lo = _fragment("b", 0, f"Bs[buf][kk][tx * {half_n}]", half_n)
-    b_hi = _fragment("b", half_n, f"Bs[buf][kk][{BN // 2} + tx * {half_n}]", half_n)
+    a_frag = _fragments("a", "As", TM, BM, "ty")
+    b_frag = _fragments("b", "Bs", TN, BN, "tx")
     multiply = f"""    #pragma unroll
     for (int kk = 0; kk < {BK}; ++kk) {{
       float a[{TM}], b[{TN}];
-      {a_lo} {a_hi}
-      {b_lo} {b_hi}
+      {a_frag}
+      {b_frag}
       #pragma unroll
       for (int i = 0; i < {TM}; ++i)
         #pragma unroll
@@ -113,11 +136,12 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     for (int i = 0; i < {b_per}; ++i) {{ int e = tid + i * {NT}; {b_map} Bs[buf][kk][nn] = rb[i]; }}
   }};
   // k-tile t: the next tile fetched into registers, this one multiplied from buffer `buf`, the
-  // next stored into the other buffer (last read before the previous barrier), one barrier
+  // next stored into the other buffer (last read before the previous barrier), one barrier. No
+  // branch around the fetch (the last tile fetches itself again, stored where nothing reads):
+  // a conditional fetch gets its loads sunk past the multiply, next to their stores.
   auto tile = [&](const int buf, const int t) {{
-    const bool more = t + 1 < {tiles};
-    if (more) fetch((t + 1) * {BK});
-{multiply}    if (more) stash(buf ^ 1);
+    fetch((t + 1 < {tiles} ? t + 1 : t) * {BK});
+{multiply}    stash(buf ^ 1);
     __syncthreads();
   }};
   fetch(0);
@@ -144,11 +168,11 @@ extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({par
     for (int j = 0; j < {TN}; ++j) acc[i][j] = 0.f;
 {pipeline}  #pragma unroll
   for (int i = 0; i < {TM}; ++i) {{
-    const int row = m0 + (i < {half_m} ? ty * {half_m} + i : {BM // 2} + ty * {half_m} + (i - {half_m}));
+    const int row = {_position("m0", "i", "ty", TM, BM)};
     if (row >= {m}) continue;
     #pragma unroll
     for (int j = 0; j < {TN}; ++j) {{
-      const int col = n0 + (j < {half_n} ? tx * {half_n} + j : {BN // 2} + tx * {half_n} + (j - {half_n}));
+      const int col = {_position("n0", "j", "tx", TN, BN)};
       if (col >= {n}) continue;
       const long long flat = cflat_{name}(bz, row, col);
       out[flat] = {out_conv}(epi_{name}({call_args}, flat, acc[i][j]));
