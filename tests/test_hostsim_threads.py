@@ -120,7 +120,7 @@ def test_simt_async_copies_read_views_with_zero_fill_on_host():
     """The async-copy tile on operands read through a pad (masked: the copy writes zeros), a
     slice with an offset and a permutation, and on an f16 operand (no async copy: registers)."""
     import compiler.functional as F
-    cfg = next(c for c in SIMT_CONFIGS if c.async_copy)
+    cfg = next(c for c in SIMT_EXPERIMENTAL_CONFIGS if c.async_copy)
     progs = [
         trace(lambda a, b: F.pad(a, (1, 2, 0, 3)) @ b, spec((60, 37)), spec((40, 70))),
         trace(lambda a, b: a[3:, 1:].permute(1, 0) @ b, spec((50, 66)), spec((47, 33))),

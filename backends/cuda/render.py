@@ -509,11 +509,11 @@ def simt_only(step: Step) -> bool:
 
 def simt_default(step: Step) -> gemm_simt.SimtConfig:
     """The SIMT tile a product takes when the schedule names none: 128x128 where the output
-    fills the device (132 SMs) with such tiles, else 64x64."""
+    fills the device (132 SMs) with such tiles (128 threads of 16x8 outputs), else 64x64."""
     g = step.gemm
     sizes = g.mul.shape
     outputs = math.prod(sizes[a] for a in g.m_axes + g.n_axes + g.batch_axes)
-    return gemm_simt.SimtConfig(128, 128, 8, 8, 8) if outputs >= 132 * 128 * 128 else gemm_simt.SimtConfig(64, 64, 8, 4, 4)
+    return gemm_simt.SIMT_CONFIGS[0] if outputs >= 132 * 128 * 128 else gemm_simt.SimtConfig(64, 64, 8, 4, 4)
 
 
 def _cp_async_ready(acc, unit_axis: int, sizes) -> bool:
