@@ -164,9 +164,12 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TCConfig, params: str, 
     fetch_b(kt);
     store_b(stage);"""
         b_k0 = ""
-        b_next = f"{{ load_a(nk % {cfg.stages}, nk); fetch_b(nk); }}"
-        # that stage was last read before this step's barrier
-        b_after = f"\n    if (nk < KT) store_b(nk % {cfg.stages});"
+        # the next stage's B fetched with no branch around it (past the last k-tile the last
+        # one again, stored into a stage nothing reads after): a conditional fetch gets its
+        # loads sunk past the products, next to their stores. That stage was last read before
+        # this step's barrier.
+        b_next = f"load_a(nk % {cfg.stages}, nk);\n    fetch_b(nk < KT ? nk : KT - 1);"
+        b_after = f"\n    store_b(nk % {cfg.stages});"
     if kn:
         b_load = f"""
     #pragma unroll
