@@ -958,28 +958,33 @@ def _reduce_free(e: Value) -> set:
     return out
 
 
-def canonical(e: Value, _counter=None, _plain=None) -> Value:
-    """e with every reduction's variables renamed in order of appearance, so two values that
-    differ only in the names of their bound variables compare equal. Sub-values without a
-    reduction are kept as they are (walking them again at each use made shared sub-values
-    cost their number of paths)."""
-    n = [0] if _counter is None else _counter
-    plain = _reduce_free(e) if _plain is None else _plain
-    if e in plain:
-        return e
-    if isinstance(e, Reduce):
-        mapping, new = {}, []
-        for v in e.vars:
-            nv = Var(f"_c{n[0]}", v.extent)
-            n[0] += 1
-            mapping[v] = as_lin(nv)
-            new.append(nv)
-        return Reduce(e.op, e.dtype, tuple(new), canonical(substitute(e.body, mapping), n), e.contraction)
-    if isinstance(e, Compute):
-        return Compute(e.op, e.dtype, tuple(canonical(s, n, plain) for s in e.srcs))
-    if isinstance(e, Gather):
-        return Gather(e.buffer, e.dtype, e.base, e.stride, e.extent, canonical(e.index, n, plain))
-    return e
+def canonical(e: Value) -> Value:
+    """e with every reduction's variables renamed by nesting depth and position (`_c<depth>_<i>`),
+    so two values that differ only in the names of their bound variables compare equal. Each
+    distinct sub-value is renamed once per depth (the names depend on nothing else), so values
+    that share sub-values many times over, such as a norm's scale rebuilt at every use, take
+    steps linear in their size rather than in their number of paths."""
+    memo: dict = {}
+
+    def go(x: Value, depth: int, plain: set) -> Value:
+        if x in plain:
+            return x
+        key = (x, depth)
+        if key in memo:
+            return memo[key]
+        if isinstance(x, Reduce):
+            new = tuple(Var(f"_c{depth}_{i}", v.extent) for i, v in enumerate(x.vars))
+            body = substitute(x.body, {v: as_lin(nv) for v, nv in zip(x.vars, new)})
+            r = Reduce(x.op, x.dtype, new, go(body, depth + 1, _reduce_free(body)), x.contraction)
+        elif isinstance(x, Compute):
+            r = Compute(x.op, x.dtype, tuple(go(s, depth, plain) for s in x.srcs))
+        elif isinstance(x, Gather):
+            r = Gather(x.buffer, x.dtype, x.base, x.stride, x.extent, go(x.index, depth, plain))
+        else:
+            r = x
+        memo[key] = r
+        return r
+    return go(e, 0, _reduce_free(e))
 
 
 def rename_refs(e: Value, names: dict[str, str]) -> Value:

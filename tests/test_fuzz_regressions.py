@@ -151,6 +151,19 @@ def test_nested_bf16_norms_lower_without_comparing_trees_path_by_path():
     assert res["status"] == "ok", res
 
 
+def test_a_std_over_a_guarded_max_lowers_without_renaming_it_path_by_path():
+    # seed 200749 (CPU fuzz on bf5adb1, a hang at 60 s): std -> var -> softmax on bf16; the
+    # std's overflow guard uses its row max at every step, and canonical() renamed that max's
+    # variables once per path (55 s a lowering, 172 s a budget-1 compile). Now 2 s
+    # (the minimized program; the seed's own adds a transpose, a subtraction and a cast)
+    prog = fuzz.Program.from_json(
+        '{"inputs": [[[8, 8, 1, 2], "bf16"], [[], "bf16"]], "steps": [["reduce", {"op": "std", "axis": 0, '
+        '"keepdim": false}], ["reduce", {"op": "var", "axis": -2, "keepdim": false}], ["norm", {"op": '
+        '"softmax", "axis": -1}]], "special": false, "seed": 200749}')
+    res = fuzz.check(prog, "cpu", 1.0)
+    assert res["status"] == "ok", res
+
+
 def test_nan_past_an_overflowing_f32_sum_is_not_held_against_the_program():
     # seed 106340 (CPU fuzz on 0f5f0d3): near-max bf16 products overflow the targets' f32
     # accumulation (the interpreter sums in float64), and a softmax over a length-1 axis then
