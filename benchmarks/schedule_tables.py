@@ -9,18 +9,8 @@ import json
 
 def precompile(programs, schedules_of) -> None:
     """nvcc on every (program, schedule) at once, on all cores (the builds then hit its cache)."""
-    import dataclasses
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-    from backends.cuda import render, toolchain
-    from backends.cuda.runtime import get_runtime
-    arch = get_runtime().info.arch
-    jobs = [(g, dataclasses.replace(x, arch=arch)) for g in programs for x in schedules_of(g)]
-
-    def one(job):
-        toolchain.compile_source(render(*job)[0], arch)
-    with ThreadPoolExecutor(os.cpu_count() or 2) as ex:
-        list(ex.map(one, jobs))
+    from backends.cuda import CUDABackend
+    CUDABackend().precompile([(g, x) for g in programs for x in schedules_of(g)])
 
 
 def report(rows, label: str, flops: float, base_ms: float, versus: str, out=print, width: int = 30,

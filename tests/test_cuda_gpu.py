@@ -21,19 +21,7 @@ def backend(cuda_backend):
 
 def precompile(be) -> None:
     """Compile every case in parallel first (nvcc is the slow part; results land in the cache)."""
-    from concurrent.futures import ThreadPoolExecutor
-    import os
-    from backends.cuda import render, toolchain
-    from backends.cuda.runtime import get_runtime
-    arch = get_runtime().info.arch
-
-    from backends.cuda.render import Schedule
-
-    def one(name):
-        src, _ = render(graph_of(name), Schedule(arch=arch))
-        toolchain.compile_source(src, arch)
-    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
-        list(ex.map(one, list(CASES)))
+    be.precompile([(graph_of(name), None) for name in CASES])
 
 
 def random_inputs(graph, seed: int):

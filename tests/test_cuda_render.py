@@ -120,6 +120,27 @@ def test_compile_error_is_returned_not_raised():
     assert res.binary is None and "nvcc failed" in res.error
 
 
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
+def test_precompile_fills_the_cache_build_reads(monkeypatch, tmp_path):
+    """`precompile` compiles the very sources `build` will (cuBLAS note included), so each
+    build that follows is a cache hit; kernel-IR lowerings are left to their build."""
+    import dataclasses
+    import types
+    from backends.cuda import CUDABackend, runtime, toolchain
+    from backends.cuda.render import Schedule
+    monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path))
+    fake = types.SimpleNamespace(info=types.SimpleNamespace(arch="sm_80"))
+    monkeypatch.setattr(runtime, "get_runtime", lambda: fake)
+    be = CUDABackend()
+    jobs = [(graph_of("softmax_f32"), None), (graph_of("matmul_f16"), Schedule(name="x")),
+            (graph_of("matmul_f16"), Schedule(lowering="kernel_ir"))]
+    be.precompile(jobs)
+    for g, s in jobs[:2]:
+        src = be._source(g, dataclasses.replace(s or Schedule(), arch="sm_80"))[0]
+        assert toolchain.compile_source(src, "sm_80").cached
+    assert len(list(tmp_path.rglob("*.cubin"))) == 2
+
+
 def host_inputs(graph, seed: int):
     """Random inputs for a host-simulated run: small integers for i32, normals otherwise."""
     import numpy as np

@@ -55,14 +55,8 @@ def errors(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
 
 def precompile(graphs_and_schedules) -> None:
     """nvcc for every (graph, schedule) in parallel (the builds then hit the cache)."""
-    import dataclasses
-    from concurrent.futures import ThreadPoolExecutor
-    from backends.cuda import render, toolchain
-    from backends.cuda.runtime import get_runtime
-    arch = get_runtime().info.arch
-    srcs = {render(g, dataclasses.replace(s, arch=arch))[0] for g, s in graphs_and_schedules if s.lowering != "kernel_ir"}
-    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
-        list(ex.map(lambda src: toolchain.compile_source(src, arch), srcs))
+    from backends.cuda import CUDABackend
+    CUDABackend().precompile(graphs_and_schedules)
 
 
 def check(backend, g, xs, want, flash: bool):

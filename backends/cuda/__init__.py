@@ -189,9 +189,7 @@ class CUDABackend:
         from backends.cuda.plan import needs_kernel_ir
         if schedule.lowering == "kernel_ir" or needs_kernel_ir(graph):
             return self._build_kernel_ir(graph, rt)
-        source, launches = render(graph, schedule)
-        if any(l.kind.startswith("gemm") for l in launches) and self._cublas_reason() is not None:
-            source = f"// cuBLAS candidate not offered: {self._cublas_reason()}\n" + source
+        source, launches = self._source(graph, schedule)
         res = toolchain.compile_source(source, rt.info.arch)
         if res.error:
             raise CUDAFailure("compile", res.error, res.log)
@@ -199,6 +197,31 @@ class CUDABackend:
         # the launches name the plan's nodes: the graph as the plan prepared it
         from backends.cuda.plan import prepare
         return CUDAExecutable(prepare(graph)[0], launches, source, module, rt, res.log)
+
+    def _source(self, graph: Graph, schedule: Schedule):
+        """The CUDA C++ that `build` compiles for `graph` under `schedule` (its arch set), and
+        the launches."""
+        source, launches = render(graph, schedule)
+        if any(l.kind.startswith("gemm") for l in launches) and self._cublas_reason() is not None:
+            source = f"// cuBLAS candidate not offered: {self._cublas_reason()}\n" + source
+        return source, launches
+
+    def precompile(self, jobs) -> None:
+        """nvcc on every (graph, schedule) of `jobs` at once, on all cores: the builds that
+        follow hit the compiler's cache, so a test or a table of many kernels waits for its
+        slowest compile rather than for their sum. (Kernel-IR lowerings are left to their
+        build; a source that fails to compile fails again there, with its reason.)"""
+        import dataclasses
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+        from backends.cuda import toolchain
+        from backends.cuda.plan import needs_kernel_ir
+        from backends.cuda.runtime import get_runtime
+        arch = get_runtime().info.arch
+        sources = {self._source(g, dataclasses.replace(s or Schedule(), arch=arch))[0] for g, s in jobs
+                   if (s is None or s.lowering != "kernel_ir") and not needs_kernel_ir(g)}
+        with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as ex:
+            list(ex.map(lambda src: toolchain.compile_source(src, arch), sources))
 
     @staticmethod
     def _build_kernel_ir(graph: Graph, rt):
