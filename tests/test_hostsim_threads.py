@@ -8,7 +8,7 @@ import pytest
 
 from backends.cuda import hostsim, render
 from backends.cuda.render import Schedule
-from backends.cuda.templates.gemm_simt import SIMT_CONFIGS, SIMT_EXPERIMENTAL_CONFIGS
+from backends.cuda.templates.gemm_simt import SIMT_CONFIGS, SIMT_EXPERIMENTAL_CONFIGS, SimtConfig
 from compiler.trace import spec, trace
 from cuda_cases import graph_of
 from ir.interpreter import evaluate
@@ -105,6 +105,39 @@ def test_simt_products_run_on_host(config, a_shape, b_shape, form):
     """Every SIMT tile on products that fill no tile, transposed operands and a batch."""
     g = _product(a_shape, b_shape, form, "f32")
     check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(simt=config)), g, 3, 1e-4)
+
+
+VECTOR_PRODUCTS = [((130, 20), (20, 68), "nn"), ((3, 65, 16), (3, 16, 132), "nn"), ((64, 36), (36, 52), "nt"),
+                   ((36, 70), (36, 44), "tn")]
+
+
+VECTOR_CONFIGS = [c for c in SIMT_EXPERIMENTAL_CONFIGS if c.vector_loads] + [SimtConfig(64, 64, 8, 4, 4, vector_loads=True)]
+
+
+@pytest.mark.parametrize("config", VECTOR_CONFIGS, ids=lambda c: c.name)
+@pytest.mark.parametrize("a_shape,b_shape,form", VECTOR_PRODUCTS)
+def test_simt_products_read_aligned_operands_as_vectors_on_host(config, a_shape, b_shape, form):
+    """f32 operands contiguous along k (A) or n (B), that size a multiple of 4, are read 16
+    bytes at a time, off the tile grid too (m 130, k 20 against k-tiles of 8, n 68 / 132
+    against 128); a sliced A whose rows start 4-aligned takes vectors, one at an odd offset
+    does not."""
+    g = _product(a_shape, b_shape, form, "f32")
+    src = render(g, Schedule(simt=config))[0]
+    vec_a, vec_b = "reinterpret_cast<const float4*>(in0" in src, "reinterpret_cast<const float4*>(in1" in src
+    threads_fit = (config.bm * config.bk // 4) % config.threads == 0
+    assert vec_a == (form[0] == "n" and threads_fit), src
+    assert vec_b == (form[1] == "n" and (config.bk * config.bn // 4) % config.threads == 0), src
+    check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(simt=config)), g, 3, 1e-4)
+
+
+def test_simt_vector_reads_need_aligned_rows_on_host():
+    cfg = VECTOR_CONFIGS[0]
+    aligned = trace(lambda a, b: a[:, 4:] @ b, spec((70, 36)), spec((32, 40)))
+    odd = trace(lambda a, b: a[:, 1:33] @ b, spec((70, 36)), spec((32, 40)))
+    assert "const float4*>(in0" in render(aligned, Schedule(simt=cfg))[0]
+    assert "const float4*>(in0" not in render(odd, Schedule(simt=cfg))[0]
+    for g in (aligned, odd):
+        check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(simt=cfg)), g, 5, 1e-4)
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])

@@ -519,9 +519,16 @@ def simt_default(step: Step) -> gemm_simt.SimtConfig:
 def _cp_async_ready(acc, unit_axis: int, sizes) -> bool:
     """A strided read cp.async can copy in 16-byte chunks: unit stride along `unit_axis`, whose
     size is a multiple of 8, and every other stride and the offset 8-element aligned."""
-    if acc is None or acc.strides[unit_axis] != 1 or sizes[unit_axis] % 8:
+    return _vector_ready(acc, unit_axis, sizes, 8)
+
+
+def _vector_ready(acc, unit_axis: int, sizes, elems: int) -> bool:
+    """A strided read of `elems`-element vectors (16 bytes) along `unit_axis`: unit stride
+    there, that size a multiple of `elems`, every other stride and the offset aligned to it
+    (buffers themselves are 256-byte aligned: misaligned device inputs are copied first)."""
+    if acc is None or acc.strides[unit_axis] != 1 or sizes[unit_axis] % elems:
         return False
-    return acc.offset % 8 == 0 and all(st % 8 == 0 for i, st in enumerate(acc.strides) if i != unit_axis)
+    return acc.offset % elems == 0 and all(st % elems == 0 for i, st in enumerate(acc.strides) if i != unit_axis)
 
 
 def _read_tracker(side: Node, names: dict[Node, str]):
@@ -1413,14 +1420,20 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
     cfg = sched.simt or simt_default(step)
     conv = {DType.f16: "__float2half_rn", DType.bf16: "__float2bfloat16_rn"}.get(o.dtype, "")
     sources = None
-    if cfg.async_copy:      # oa(bz, i=m, j=k), ob(bz, i=k, j=n)
-        groups = (list(g.batch_axes), list(g.m_axes), list(g.n_axes))
-        offsets = [_f32_offsets(f"oa_{name}", g.a, _gemm_index(step, groups, "bz", "i", "0", "j"), names),
-                   _f32_offsets(f"ob_{name}", g.b, _gemm_index(step, groups, "bz", "0", "j", "i"), names)]
-        if all(offsets):
-            loaders += [text for text, _ in offsets]
-            sources = tuple(buf for _, buf in offsets)
-    src = gemm_simt.render(name, m, n, k, cfg, params, call, "\n".join(loaders), epi, conv, a_k, b_n, nb, sources)
+    # oa(bz, i=m, j=k), ob(bz, i=k, j=n): the f32 operands' offsets, for the async copies and
+    # for 16-byte register loads where the read allows them
+    groups = (list(g.batch_axes), list(g.m_axes), list(g.n_axes))
+    offsets = [_f32_offsets(f"oa_{name}", g.a, _gemm_index(step, groups, "bz", "i", "0", "j"), names),
+               _f32_offsets(f"ob_{name}", g.b, _gemm_index(step, groups, "bz", "0", "j", "i"), names)]
+    vectors = [offsets[0] and a_k and _vector_ready(acc_a, g.k_axis, sizes, 4) and offsets[0][1],
+               offsets[1] and b_n and len(g.n_axes) == 1 and _vector_ready(acc_b, g.n_axes[0], sizes, 4) and offsets[1][1]]
+    if cfg.async_copy and all(offsets):
+        sources = tuple(buf for _, buf in offsets)
+    if not cfg.vector_loads:
+        vectors = [None, None]
+    loaders += [text for text, _ in filter(None, offsets) if sources or any(vectors)]
+    src = gemm_simt.render(name, m, n, k, cfg, params, call, "\n".join(loaders), epi, conv, a_k, b_n, nb, sources,
+                           tuple(v or None for v in vectors))
     return src, Launch(name, "gemm_simt", gemm_simt.grid(m, n, nb, cfg), (cfg.threads, 1, 1), 0, o, step.inputs,
                        f"M={m} N={n} K={k} batch={nb} tile={cfg.bm}x{cfg.bn} ({why})")
 

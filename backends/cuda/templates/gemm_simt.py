@@ -25,6 +25,7 @@ class SimtConfig:
     min_blocks: int = 2     # blocks an SM holds at once: caps registers at 64K / (threads x this)
     async_copy: bool = False   # f32 operands read through views: copied into shared memory by
                                # cp.async (no registers held across the multiply), where both allow
+    vector_loads: bool = False  # f32 operands contiguous along k (A) / n (B): 16-byte register loads
 
     @property
     def threads(self) -> int:
@@ -32,7 +33,8 @@ class SimtConfig:
 
     @property
     def name(self) -> str:
-        return f"simt{self.bm}x{self.bn}x{self.bk}t{self.tm}x{self.tn}b{self.min_blocks}" + ("a" if self.async_copy else "")
+        return (f"simt{self.bm}x{self.bn}x{self.bk}t{self.tm}x{self.tn}b{self.min_blocks}" + ("a" if self.async_copy else "")
+                + ("v" if self.vector_loads else ""))
 
 
 # The searched tiles, the default for large products first (H100, 4096^3 f32, 2026-12-06: 0.84x
@@ -43,10 +45,13 @@ SIMT_CONFIGS = [SimtConfig(128, 128, 8, 16, 8, 2), SimtConfig(128, 256, 8, 8, 16
                 SimtConfig(128, 128, 16, 8, 8, 1), SimtConfig(128, 128, 8, 8, 16, 2),
                 SimtConfig(64, 128, 8, 8, 8, 3), SimtConfig(128, 64, 8, 8, 8, 3),
                 SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4)]
-# timed by `benchmarks.product_kernels --experimental`, not searched (never the fastest there:
-# 0.68-0.74x): the async-copy tiles, 256 threads of 8x8 two blocks an SM
+# timed by `benchmarks.product_kernels --experimental`, not searched: the async-copy tiles and
+# 256 threads of 8x8 two blocks an SM (never the fastest there: 0.68-0.74x); the fastest tiles
+# with 16-byte register loads (not timed yet)
 SIMT_EXPERIMENTAL_CONFIGS = [SimtConfig(128, 128, 8, 8, 8, 2), SimtConfig(128, 128, 8, 8, 8, 2, True),
-                             SimtConfig(128, 128, 8, 8, 16, 2, True)]
+                             SimtConfig(128, 128, 8, 8, 16, 2, True), SimtConfig(128, 128, 8, 16, 8, 2, vector_loads=True),
+                             SimtConfig(128, 256, 8, 8, 16, 1, vector_loads=True),
+                             SimtConfig(128, 128, 16, 8, 8, 1, vector_loads=True)]
 
 
 def _chunks(t: int, b: int) -> tuple[int, int]:
@@ -83,9 +88,13 @@ def _position(origin: str, idx: str, lane: str, t: int, b: int) -> str:
 
 def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call_args: str,
            loaders: str, epilogue: str, out_conv: str, a_kcontig: bool, b_ncontig: bool, batch: int = 1,
-           sources: tuple[str, str] | None = None) -> str:
+           sources: tuple[str, str] | None = None, vectors: tuple[str | None, str | None] = (None, None)) -> str:
     """sources: the f32 buffers A and B are read from, by offset functions `oa_<name>(bz, m, k)`
-    and `ob_<name>(bz, k, n)` (-1 where the view reads its zero fill), for cfg.async_copy."""
+    and `ob_<name>(bz, k, n)` (-1 where the view reads its zero fill), for cfg.async_copy.
+    vectors: for A and B, the f32 buffer the register path reads as 16-byte vectors with
+    cfg.vector_loads (through
+    the same offset functions: unmasked, 4-element aligned, unit stride along k for A and n for
+    B, that size a multiple of 4), or None for element by element."""
     NT, BM, BN, BK, TM, TN = cfg.threads, cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
     bz, my, past_end = block_coords(-(-m // BM), batch)
     tx_n = BN // TN
@@ -118,26 +127,66 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     if cfg.async_copy and sources is not None:
         pipeline = _async_pipeline(name, cfg, sources, a_map, b_map, a_in, b_in, tiles, multiply)
     else:
-        pipeline = f"""  float ra[{a_per}], rb[{b_per}];
-  auto fetch = [&](int k0) {{
+        a_vec = vectors[0] if cfg.vector_loads and a_kcontig and (BM * BK // 4) % NT == 0 else None
+        b_vec = vectors[1] if cfg.vector_loads and b_ncontig and (BK * BN // 4) % NT == 0 else None
+        if a_vec:       # 4 consecutive k of one row: one 16-byte load, four column stores
+            a_decl = f"float4 ra[{a_per // 4}];"
+            a_fetch = f"""
+    #pragma unroll
+    for (int i = 0; i < {a_per // 4}; ++i) {{
+      int e = tid + i * {NT}; int mm = e / {BK // 4}, kk = (e % {BK // 4}) * 4;
+      int gm = m0 + mm, gk = k0 + kk;
+      ra[i] = ({a_in}) ? *reinterpret_cast<const float4*>({a_vec} + oa_{name}(bz, gm, gk)) : float4{{0.f, 0.f, 0.f, 0.f}};
+    }}"""
+            a_stash = f"""
+    #pragma unroll
+    for (int i = 0; i < {a_per // 4}; ++i) {{
+      int e = tid + i * {NT}; int mm = e / {BK // 4}, kk = (e % {BK // 4}) * 4;
+      As[buf][kk][mm] = ra[i].x; As[buf][kk + 1][mm] = ra[i].y; As[buf][kk + 2][mm] = ra[i].z; As[buf][kk + 3][mm] = ra[i].w;
+    }}"""
+        else:
+            a_decl = f"float ra[{a_per}];"
+            a_fetch = f"""
     #pragma unroll
     for (int i = 0; i < {a_per}; ++i) {{
       int e = tid + i * {NT}; {a_map}
       int gm = m0 + mm, gk = k0 + kk;
       ra[i] = ({a_in}) ? lda_{name}({call_args}, bz, gm, gk) : 0.f;
-    }}
+    }}"""
+            a_stash = f"""
+    #pragma unroll
+    for (int i = 0; i < {a_per}; ++i) {{ int e = tid + i * {NT}; {a_map} As[buf][kk][mm] = ra[i]; }}"""
+        if b_vec:       # 4 consecutive n of one row: one 16-byte load, one 16-byte store
+            b_decl = f"float4 rb[{b_per // 4}];"
+            b_fetch = f"""
+    #pragma unroll
+    for (int i = 0; i < {b_per // 4}; ++i) {{
+      int e = tid + i * {NT}; int kk = e / {BN // 4}, nn = (e % {BN // 4}) * 4;
+      int gk = k0 + kk, gn = n0 + nn;
+      rb[i] = ({b_in}) ? *reinterpret_cast<const float4*>({b_vec} + ob_{name}(bz, gk, gn)) : float4{{0.f, 0.f, 0.f, 0.f}};
+    }}"""
+            b_stash = f"""
+    #pragma unroll
+    for (int i = 0; i < {b_per // 4}; ++i) {{
+      int e = tid + i * {NT}; int kk = e / {BN // 4}, nn = (e % {BN // 4}) * 4;
+      *reinterpret_cast<float4*>(&Bs[buf][kk][nn]) = rb[i];
+    }}"""
+        else:
+            b_decl = f"float rb[{b_per}];"
+            b_fetch = f"""
     #pragma unroll
     for (int i = 0; i < {b_per}; ++i) {{
       int e = tid + i * {NT}; {b_map}
       int gk = k0 + kk, gn = n0 + nn;
       rb[i] = ({b_in}) ? ldb_{name}({call_args}, bz, gk, gn) : 0.f;
-    }}
+    }}"""
+            b_stash = f"""
+    #pragma unroll
+    for (int i = 0; i < {b_per}; ++i) {{ int e = tid + i * {NT}; {b_map} Bs[buf][kk][nn] = rb[i]; }}"""
+        pipeline = f"""  {a_decl} {b_decl}
+  auto fetch = [&](int k0) {{{a_fetch}{b_fetch}
   }};
-  auto stash = [&](int buf) {{
-    #pragma unroll
-    for (int i = 0; i < {a_per}; ++i) {{ int e = tid + i * {NT}; {a_map} As[buf][kk][mm] = ra[i]; }}
-    #pragma unroll
-    for (int i = 0; i < {b_per}; ++i) {{ int e = tid + i * {NT}; {b_map} Bs[buf][kk][nn] = rb[i]; }}
+  auto stash = [&](int buf) {{{a_stash}{b_stash}
   }};
   // k-tile t: the next tile fetched into registers, this one multiplied from buffer `buf`, the
   // next stored into the other buffer (last read before the previous barrier), one barrier. No
