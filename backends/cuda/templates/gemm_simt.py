@@ -129,60 +129,12 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     else:
         a_vec = vectors[0] if cfg.vector_loads and a_kcontig and (BM * BK // 4) % NT == 0 else None
         b_vec = vectors[1] if cfg.vector_loads and b_ncontig and (BK * BN // 4) % NT == 0 else None
-        if a_vec:       # 4 consecutive k of one row: one 16-byte load, four column stores
-            a_decl = f"float4 ra[{a_per // 4}];"
-            a_fetch = f"""
-    #pragma unroll
-    for (int i = 0; i < {a_per // 4}; ++i) {{
-      int e = tid + i * {NT}; int mm = e / {BK // 4}, kk = (e % {BK // 4}) * 4;
-      int gm = m0 + mm, gk = k0 + kk;
-      ra[i] = ({a_in}) ? *reinterpret_cast<const float4*>({a_vec} + oa_{name}(bz, gm, gk)) : float4{{0.f, 0.f, 0.f, 0.f}};
-    }}"""
-            a_stash = f"""
-    #pragma unroll
-    for (int i = 0; i < {a_per // 4}; ++i) {{
-      int e = tid + i * {NT}; int mm = e / {BK // 4}, kk = (e % {BK // 4}) * 4;
-      As[buf][kk][mm] = ra[i].x; As[buf][kk + 1][mm] = ra[i].y; As[buf][kk + 2][mm] = ra[i].z; As[buf][kk + 3][mm] = ra[i].w;
-    }}"""
-        else:
-            a_decl = f"float ra[{a_per}];"
-            a_fetch = f"""
-    #pragma unroll
-    for (int i = 0; i < {a_per}; ++i) {{
-      int e = tid + i * {NT}; {a_map}
-      int gm = m0 + mm, gk = k0 + kk;
-      ra[i] = ({a_in}) ? lda_{name}({call_args}, bz, gm, gk) : 0.f;
-    }}"""
-            a_stash = f"""
-    #pragma unroll
-    for (int i = 0; i < {a_per}; ++i) {{ int e = tid + i * {NT}; {a_map} As[buf][kk][mm] = ra[i]; }}"""
-        if b_vec:       # 4 consecutive n of one row: one 16-byte load, one 16-byte store
-            b_decl = f"float4 rb[{b_per // 4}];"
-            b_fetch = f"""
-    #pragma unroll
-    for (int i = 0; i < {b_per // 4}; ++i) {{
-      int e = tid + i * {NT}; int kk = e / {BN // 4}, nn = (e % {BN // 4}) * 4;
-      int gk = k0 + kk, gn = n0 + nn;
-      rb[i] = ({b_in}) ? *reinterpret_cast<const float4*>({b_vec} + ob_{name}(bz, gk, gn)) : float4{{0.f, 0.f, 0.f, 0.f}};
-    }}"""
-            b_stash = f"""
-    #pragma unroll
-    for (int i = 0; i < {b_per // 4}; ++i) {{
-      int e = tid + i * {NT}; int kk = e / {BN // 4}, nn = (e % {BN // 4}) * 4;
-      *reinterpret_cast<float4*>(&Bs[buf][kk][nn]) = rb[i];
-    }}"""
-        else:
-            b_decl = f"float rb[{b_per}];"
-            b_fetch = f"""
-    #pragma unroll
-    for (int i = 0; i < {b_per}; ++i) {{
-      int e = tid + i * {NT}; {b_map}
-      int gk = k0 + kk, gn = n0 + nn;
-      rb[i] = ({b_in}) ? ldb_{name}({call_args}, bz, gk, gn) : 0.f;
-    }}"""
-            b_stash = f"""
-    #pragma unroll
-    for (int i = 0; i < {b_per}; ++i) {{ int e = tid + i * {NT}; {b_map} Bs[buf][kk][nn] = rb[i]; }}"""
+        a_decl, a_fetch, a_stash = _operand_io(
+            "ra", "As", a_per, NT, a_map, "int gm = m0 + mm, gk = k0 + kk;", a_in, f"lda_{name}({call_args}, bz, gm, gk)",
+            a_vec and (f"int mm = e / {BK // 4}, kk = (e % {BK // 4}) * 4;", f"{a_vec} + oa_{name}(bz, gm, gk)"), True)
+        b_decl, b_fetch, b_stash = _operand_io(
+            "rb", "Bs", b_per, NT, b_map, "int gk = k0 + kk, gn = n0 + nn;", b_in, f"ldb_{name}({call_args}, bz, gk, gn)",
+            b_vec and (f"int kk = e / {BN // 4}, nn = (e % {BN // 4}) * 4;", f"{b_vec} + ob_{name}(bz, gk, gn)"), False)
         pipeline = f"""  {a_decl} {b_decl}
   auto fetch = [&](int k0) {{{a_fetch}{b_fetch}
   }};
@@ -233,6 +185,44 @@ extern "C" __global__ void __launch_bounds__({NT}, {cfg.min_blocks}) {name}({par
   }}
 }}
 """
+
+
+def _operand_io(reg: str, arr: str, per: int, nt: int, index_map: str, coords: str, inside: str, load: str,
+                vector: tuple[str, str] | None, transposed: bool) -> tuple[str, str, str]:
+    """(declaration, fetch, stash) of one operand's share of a k-tile: `per` elements a thread
+    fetched into registers `reg` by `load` (zero outside `inside`), then stored into shared
+    `arr[buf][kk][mm or nn]`. With `vector` = (the index map of 4-element groups, the address
+    of a group), 16-byte loads; stored as one 16-byte vector, or `transposed` as four elements
+    down a column (A is kept k-major in shared memory)."""
+    if vector is None:
+        return (f"float {reg}[{per}];",
+                f"""
+    #pragma unroll
+    for (int i = 0; i < {per}; ++i) {{
+      int e = tid + i * {nt}; {index_map}
+      {coords}
+      {reg}[i] = ({inside}) ? {load} : 0.f;
+    }}""",
+                f"""
+    #pragma unroll
+    for (int i = 0; i < {per}; ++i) {{ int e = tid + i * {nt}; {index_map} {arr}[buf][kk][{"mm" if transposed else "nn"}] = {reg}[i]; }}""")
+    group_map, address = vector
+    store = (" ".join(f"{arr}[buf][kk + {j}][mm] = {reg}[i].{c};" for j, c in enumerate("xyzw")) if transposed
+             else f"*reinterpret_cast<float4*>(&{arr}[buf][kk][nn]) = {reg}[i];")
+    return (f"float4 {reg}[{per // 4}];",
+            f"""
+    #pragma unroll
+    for (int i = 0; i < {per // 4}; ++i) {{
+      int e = tid + i * {nt}; {group_map}
+      {coords}
+      {reg}[i] = ({inside}) ? *reinterpret_cast<const float4*>({address}) : float4{{0.f, 0.f, 0.f, 0.f}};
+    }}""",
+            f"""
+    #pragma unroll
+    for (int i = 0; i < {per // 4}; ++i) {{
+      int e = tid + i * {nt}; {group_map}
+      {store}
+    }}""")
 
 
 def _async_pipeline(name: str, cfg: SimtConfig, sources: tuple[str, str], a_map: str, b_map: str,
