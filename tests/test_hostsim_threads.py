@@ -164,3 +164,44 @@ def test_simt_async_copies_read_views_with_zero_fill_on_host():
         assert ("cp_async4(&As" in src) == (g is not progs[-1])
         assert (": -1LL; }" in src) == (g is progs[0])        # (an offset function with a mask)
         check_on_host(lambda gr, a: hostsim.run_templates(gr, a, Schedule(simt=cfg)), g, 7, 1e-4)
+
+
+# --- the tensor-core product (mma.sync, ldmatrix, 16-byte cp.async emulated) --------------------
+TC_PRODUCTS = [((64, 32), (32, 64), "nn"), ((70, 40), (40, 50), "nn"), ((33, 48), (48, 20), "nt"),
+               ((2, 17, 24), (2, 24, 40), "nn"), ((40, 70), (40, 24), "tn")]
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("a_shape,b_shape,form", TC_PRODUCTS)
+def test_tensor_core_products_run_on_host(a_shape, b_shape, form, dtype):
+    """The mma.sync product under its default and the prior's tiles: aligned and unaligned
+    (gathered) operands, B read k- or n-contiguous (ldmatrix with and without .trans), a
+    batch, sizes off every tile."""
+    from tests.tolerances import assert_close
+    g = _product(a_shape, b_shape, form, dtype)
+    args = host_inputs(g, 4)
+    want = evaluate(g, args)[0]
+    for sched in (Schedule(), Schedule(gemm="prior", name="prior")):
+        assert "gemm_tc" in {l.kind for l in render(g, sched)[1]}
+        got = hostsim.run_templates(g, args, sched)[0]
+        assert_close(got, want, scale=8.0, graph=g, args=args, err_msg=sched.name)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_tensor_core_product_gathering_its_window_runs_on_host(dtype):
+    """Convolution windows read by the tensor-core product: in 16-byte runs from a
+    channels-last copy (16 channels; 13 padded to 16), or gathered element by element into
+    registers a stage ahead (window="gather"; the next stage's fetch has no branch around it,
+    and a store into the stage being read would be caught here: 53-75% off)."""
+    from compiler import conv
+    from tests.tolerances import assert_close
+    cases = [(lambda x, w: conv.conv2d(x, w, padding=1), [(2, 16, 9, 9), (24, 16, 3, 3)]),
+             (lambda x, w: conv.conv2d(x, w, stride=2, padding=1), [(3, 13, 11, 12), (24, 13, 3, 3)])]
+    for fn, shapes in cases:
+        g = trace(fn, *[spec(s, dtype) for s in shapes])
+        args = host_inputs(g, 1)
+        want = evaluate(g, args)[0]
+        for sched in (Schedule(), Schedule(window="gather", name="gather"), Schedule(gemm="prior", name="prior")):
+            assert "gemm_tc" in {l.kind for l in render(g, sched)[1]}
+            got = hostsim.run_templates(g, args, sched)[0]
+            assert_close(got, want, scale=8.0, graph=g, args=args, err_msg=f"{shapes} {sched.name}")

@@ -1,8 +1,9 @@
 """Run rendered CUDA kernels on the CPU, for tests on machines without a GPU.
 
-Kernels written in plain CUDA C++ (no inline PTX: the elementwise, generic, row-reduction and
-SIMT product templates, the kernel-IR renderer's) are compiled with the host
-compiler against CUDA's half-precision headers. Kernels without barriers, shared memory or
+Kernels written in plain CUDA C++ (the elementwise, generic, row-reduction and SIMT product
+templates, the kernel-IR renderer's) and the tensor-core product (its PTX helpers emulated:
+cp.async, ldmatrix, mma.sync) are compiled with the host compiler against CUDA's
+half-precision headers. Kernels without barriers, shared memory or
 shuffles run thread by thread, one block after another; the others run a block's threads as
 fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
 semantics check.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -78,6 +80,68 @@ static void cp_async4(void* dst, const void* src, int src_bytes) {
   if (src_bytes) std::memcpy(dst, src, 4); else std::memset(dst, 0, 4); }
 static void cp_async_commit() {}
 template <int N> static void cp_async_wait() {}
+// The tensor-core product's helpers: dynamic shared memory is one arena (smem_u32 gives an
+// offset into it); ldmatrix and mma.sync are warp-collective: every lane posts its address or
+// fragments, then each takes what the instruction gives it (PTX ISA, m8n8 matrices and the
+// m16n8k16 fragment layouts: group g = lane / 4, c = lane % 4)
+alignas(128) static unsigned char saturn_smem[232448];
+static uint32_t saturn_words[1024][6];
+static inline uint32_t smem_u32(const void* p) { return (uint32_t)((const unsigned char*)p - saturn_smem); }
+static void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  if (src_bytes) std::memcpy(saturn_smem + dst, src, src_bytes);
+  if (src_bytes < 16) std::memset(saturn_smem + dst + src_bytes, 0, 16 - src_bytes); }
+static void saturn_ldsm(uint32_t* r, uint32_t addr, bool trans) {
+  unsigned me = saturn_current, lane = me & 31, base = me - lane;
+  saturn_words[me][0] = addr;
+  saturn_wait(SATURN_AT_WARP);
+  for (unsigned i = 0; i < 4; ++i) {
+    if (!trans) {       // matrix i, row lane / 4, columns 2c and 2c + 1
+      std::memcpy(&r[i], saturn_smem + saturn_words[base + i * 8 + lane / 4][0] + (lane % 4) * 4, 4);
+    } else {            // matrix i, column lane / 4 of rows 2c and 2c + 1
+      uint16_t lo, hi;
+      std::memcpy(&lo, saturn_smem + saturn_words[base + i * 8 + (lane % 4) * 2][0] + (lane / 4) * 2, 2);
+      std::memcpy(&hi, saturn_smem + saturn_words[base + i * 8 + (lane % 4) * 2 + 1][0] + (lane / 4) * 2, 2);
+      r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+  }
+  saturn_wait(SATURN_AT_WARP);
+}
+static void ldsm_x4(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, uint32_t addr) {
+  uint32_t r[4]; saturn_ldsm(r, addr, false); r0 = r[0]; r1 = r[1]; r2 = r[2]; r3 = r[3]; }
+static void ldsm_x4_t(uint32_t& r0, uint32_t& r1, uint32_t& r2, uint32_t& r3, uint32_t addr) {
+  uint32_t r[4]; saturn_ldsm(r, addr, true); r0 = r[0]; r1 = r[1]; r2 = r[2]; r3 = r[3]; }
+static float saturn_f16(uint16_t b) { __half_raw r; r.x = b; return __half2float(__half(r)); }
+static float saturn_bf16(uint16_t b) { __nv_bfloat16_raw r; r.x = b; return __bfloat162float(__nv_bfloat16(r)); }
+// D += A(16x16) B(16x8): A's element (r, k) is in lane (r % 8) * 4 + (k % 8) / 2, register
+// (r >= 8) + 2 (k >= 8); B's (k, n) in lane n * 4 + (k % 8) / 2, register k >= 8; D's j-th
+// value of a lane is (g + 8 (j / 2), 2c + j % 2)
+static void saturn_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, float (*cv)(uint16_t)) {
+  unsigned me = saturn_current, lane = me & 31, base = me - lane;
+  for (int i = 0; i < 4; ++i) saturn_words[me][i] = a[i];
+  saturn_words[me][4] = b0; saturn_words[me][5] = b1;
+  saturn_wait(SATURN_AT_WARP);
+  auto half = [&](unsigned l, int reg, int k) {
+    uint32_t w = saturn_words[base + l][reg]; return cv((uint16_t)((k & 1) ? w >> 16 : w & 0xffffu)); };
+  int g = (int)lane / 4, c = (int)lane % 4;
+  float out[4];
+  for (int j = 0; j < 4; ++j) {
+    int row = g + 8 * (j / 2), col = 2 * c + j % 2;
+    float s = d[j];
+    for (int k = 0; k < 16; ++k)
+      s += half((row % 8) * 4 + (k % 8) / 2, (row >= 8) + 2 * (k >= 8), k) * half(col * 4 + (k % 8) / 2, 4 + (k >= 8), k);
+    out[j] = s;
+  }
+  saturn_wait(SATURN_AT_WARP);     // (every lane has read the fragments)
+  for (int j = 0; j < 4; ++j) d[j] = out[j];
+}
+static void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { saturn_mma(d, a, b0, b1, saturn_f16); }
+static void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { saturn_mma(d, a, b0, b1, saturn_bf16); }
+static uint32_t pack_f16(float lo, float hi) {
+  __half a = __float2half_rn(lo), b = __float2half_rn(hi); uint16_t x, y;
+  std::memcpy(&x, &a, 2); std::memcpy(&y, &b, 2); return (uint32_t)x | ((uint32_t)y << 16); }
+static uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat16 a = __float2bfloat16_rn(lo), b = __float2bfloat16_rn(hi); uint16_t x, y;
+  std::memcpy(&x, &a, 2); std::memcpy(&y, &b, 2); return (uint32_t)x | ((uint32_t)y << 16); }
 template <class T> static T atomicAdd(T* p, T v) { T old = *p; *p = old + v; return old; }
 template <class T> static T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
 template <class T> static T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
@@ -247,6 +311,8 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
             wrappers.append(
                 f'extern "C" int saturn_run_{name}(void** a) {{\n{loops}'
                 f"    for (unsigned t = 0; t < {block}u; ++t) {{ threadIdx.x = t; {call} }}\n  }}\n  return 0;\n}}\n")
+    # dynamic shared memory: the host's arena (blocks run one after another)
+    body = re.sub(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];", r"unsigned char* \1 = saturn_smem;", body)
     text = HOST_PRELUDE + body + "\n" + "\n".join(wrappers)
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
     tmp = tempfile.mkdtemp(prefix="saturn_host_")
@@ -289,9 +355,9 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
             for name, shape in zip(program.outputs, program.output_shapes)]
 
 
-# kinds whose kernels are plain C++ over THREADS (stage: an elementwise copy); the tensor-core
-# products and attention (mma, ldmatrix, 16-byte cp.async, TMA: inline PTX) need a GPU
-EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt")
+# kinds whose kernels run over THREADS (stage: an elementwise copy; gemm_tc: mma.sync,
+# ldmatrix and 16-byte cp.async emulated); wgmma, TMA and the attention kernels need a GPU
+EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt", "gemm_tc")
 
 
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
