@@ -3,7 +3,7 @@ the host (backends/cuda/hostsim.py: a block's threads as fibers where kernels sy
 the reference interpreter on the same inputs: the CUDA templates' index arithmetic, masks,
 casts and reductions for every op, checked where no GPU is (programs the templates cannot plan
 through the kernel IR's rendering, as the backend does). Ops whose kernels need a GPU (wgmma,
-TMA, the attention kernels) are skipped, saying so."""
+TMA) are skipped, saying so."""
 from __future__ import annotations
 
 import numpy as np

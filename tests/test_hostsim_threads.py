@@ -205,3 +205,32 @@ def test_tensor_core_product_gathering_its_window_runs_on_host(dtype):
             assert "gemm_tc" in {l.kind for l in render(g, sched)[1]}
             got = hostsim.run_templates(g, args, sched)[0]
             assert_close(got, want, scale=8.0, graph=g, args=args, err_msg=f"{shapes} {sched.name}")
+
+
+# --- the mma.sync flash attention ---------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("shape,masked", [((1, 2, 40, 64), False), ((2, 1, 70, 64), True), ((1, 1, 33, 32), True)])
+def test_flash_attention_runs_on_host(shape, masked, dtype):
+    """The attention term's mma.sync flash kernel (every mma.sync tile): sequences off the key
+    and query tiles, an additive causal mask (fully masked key tiles skipped), two head dims."""
+    import compiler.functional as F
+    from backends.cuda.templates.attention import ATTN_CONFIGS
+    from tests.tolerances import assert_close
+    b, h, s, d = shape
+
+    def fn(q, k, v, m):
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / d ** 0.5)
+        return F.softmax(scores + m if masked else scores, -1) @ v
+    g = trace(fn, spec(shape, dtype), spec(shape, dtype), spec(shape, dtype), spec((s, s)))
+    args = host_inputs(g, 2)[:3] + [np.triu(np.full((s, s), -np.inf, np.float32), 1)]
+    want = evaluate(g, args)[0]
+    for cfg in [None] + list(ATTN_CONFIGS):
+        sched = Schedule(attn=cfg, arch="sm_80")
+        assert [l.kind for l in render(g, sched)[1]] == ["attention"]
+        assert_close(hostsim.run_templates(g, args, sched)[0], want, scale=8.0, graph=g, args=args, err_msg=str(cfg))
+
+
+def test_hopper_kernels_still_need_a_gpu():
+    g = trace(lambda a, b: a @ b, spec((256, 256), "f16"), spec((256, 256), "f16"))
+    with pytest.raises(ValueError, match="need a GPU"):
+        hostsim.run_templates(g, host_inputs(g, 0), Schedule(arch="sm_90", gemm="wgmma"))

@@ -1,8 +1,8 @@
 """Run rendered CUDA kernels on the CPU, for tests on machines without a GPU.
 
 Kernels written in plain CUDA C++ (the elementwise, generic, row-reduction and SIMT product
-templates, the kernel-IR renderer's) and the tensor-core product (its PTX helpers emulated:
-cp.async, ldmatrix, mma.sync) are compiled with the host compiler against CUDA's
+templates, the kernel-IR renderer's), the tensor-core product and the mma.sync flash attention
+(their PTX helpers emulated: cp.async, ldmatrix, mma.sync, ex2) are compiled with the host compiler against CUDA's
 half-precision headers. Kernels without barriers, shared memory or
 shuffles run thread by thread, one block after another; the others run a block's threads as
 fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
@@ -134,6 +134,8 @@ static void saturn_mma(float* d, const uint32_t* a, uint32_t b0, uint32_t b1, fl
   saturn_wait(SATURN_AT_WARP);     // (every lane has read the fragments)
   for (int j = 0; j < 4; ++j) d[j] = out[j];
 }
+// MUFU.EX2 with flush to zero: results below 2^-126 are 0
+static inline float ex2_ftz(float x) { float y = exp2f(x); return std::fabs(y) < 1.17549435e-38f ? 0.f : y; }
 static void mma_f16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { saturn_mma(d, a, b0, b1, saturn_f16); }
 static void mma_bf16(float* d, const uint32_t* a, uint32_t b0, uint32_t b1) { saturn_mma(d, a, b0, b1, saturn_bf16); }
 static uint32_t pack_f16(float lo, float hi) {
@@ -355,9 +357,11 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
             for name, shape in zip(program.outputs, program.output_shapes)]
 
 
-# kinds whose kernels run over THREADS (stage: an elementwise copy; gemm_tc: mma.sync,
-# ldmatrix and 16-byte cp.async emulated); wgmma, TMA and the attention kernels need a GPU
-EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt", "gemm_tc")
+# kinds whose kernels run over THREADS (stage: an elementwise copy; gemm_tc and the mma.sync
+# flash attention: cp.async, ldmatrix, mma.sync and ex2 emulated); kernels that use wgmma or
+# TMA (Hopper's products and attention) need a GPU
+EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt", "gemm_tc", "attention")
+HOPPER_ONLY = ("wgmma", "cp.async.bulk")
 
 
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
@@ -375,6 +379,9 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     kinds = {l.kind for l in launches}
     if not kinds <= set(EMULATED_KINDS) | {"cublas"}:
         raise ValueError(f"kernels of kinds {sorted(kinds - set(EMULATED_KINDS))} need a GPU")
+    hopper = [w for w in HOPPER_ONLY if w in _strip_prelude(src)]
+    if hopper:
+        raise ValueError(f"kernels with {', '.join(hopper)} need a GPU")
     kernels = [l for l in launches if l.library is None]
     finished = {l.output for l in launches if l.name.endswith("_epilogue")}
     run = build(src, [(l.name, 1 + len(l.inputs), l.grid, l.block[0]) for l in kernels])
