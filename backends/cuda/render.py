@@ -1425,15 +1425,16 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
     groups = (list(g.batch_axes), list(g.m_axes), list(g.n_axes))
     offsets = [_f32_offsets(f"oa_{name}", g.a, _gemm_index(step, groups, "bz", "i", "0", "j"), names),
                _f32_offsets(f"ob_{name}", g.b, _gemm_index(step, groups, "bz", "0", "j", "i"), names)]
-    vectors = [offsets[0] and a_k and _vector_ready(acc_a, g.k_axis, sizes, 4) and offsets[0][1],
-               offsets[1] and b_n and len(g.n_axes) == 1 and _vector_ready(acc_b, g.n_axes[0], sizes, 4) and offsets[1][1]]
+    vectors = (None, None)
+    if cfg.vector_loads:
+        vectors = (offsets[0][1] if offsets[0] and a_k and _vector_ready(acc_a, g.k_axis, sizes, 4) else None,
+                   offsets[1][1] if offsets[1] and b_n and len(g.n_axes) == 1
+                   and _vector_ready(acc_b, g.n_axes[0], sizes, 4) else None)
     if cfg.async_copy and all(offsets):
         sources = tuple(buf for _, buf in offsets)
-    if not cfg.vector_loads:
-        vectors = [None, None]
     loaders += [text for text, _ in filter(None, offsets) if sources or any(vectors)]
     src = gemm_simt.render(name, m, n, k, cfg, params, call, "\n".join(loaders), epi, conv, a_k, b_n, nb, sources,
-                           tuple(v or None for v in vectors))
+                           vectors)
     return src, Launch(name, "gemm_simt", gemm_simt.grid(m, n, nb, cfg), (cfg.threads, 1, 1), 0, o, step.inputs,
                        f"M={m} N={n} K={k} batch={nb} tile={cfg.bm}x{cfg.bn} ({why})")
 

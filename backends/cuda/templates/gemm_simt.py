@@ -91,10 +91,9 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
            sources: tuple[str, str] | None = None, vectors: tuple[str | None, str | None] = (None, None)) -> str:
     """sources: the f32 buffers A and B are read from, by offset functions `oa_<name>(bz, m, k)`
     and `ob_<name>(bz, k, n)` (-1 where the view reads its zero fill), for cfg.async_copy.
-    vectors: for A and B, the f32 buffer the register path reads as 16-byte vectors with
-    cfg.vector_loads (through
+    vectors: for A and B, the f32 buffer the register path reads as 16-byte vectors (through
     the same offset functions: unmasked, 4-element aligned, unit stride along k for A and n for
-    B, that size a multiple of 4), or None for element by element."""
+    B, that size a multiple of 4; given with cfg.vector_loads), or None: element by element."""
     NT, BM, BN, BK, TM, TN = cfg.threads, cfg.bm, cfg.bn, cfg.bk, cfg.tm, cfg.tn
     bz, my, past_end = block_coords(-(-m // BM), batch)
     tx_n = BN // TN
@@ -127,8 +126,8 @@ def render(name: str, m: int, n: int, k: int, cfg: SimtConfig, params: str, call
     if cfg.async_copy and sources is not None:
         pipeline = _async_pipeline(name, cfg, sources, a_map, b_map, a_in, b_in, tiles, multiply)
     else:
-        a_vec = vectors[0] if cfg.vector_loads and a_kcontig and (BM * BK // 4) % NT == 0 else None
-        b_vec = vectors[1] if cfg.vector_loads and b_ncontig and (BK * BN // 4) % NT == 0 else None
+        a_vec = vectors[0] if a_kcontig and (BM * BK // 4) % NT == 0 else None
+        b_vec = vectors[1] if b_ncontig and (BK * BN // 4) % NT == 0 else None
         a_decl, a_fetch, a_stash = _operand_io(
             "ra", "As", a_per, NT, a_map, "int gm = m0 + mm, gk = k0 + kk;", a_in, f"lda_{name}({call_args}, bz, gm, gk)",
             a_vec and (f"int mm = e / {BK // 4}, kk = (e % {BK // 4}) * 4;", f"{a_vec} + oa_{name}(bz, gm, gk)"), True)
