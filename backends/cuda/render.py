@@ -1419,13 +1419,13 @@ def _render_simt(name, step, M, sched, params, call, names, epi, why) -> tuple[s
     b_n = acc_b is not None and len(g.n_axes) > 0 and acc_b.strides[g.n_axes[-1]] == 1
     cfg = sched.simt or simt_default(step)
     conv = {DType.f16: "__float2half_rn", DType.bf16: "__float2bfloat16_rn"}.get(o.dtype, "")
-    sources = None
-    # oa(bz, i=m, j=k), ob(bz, i=k, j=n): the f32 operands' offsets, for the async copies and
-    # for 16-byte register loads where the read allows them
-    groups = (list(g.batch_axes), list(g.m_axes), list(g.n_axes))
-    offsets = [_f32_offsets(f"oa_{name}", g.a, _gemm_index(step, groups, "bz", "i", "0", "j"), names),
-               _f32_offsets(f"ob_{name}", g.b, _gemm_index(step, groups, "bz", "0", "j", "i"), names)]
-    vectors = (None, None)
+    sources, offsets, vectors = None, [None, None], (None, None)
+    if cfg.async_copy or cfg.vector_loads:
+        # oa(bz, i=m, j=k), ob(bz, i=k, j=n): the f32 operands' offsets, for the async copies
+        # and for 16-byte register loads where the read allows them
+        groups = (list(g.batch_axes), list(g.m_axes), list(g.n_axes))
+        offsets = [_f32_offsets(f"oa_{name}", g.a, _gemm_index(step, groups, "bz", "i", "0", "j"), names),
+                   _f32_offsets(f"ob_{name}", g.b, _gemm_index(step, groups, "bz", "0", "j", "i"), names)]
     if cfg.vector_loads:
         vectors = (offsets[0][1] if offsets[0] and a_k and _vector_ready(acc_a, g.k_axis, sizes, 4) else None,
                    offsets[1][1] if offsets[1] and b_n and len(g.n_axes) == 1
