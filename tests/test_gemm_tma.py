@@ -28,6 +28,8 @@ def _programs():
                                        spec((3, 128, 200), "f16"), spec((200,), "f16")),
         "shared_weight_bf16": trace(lambda a, w: a @ w.transpose(-1, -2), spec((4, 130, 64), "bf16"),
                                     spec((96, 64), "bf16")),
+        # more tiles than SMs: persistent blocks walk several (ping-pong: both consumers take turns)
+        "many_tiles_f16": trace(lambda a, b: a @ b, spec((9, 257, 136), "f16"), spec((136, 1032), "f16")),
     }
 
 

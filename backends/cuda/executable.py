@@ -73,6 +73,8 @@ class CUDAExecutable:
             if n not in self.buffers:
                 self._sizes[n] = max(n.numel * n.dtype.itemsize, 1)
                 self.buffers[n] = rt.alloc(self._sizes[n])
+                if n.op != Op.INPUT:
+                    rt.fill_unwritten(self.buffers[n], self._sizes[n])
         self._args = self._arg_lists(self.buffers)
 
     def _arg_lists(self, buffers) -> list[list[int]]:

@@ -338,6 +338,12 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
     return run
 
 
+def unwritten(n: int, dtype) -> np.ndarray:
+    """A buffer of n elements before any kernel writes it: every byte 0xFF (NaN for floats, -1
+    for integers), as a device buffer is filled, so an element a kernel leaves unwritten shows."""
+    return np.full(n * np.dtype(dtype).itemsize, 0xFF, np.uint8).view(dtype)
+
+
 def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
     """Lower `graph` with ir.lower, render it with the CUDA kernel-IR renderer (row_threads:
     threads that share a row's reductions through shuffles, 0 for a thread per row), run it here."""
@@ -348,7 +354,7 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
     run = build(src, [(l.name, len(l.buffers), l.grid, l.block[0]) for l in launches])
     bufs = {}
     for b in program.buffers:
-        bufs[b.name] = np.zeros(max(b.size, 1), dtype=b.dtype.np)
+        bufs[b.name] = unwritten(max(b.size, 1), b.dtype.np)
     for name, a in zip(program.inputs, args):
         bufs[name][: np.size(a)] = np.ascontiguousarray(a, dtype=program.buffer(name).dtype.np).reshape(-1)
     for l in launches:
@@ -390,7 +396,7 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
         bufs[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(-1).copy()
     for l in launches:
         if l.output not in bufs:
-            bufs[l.output] = np.zeros(max(l.output.numel, 1), dtype=l.output.dtype.np)
+            bufs[l.output] = unwritten(max(l.output.numel, 1), l.output.dtype.np)
         if l.library is not None and l.output in products:
             # the interpreter's value into the output: the product where an epilogue kernel
             # finishes the step in place, else the step's own value (a scale, a cast)

@@ -68,6 +68,11 @@ class Runtime:
             return free.pop()
         return self.drv.mem_alloc(nbytes)
 
+    def fill_unwritten(self, buf, nbytes: int) -> None:
+        """Every byte 0xFF (NaN for floats, -1 for integers): a pooled buffer may hold another
+        executable's correct result, which would hide the elements a kernel leaves unwritten."""
+        self.drv.memset_d8(buf, 0xFF, nbytes)
+
     def release(self, buf, nbytes: int) -> None:
         nbytes = max(256, (nbytes + 255) // 256 * 256)
         self._pool.setdefault(nbytes, []).append(buf)

@@ -9,7 +9,14 @@ r*128 + ((c ^ (r & 7)) * 16)), the same layout as backends/cuda/templates/gemm_w
 cp.async loaders: A is k-contiguous (boxes of 64 k x BM rows); B is either k-contiguous (one box
 of 64 k x BN) or n-contiguous (BN/64 boxes of 64 n x 64 k, read through the descriptor's
 transpose bit). Edges past M, N or K are filled with zeros by the copy engine, so no load is
-masked. The tensor maps (CUtensorMap) are kernel parameters encoded on the host for each
+masked.
+
+Persistent blocks walk output tiles in one of two ways. Cooperative: both consumer warpgroups
+share each tile (64 rows each) and store it together, the producer filling the ring meanwhile.
+Ping-pong: each consumer warpgroup owns every other tile of its block whole, and their main
+loops take turns (two named barriers hand the turn over), so one warpgroup stores its tile while
+the other multiplies: the tensor cores stay busy through the epilogues, which matters where a
+tile has few k-steps (short K, batched products). The tensor maps (CUtensorMap) are kernel parameters encoded on the host for each
 binding of buffers (backends/cuda/tensor_map.py); this module renders the kernel and names the
 maps it needs. Needs sm_90a.
 """
@@ -36,17 +43,27 @@ class TMAConfig:
     smem_epilogue: bool = False   # outputs staged in shared memory, then stored as 16-byte rows: in
                                   # the drained stages (one tile per block), or with `persistent` in
                                   # a tile of their own, so the producer fills the ring meanwhile
+    pingpong: bool = False     # (persistent) two consumer warpgroups, each with whole tiles of bm x bn
+                               # of its own, their main loops in turn (module docstring)
 
     def __post_init__(self):
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 64 == 0 and self.bn <= 256
+        # ping-pong: a warpgroup holds a whole tile's accumulators (at most 128 registers a thread)
+        assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 128)
 
     @property
     def name(self) -> str:
-        return f"tma{self.bm}x{self.bn}s{self.stages}" + ("p" if self.persistent else "") + ("e" if self.smem_epilogue else "")
+        walk = "pp" if self.pingpong else ("p" if self.persistent else "")
+        return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + ("e" if self.smem_epilogue else "")
 
     @property
     def consumers(self) -> int:
-        return self.bm // 64
+        return 2 if self.pingpong else self.bm // 64
+
+    @property
+    def row_blocks(self) -> int:
+        """m64 wgmma row blocks one consumer warpgroup multiplies per k16 step."""
+        return self.bm // 64 if self.pingpong else 1
 
     @property
     def threads(self) -> int:
@@ -63,9 +80,16 @@ class TMAConfig:
         return self.persistent and self.smem_epilogue
 
     @property
+    def out_tile_bytes(self) -> int:
+        """Bytes of the staged output tile(s) after the barriers: one bm x bn tile, or with
+        `pingpong` one 64-row tile per consumer (a tile is stored 64 rows at a time)."""
+        if not self.own_tile:
+            return 0
+        return 2 * wg.smem_tile_bytes(64, self.bn, 2) if self.pingpong else wg.smem_tile_bytes(self.bm, self.bn, 2)
+
+    @property
     def smem_bytes(self) -> int:
-        ring = self.stages * self.stage_bytes + 1024 + BARRIER_BYTES
-        return ring + (wg.smem_tile_bytes(self.bm, self.bn, 2) if self.own_tile else 0)
+        return self.stages * self.stage_bytes + 1024 + BARRIER_BYTES + self.out_tile_bytes
 
 
 # searched: on the H100 outputs staged through shared memory (e) won products with few k-steps
@@ -78,10 +102,13 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
                TMAConfig(128, 256, 4)]
 # not searched (never the best in those runs, or not yet run on a GPU: the 192-wide tiles, for
 # products whose n leaves a 256-wide last wave mostly idle, e.g. 1024x5632: 176 tiles of 128x256
-# are 2 rounds of 256 columns on 132 SMs, 240 of 128x192 2 rounds of 192);
+# are 2 rounds of 256 columns on 132 SMs, 240 of 128x192 2 rounds of 192; the ping-pong tiles, for
+# products of few k-steps per tile, such as 64 x 4096x4096x128, whose stores weigh most);
 # benchmarks/product_kernels.py --experimental times them
 TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
-                            TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True)]
+                            TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True),
+                            TMAConfig(128, 128, 5, True, True, True), TMAConfig(128, 128, 5, True, False, True),
+                            TMAConfig(64, 256, 3, True, True, True), TMAConfig(64, 256, 5, True, False, True)]
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
@@ -179,6 +206,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
         b_desc = "wg_desc(sb + kk * 32)"
         load_b = _load("tmB", b_dims, "sb", "k0", "n0", "bz") + ";"
     counter = "it" if cfg.persistent else "kt"
+    readers = 128 if cfg.pingpong else C * 128      # consumer threads that read each stage
     produce = f"""        const int s = {counter} % {S};
         const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
         mbar_wait(full + 8, (({counter} / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
@@ -212,7 +240,10 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
                                  sync=f'asm volatile("bar.sync 1, {C * 128};" ::: "memory");', drain="",
                                  tid="(tid - 128)", threads=C * 128,
                                  at=f"(bars + {BARRIER_BYTES})" if cfg.own_tile else "base")
-    if cfg.persistent:
+    if cfg.pingpong:
+        block, producer, consumer = "", *_pingpong(name, shape, cfg, produce, b_desc, ty, tb, call_args,
+                                                   out_type, pair_store)
+    elif cfg.persistent:
         mt, nt = -(-shape.m // BM), -(-shape.n // BN)
         tiles, coords = mt * nt * shape.batch_count, tile_coords(mt, nt, BM, BN)
         block = ""
@@ -266,7 +297,7 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_consta
   const uint32_t bars = base + {S * cfg.stage_bytes};      // full[s] at bars + 16 s, empty[s] at + 8
   const int tid = threadIdx.x, wgi = tid >> 7;{block}
   if (tid == 0) {{
-    for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {C * 128}); }}
+    for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {readers}); }}
     mbar_fence_init();
   }}
   __syncthreads();
@@ -284,12 +315,83 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_consta
 """
 
 
-def tile_coords(mt: int, nt: int, bm: int, bn: int) -> str:
-    """C statements giving tile t's batch `bz` and corner (m0, n0): consecutive t walk GROUP_M
+def tile_coords(mt: int, nt: int, bm: int, bn: int, m0: str = "m0") -> str:
+    """C statements giving tile t's batch `bz` and corner (`m0`, n0): consecutive t walk GROUP_M
     m-tiles down one n column, then the next column (the A rows they share stay in L2)."""
     return f"""const long long bz = t / {mt * nt};
       const int r = t % {mt * nt}, first = (r / {GROUP_M * nt}) * {GROUP_M}, rows = min({mt} - first, {GROUP_M});
-      const int m0 = (first + (r % {GROUP_M * nt}) % rows) * {bm}, n0 = ((r % {GROUP_M * nt}) / rows) * {bn};"""
+      const int {m0} = (first + (r % {GROUP_M * nt}) % rows) * {bm}, n0 = ((r % {GROUP_M * nt}) / rows) * {bn};"""
+
+
+def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc: str, ty: str, tb: int,
+              call_args: str, out_type: str, pair_store: bool) -> tuple[str, str]:
+    """(producer, consumer) code of the ping-pong walk. The producer copies the block's tiles
+    i = 0, 1, 2, ... (t = blockIdx.x + i * gridDim.x) in order; consumer warpgroup `cw` takes the
+    tiles with i % 2 == cw, whose stages are it = i * KT + kt of the ring. Named barrier 2 + w
+    is warpgroup w's turn: a main loop starts once the other warpgroup's last one has waited
+    for all its stages, so a stage's full barrier is never waited on two phases early (a
+    parity wait cannot tell those apart). The epilogue runs 64 rows at a time, through the
+    same code as the cooperative walk's (`wg` 0 and `m0` that block's first row)."""
+    BM, BN, S, R = cfg.bm, cfg.bn, cfg.stages, cfg.row_blocks
+    KT = (shape.k + 63) // 64
+    mt, nt = -(-shape.m // BM), -(-shape.n // BN)
+    tiles = mt * nt * shape.batch_count
+    _, _, c_off = batch_offsets(shape)
+    coords = tile_coords(mt, nt, BM, BN, m0="tm0")
+    producer = f"""      int it = 0;
+      for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
+      {tile_coords(mt, nt, BM, BN)}
+      for (int kt = 0; kt < {KT}; ++kt, ++it) {{
+{produce}
+      }}
+      }}"""
+    half = wg.WGConfig(64, BN)
+    if cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16") and wg.smem_epilogue_ok(shape, 2):
+        tile_at = f"(bars + {BARRIER_BYTES} + cw * {wg.smem_tile_bytes(64, BN, 2)})"
+        store = wg.smem_epilogue(name, shape, half, call_args, out_type, wg._CONVERT[out_type],
+                                 sync='asm volatile("bar.sync %0, 128;" :: "r"(4 + cw) : "memory");', drain="",
+                                 tid="(tid & 127)", threads=128, at=tile_at)
+    else:
+        store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
+    stores = "\n".join(f"""  {{
+    const int wg = 0, m0 = tm0 + {64 * r};   // rows {64 * r}..{64 * r + 63} of the tile
+    float (&acc)[{BN // 2}] = accs[{r}];
+{store}
+  }}""" for r in range(R))
+    mma = "\n      ".join(f"wgmma_n{BN}_{ty}_t{tb}(accs[{r}], wg_desc(sa + {r * 64 * 128} + kk * 32), {b_desc}, 1);"
+                          for r in range(R))
+    consumer = f"""  const int cw = wg;
+  for (int i = cw; blockIdx.x + i * gridDim.x < {tiles}; i += 2) {{
+    const int t = blockIdx.x + i * gridDim.x;
+    {coords}
+    const long long c_base = {c_off};
+    float accs[{R}][{BN // 2}];
+    #pragma unroll
+    for (int r = 0; r < {R}; ++r)
+      #pragma unroll
+      for (int j = 0; j < {BN // 2}; ++j) accs[r][j] = 0.f;
+    if (i > 0) asm volatile("bar.sync %0, 256;" :: "r"(2 + cw) : "memory");     // my turn
+    int it = i * {KT};
+    for (int kt = 0; kt < {KT}; ++kt, ++it) {{
+      const int s = it % {S};
+      mbar_wait(bars + 16 * s, (it / {S}) & 1);
+      const uint32_t sa = base + s * {cfg.stage_bytes}, sb = sa + {BM * 128};
+      wg_fence();
+      #pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {{
+      {mma}
+      }}
+      wg_commit();
+      wg_wait<1>();
+      if (kt > 0) mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
+    }}
+    if (blockIdx.x + (i + 1) * gridDim.x < {tiles})
+      asm volatile("bar.arrive %0, 256;" :: "r"(3 - cw) : "memory");        // the other's turn
+    wg_wait<0>();
+    mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
+{stores}
+  }}"""
+    return producer, consumer
 
 
 def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
