@@ -89,6 +89,7 @@ class TrialRecord:
     variant_graph: Graph | None = None           # this program at odd shapes, when known
     note: str = ""
     source_hash: str = ""
+    whole_code: bool = False                     # source_hash covers the launches too (verify.CheckResult)
     predicted: float = math.inf                  # the cost model's seconds for this trial (inf: unknown)
     features: tuple | None = None                # what the backend would run, counted (compiler/cost_model.py)
     spread: list = field(default_factory=list)   # (25th, 75th percentile seconds) per timing round
@@ -469,7 +470,7 @@ class _Runner:
     def _record_check(t: TrialRecord, res: verify.CheckResult):
         t.build_s, t.run_s = res.build_s, res.run_s
         t.note = res.note or t.note
-        t.source_hash = res.source_hash
+        t.source_hash, t.whole_code = res.source_hash, res.whole_code
         t.status, t.reason = ("verified", "") if res.ok else ("rejected", res.reason)
 
     def retry(self, t: TrialRecord, e: WorkerFailure, worker: int) -> bool:
@@ -1012,11 +1013,13 @@ def _order_by_schedule_probe(runner: _Runner, probed, later, backend_spec, optio
 
 
 def _drop_duplicates(verified: list[TrialRecord]) -> list[TrialRecord]:
-    """Programs that lower to the same code under the same schedule are timed once."""
+    """Programs that lower to the same code under the same schedule are timed once; under any
+    schedule where the hash covers all a call runs (e.g. every tensor-core schedule of a
+    program whose products are f32 renders the same SIMT kernels)."""
     first: dict[tuple, TrialRecord] = {}
     out = []
     for t in verified:
-        key = (t.source_hash, t.schedule_text)
+        key = (t.source_hash,) if t.whole_code else (t.source_hash, t.schedule_text)
         if t.source_hash and key in first:
             t.status, t.reason = "duplicate", f"same generated code as trial {first[key].id}"
             continue

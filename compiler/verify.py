@@ -328,6 +328,7 @@ class CheckResult:
     run_s: float = 0.0          # fastest verification run but the first (a rough hint for pruning)
     note: str = ""
     source_hash: str = ""       # of the generated code: equal programs lower to equal kernels
+    whole_code: bool = False    # the hash covers all a call runs (else the schedule may add to it)
 
 
 # Element-ops the numpy interpreter may spend on one input set (~0.5-1 s). Above it (a matmul

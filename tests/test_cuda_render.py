@@ -714,3 +714,35 @@ def test_cublas_comes_first_where_the_default_gathers_a_window(monkeypatch):
     assert s1[0].name == "default"
     mm = first(lambda a, b: a @ b, spec((64, 32), "f16"), spec((32, 48), "f16"))
     assert [s.name for s in mm] == ["default", "cublas"]
+
+
+def test_the_code_identity_of_an_f32_product_is_the_same_under_tensor_core_schedules():
+    """Every tensor-core schedule of a program whose products are f32 renders the default
+    SIMT kernel: the executables' identities are equal (the search times one), and a SIMT
+    tile of its own makes another."""
+    from backends.cuda.executable import CUDAExecutable
+    from backends.cuda.render import Schedule
+    from backends.cuda.templates.gemm_simt import SIMT_CONFIGS
+    from backends.cuda.templates.gemm_tma import TMA_CONFIGS
+
+    class Runtime:
+        def function(self, *a):
+            return None
+
+        def alloc(self, n):
+            return 1
+
+        def fill_unwritten(self, buf, n):
+            pass
+
+    g = trace(lambda a, b: (a @ b).relu(), spec((300, 200), "f32"), spec((200, 130), "f32"))
+
+    def identity(schedule):
+        src, launches = render(g, schedule)
+        return CUDAExecutable(prepare(g)[0], launches, src, None, Runtime()).code_identity
+
+    default = identity(Schedule(arch="sm_90a"))
+    assert identity(Schedule(tma=TMA_CONFIGS[0], gemm="wgmma", arch="sm_90a", name=TMA_CONFIGS[0].name)) == default
+    assert identity(Schedule(gemm="mma", arch="sm_90a", name="tc")) == default
+    other = next(c for c in SIMT_CONFIGS if identity(Schedule(simt=c, arch="sm_90a")) != default)
+    assert other is not None

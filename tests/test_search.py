@@ -454,3 +454,17 @@ def test_a_candidate_displaces_the_original_only_when_timed_clearly_faster():
     assert _finalists([noisy, noisy_base], noisy_base)[0] is noisy_base
     quiet_base, quiet = trial(7, 1.0, spread=0.005), trial(8, 0.95, spread=0.005)
     assert _finalists([quiet, quiet_base], quiet_base)[0] is quiet
+
+
+def test_trials_whose_code_covers_all_they_run_are_timed_once_under_any_schedule():
+    from compiler.search import TrialRecord, _drop_duplicates
+    from backends.cuda.render import Schedule
+    a, b = Schedule(name="a"), Schedule(name="b")
+    whole = [TrialRecord(i, 0, "p", 1.0, None, s, status="verified", source_hash="h", whole_code=True)
+             for i, s in enumerate([a, b, a])]
+    kept = _drop_duplicates(whole)
+    assert [t.id for t in kept] == [0] and [t.status for t in whole[1:]] == ["duplicate", "duplicate"]
+    # a hash of the source alone (the schedule may change how it runs): once per schedule
+    partial = [TrialRecord(i, 0, "p", 1.0, None, s, status="verified", source_hash="h")
+               for i, s in enumerate([a, b, a])]
+    assert [t.id for t in _drop_duplicates(partial)] == [0, 1]

@@ -77,6 +77,18 @@ class CUDAExecutable:
                     rt.fill_unwritten(self.buffers[n], self._sizes[n])
         self._args = self._arg_lists(self.buffers)
 
+    @property
+    def code_identity(self) -> str:
+        """Everything a call runs: the source and each launch (geometry, library call, which
+        buffers it reads and writes). Executables with equal identities compute the same thing
+        equally fast, whatever schedule made them (the search times one of them)."""
+        number = {n: f"in{i}" for i, n in enumerate(self.graph.inputs)}
+        number.update({l.output: f"v{i}" for i, l in enumerate(self.launches) if l.output not in number})
+        launches = [(l.name, l.kind, l.grid, l.block, l.shared, repr(l.library), repr(l.tensor_maps),
+                     [number.get(n, "?") for n in [l.output] + list(l.inputs)]) for l in self.launches]
+        outputs = [number.get(o, "?") for o in self.graph.outputs]
+        return f"{self.source}\n{launches!r}\n{outputs!r}"
+
     def _arg_lists(self, buffers) -> list[list[int]]:
         return [[int(buffers[l.output])] + [int(buffers[n]) for n in l.inputs] for l in self.launches]
 
