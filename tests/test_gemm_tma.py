@@ -29,7 +29,7 @@ def _programs():
         "shared_weight_bf16": trace(lambda a, w: a @ w.transpose(-1, -2), spec((4, 130, 64), "bf16"),
                                     spec((96, 64), "bf16")),
         # more tiles than SMs: persistent blocks walk several (ping-pong: both consumers take turns)
-        "many_tiles_f16": trace(lambda a, b: a @ b, spec((9, 257, 136), "f16"), spec((136, 1032), "f16")),
+        "many_tiles_f16": trace(lambda a, b: a @ b, spec((9, 257, 136), "f16"), spec((9, 136, 1032), "f16")),
     }
 
 
@@ -159,7 +159,7 @@ def test_long_products_take_the_tma_kernel_by_default_and_staged_operands_are_it
             _, launches = render(g, Schedule(tma=cfg, gemm="wgmma", arch="sm_90a"))
             for l in launches:
                 for m in l.tensor_maps:      # every map names one of the launch's pointer arguments
-                    assert 1 <= m.arg <= len(l.inputs), (name, l)
+                    assert 0 <= m.arg <= len(l.inputs), (name, l)
 
 
 def test_every_tma_tile_fits_the_shared_memory_of_a_hopper_block():

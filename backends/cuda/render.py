@@ -1366,9 +1366,10 @@ def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, extra, param
     o = step.output
     pair = _pair_store(shape, o.dtype)
     inputs = list(step.inputs) + list(extra)
-    args = {"a": 1 + inputs.index(acc_a.buffer), "b": 1 + inputs.index(acc_b.buffer)}   # after `out`
-    maps = tuple(TensorMap(args[which], dt, tuple(dims), tuple(strides), tuple(box), off)
-                 for which, dims, strides, box, off in gemm_tma.tensor_maps(shape, cfg))
+    args = {"a": 1 + inputs.index(acc_a.buffer), "b": 1 + inputs.index(acc_b.buffer), "c": 0}   # `out` first
+    types = {"a": dt, "b": dt, "c": o.dtype}
+    maps = tuple(TensorMap(args[which], types[which], tuple(dims), tuple(strides), tuple(box), off)
+                 for which, dims, strides, box, off in gemm_tma.tensor_maps(shape, cfg, o.dtype.itemsize))
     src = gemm_tma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair)
     launch = Launch(name, "gemm_tma", gemm_tma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
                     inputs, f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "

@@ -45,16 +45,21 @@ class TMAConfig:
                                   # a tile of their own, so the producer fills the ring meanwhile
     pingpong: bool = False     # (persistent) two consumer warpgroups, each with whole tiles of bm x bn
                                # of its own, their main loops in turn (module docstring)
+    tma_store: bool = False    # (persistent, staged) each consumer warpgroup stages 64 rows at a time
+                               # in 64x64 swizzled boxes of its own and one thread stores them by TMA
+                               # (2-byte outputs of 16-byte aligned rows; others store directly)
 
     def __post_init__(self):
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 64 == 0 and self.bn <= 256
         # ping-pong: a warpgroup holds a whole tile's accumulators (at most 128 registers a thread)
         assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 128)
+        assert not self.tma_store or (self.persistent and self.smem_epilogue)
 
     @property
     def name(self) -> str:
         walk = "pp" if self.pingpong else ("p" if self.persistent else "")
-        return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + ("e" if self.smem_epilogue else "")
+        staged = "t" if self.tma_store else ("e" if self.smem_epilogue else "")
+        return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + staged
 
     @property
     def consumers(self) -> int:
@@ -85,11 +90,18 @@ class TMAConfig:
         `pingpong` one 64-row tile per consumer (a tile is stored 64 rows at a time)."""
         if not self.own_tile:
             return 0
+        if self.tma_store:
+            return 2 * 64 * self.bn * 2
         return 2 * wg.smem_tile_bytes(64, self.bn, 2) if self.pingpong else wg.smem_tile_bytes(self.bm, self.bn, 2)
 
     @property
+    def out_tile_offset(self) -> int:
+        """Of the staged tiles from the barriers: swizzled boxes start 1024-byte aligned."""
+        return 1024 if self.tma_store else BARRIER_BYTES
+
+    @property
     def smem_bytes(self) -> int:
-        return self.stages * self.stage_bytes + 1024 + BARRIER_BYTES + self.out_tile_bytes
+        return self.stages * self.stage_bytes + 1024 + self.out_tile_offset + self.out_tile_bytes
 
 
 # searched: on the H100 outputs staged through shared memory (e) won products with few k-steps
@@ -108,7 +120,9 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
                             TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True),
                             TMAConfig(128, 128, 5, True, True, True), TMAConfig(128, 128, 5, True, False, True),
-                            TMAConfig(64, 256, 3, True, True, True), TMAConfig(64, 256, 5, True, False, True)]
+                            TMAConfig(64, 256, 3, True, True, True), TMAConfig(64, 256, 5, True, False, True),
+                            TMAConfig(128, 256, 3, True, True, tma_store=True), TMAConfig(128, 128, 5, True, True, tma_store=True),
+                            TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True)]
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
@@ -131,9 +145,10 @@ def fits(shape: GemmShape, dtype: str) -> str | None:
     return None
 
 
-def tensor_maps(shape: GemmShape, cfg: TMAConfig) -> list[tuple]:
-    """(operand, dims innermost first, element strides of the outer dims, box) of A's and B's
-    maps; a batch axis is the third dim of an operand that moves along it."""
+def tensor_maps(shape: GemmShape, cfg: TMAConfig, out_itemsize: int = 0) -> list[tuple]:
+    """(operand, dims innermost first, element strides of the outer dims, box, offset) of A's
+    and B's maps, and the output's where the kernel stores by TMA (`stores_by_tma`, given the
+    output's element size); a batch axis is the third dim of an operand that moves along it."""
     batch = next((b for b in shape.batch if b[0] > 1), None)
     a_dims, a_strides, a_box = [shape.k, shape.m], [shape.a_sm], [64, cfg.bm]
     if shape.b_layout == "nk":
@@ -145,7 +160,19 @@ def tensor_maps(shape: GemmShape, cfg: TMAConfig) -> list[tuple]:
             a_dims, a_strides, a_box = a_dims + [batch[0]], a_strides + [batch[1]], a_box + [1]
         if batch[2]:
             b_dims, b_strides, b_box = b_dims + [batch[0]], b_strides + [batch[2]], b_box + [1]
-    return [("a", a_dims, a_strides, a_box, shape.a_off), ("b", b_dims, b_strides, b_box, shape.b_off)]
+    maps = [("a", a_dims, a_strides, a_box, shape.a_off), ("b", b_dims, b_strides, b_box, shape.b_off)]
+    if out_itemsize and stores_by_tma(shape, cfg, out_itemsize):
+        c_dims, c_strides, c_box = [shape.n, shape.m], [shape.c_sm], [64, 64]
+        if batch is not None:
+            c_dims, c_strides, c_box = c_dims + [batch[0]], c_strides + [batch[3]], c_box + [1]
+        maps.append(("c", c_dims, c_strides, c_box, 0))
+    return maps
+
+
+def stores_by_tma(shape: GemmShape, cfg: TMAConfig, out_itemsize: int) -> bool:
+    """Whether `cfg` stores this product's outputs by TMA: 2-byte outputs in rows of unit
+    stride, rows and batches 16-byte aligned."""
+    return cfg.tma_store and out_itemsize == 2 and wg.smem_epilogue_ok(shape, 2)
 
 
 MBAR = r"""
@@ -171,6 +198,17 @@ DEV void tma_load_3d(uint32_t dst, const void* map, int x, int y, int z, uint32_
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
 }
+DEV void tma_store_2d(const void* map, uint32_t src, int x, int y) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
+               :: "l"(map), "r"(x), "r"(y), "r"(src) : "memory");
+}
+DEV void tma_store_3d(const void* map, uint32_t src, int x, int y, int z) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];"
+               :: "l"(map), "r"(x), "r"(y), "r"(z), "r"(src) : "memory");
+}
+DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+DEV void bulk_wait() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 template <int R> DEV void regs_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" :: "n"(R)); }
 template <int R> DEV void regs_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" :: "n"(R)); }
 struct __align__(64) TensorMap { unsigned long long bits[16]; };
@@ -230,7 +268,13 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   for (int i = 0; i < {BN // 2}; ++i) acc[i] = 0.f;"""
     store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
     staged_types = ("__half", "__nv_bfloat16") if cfg.own_tile else ("__half", "__nv_bfloat16", "float")
-    if cfg.smem_epilogue and out_type in staged_types \
+    by_tma = stores_by_tma(shape, cfg, _itemsize(out_type))
+    if by_tma:
+        store = tma_store_epilogue(name, shape, BN, call_args, out_type, who="wg",
+                                   region=f"(bars + {cfg.out_tile_offset} + wg * {64 * BN * 2})")
+    elif cfg.tma_store:
+        pass                # (the direct stores)
+    elif cfg.smem_epilogue and out_type in staged_types \
             and wg.smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
         # the consumers' own barrier (the producer warps have left). One tile per block: every
         # stage has been consumed, so the ring is free once both warpgroups' last wgmma is done.
@@ -242,7 +286,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
                                  at=f"(bars + {BARRIER_BYTES})" if cfg.own_tile else "base")
     if cfg.pingpong:
         block, producer, consumer = "", *_pingpong(name, shape, cfg, produce, b_desc, ty, tb, call_args,
-                                                   out_type, pair_store)
+                                                   out_type, pair_store, by_tma)
     elif cfg.persistent:
         mt, nt = -(-shape.m // BM), -(-shape.n // BN)
         tiles, coords = mt * nt * shape.batch_count, tile_coords(mt, nt, BM, BN)
@@ -264,7 +308,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   wg_wait<0>();
   mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);                 // and this tile's last
 {store}
-  }}"""
+  }}{_LAST_STORES if by_tma else ""}"""
     else:
         bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
         block = f"""
@@ -291,7 +335,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 {epilogue}
 
 extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
-    const __grid_constant__ TensorMap tmB, {params}) {{
+    const __grid_constant__ TensorMap tmB, {"const __grid_constant__ TensorMap tmC, " if by_tma else ""}{params}) {{
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t bars = base + {S * cfg.stage_bytes};      // full[s] at bars + 16 s, empty[s] at + 8
@@ -324,7 +368,7 @@ def tile_coords(mt: int, nt: int, bm: int, bn: int, m0: str = "m0") -> str:
 
 
 def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc: str, ty: str, tb: int,
-              call_args: str, out_type: str, pair_store: bool) -> tuple[str, str]:
+              call_args: str, out_type: str, pair_store: bool, by_tma: bool) -> tuple[str, str]:
     """(producer, consumer) code of the ping-pong walk. The producer copies the block's tiles
     i = 0, 1, 2, ... (t = blockIdx.x + i * gridDim.x) in order; consumer warpgroup `cw` takes the
     tiles with i % 2 == cw, whose stages are it = i * KT + kt of the ring. Named barrier 2 + w
@@ -346,7 +390,12 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
       }}
       }}"""
     half = wg.WGConfig(64, BN)
-    if cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16") and wg.smem_epilogue_ok(shape, 2):
+    if by_tma:
+        store = tma_store_epilogue(name, shape, BN, call_args, out_type, who="cw",
+                                   region=f"(bars + {cfg.out_tile_offset} + cw * {64 * BN * 2})")
+    elif cfg.tma_store:
+        store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
+    elif cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16") and wg.smem_epilogue_ok(shape, 2):
         tile_at = f"(bars + {BARRIER_BYTES} + cw * {wg.smem_tile_bytes(64, BN, 2)})"
         store = wg.smem_epilogue(name, shape, half, call_args, out_type, wg._CONVERT[out_type],
                                  sync='asm volatile("bar.sync %0, 128;" :: "r"(4 + cw) : "memory");', drain="",
@@ -390,8 +439,59 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
     wg_wait<0>();
     mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
 {stores}
-  }}"""
+  }}{_LAST_STORES if by_tma else ""}"""
     return producer, consumer
+
+
+# a block may not end while its TMA stores still read its shared memory
+_LAST_STORES = """
+  if ((tid & 127) == 0) bulk_wait();"""
+
+
+def _itemsize(out_type: str) -> int:
+    return {"__half": 2, "__nv_bfloat16": 2, "float": 4}.get(out_type, 0)
+
+
+def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out_type: str, who: str,
+                       region: str) -> str:
+    """One consumer warpgroup's 64 rows (m0 + wg * 64 on; `acc`, `wg`, `wq`, `lane`, `n0`,
+    `c_base`, `bz` in scope) through the epilogue into its shared `region` (BN/64 boxes of 64 x 64,
+    128-byte swizzled as the loads' tiles, so the 8 rows a warp writes at once hit distinct
+    banks), then stored by one thread as TMA copies of the output's map (which clips rows and
+    columns past the edges: values there are zeros, never computed). Named barrier 4 + `who`
+    orders the warpgroup's writes after the last stores' reads and before the next copy."""
+    pack = "__floats2half2_rn" if out_type == "__half" else "__floats2bfloat162_rn"
+    pair_t = "__half2" if out_type == "__half" else "__nv_bfloat162"
+    batch = any(b[0] > 1 for b in shape.batch)
+    copy = (f"tma_store_3d(&tmC, region + b * 8192, n0 + b * 64, m0 + wg * 64, (int)bz)" if batch
+            else "tma_store_2d(&tmC, region + b * 8192, n0 + b * 64, m0 + wg * 64)")
+    return f"""
+  {{
+    const uint32_t region = {region};
+    unsigned char* const region_p = smem_raw + (region - smem_u32(smem_raw));
+    const bool leader = (tid & 127) == 0;
+    if (leader) bulk_wait_read();             // the last stores have read the region
+    asm volatile("bar.sync %0, 128;" :: "r"(4 + {who}) : "memory");
+    #pragma unroll
+    for (int h = 0; h < 2; ++h) {{
+      const int rl = wq * 16 + (lane >> 2) + h * 8, row = m0 + wg * 64 + rl;
+      #pragma unroll
+      for (int j = 0; j < {BN // 8}; ++j) {{
+        const int col = n0 + j * 8 + (lane & 3) * 2;
+        const long long flat = c_base + (long long)row * {shape.c_sm} + col;
+        const float v0 = row < {shape.m} && col < {shape.n} ? epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]) : 0.f;
+        const float v1 = row < {shape.m} && col + 1 < {shape.n} ? epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]) : 0.f;
+        *reinterpret_cast<{pair_t}*>(region_p + (j >> 3) * 8192 + rl * 128 + (((j & 7) ^ (rl & 7)) << 4) + (lane & 3) * 4)
+            = {pack}(v0, v1);
+      }}
+    }}
+    fence_proxy_async();                      // the writes, visible to the copy engine
+    asm volatile("bar.sync %0, 128;" :: "r"(4 + {who}) : "memory");
+    if (leader) {{
+      for (int b = 0; b < {BN // 64}; ++b) {copy};
+      bulk_commit();
+    }}
+  }}"""
 
 
 def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
