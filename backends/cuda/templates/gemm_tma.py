@@ -48,18 +48,22 @@ class TMAConfig:
     tma_store: bool = False    # (persistent, staged) each consumer warpgroup stages 64 rows at a time
                                # in 64x64 swizzled boxes of its own and one thread stores them by TMA
                                # (2-byte outputs of 16-byte aligned rows; others store directly)
+    cluster: int = 1           # 2 (persistent, cooperative): the two blocks of a cluster take vertically
+                               # adjacent tiles and share each stage's B, each copying half and
+                               # multicasting it to both: B's traffic from L2 halves
 
     def __post_init__(self):
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 64 == 0 and self.bn <= 256
         # ping-pong: a warpgroup holds a whole tile's accumulators (at most 128 registers a thread)
         assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 128)
         assert not self.tma_store or (self.persistent and self.smem_epilogue)
+        assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 128 == 0)
 
     @property
     def name(self) -> str:
         walk = "pp" if self.pingpong else ("p" if self.persistent else "")
         staged = "t" if self.tma_store else ("e" if self.smem_epilogue else "")
-        return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + staged
+        return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + staged + (f"c{self.cluster}" if self.cluster > 1 else "")
 
     @property
     def consumers(self) -> int:
@@ -122,7 +126,9 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 128, 5, True, True, True), TMAConfig(128, 128, 5, True, False, True),
                             TMAConfig(64, 256, 3, True, True, True), TMAConfig(64, 256, 5, True, False, True),
                             TMAConfig(128, 256, 3, True, True, tma_store=True), TMAConfig(128, 128, 5, True, True, tma_store=True),
-                            TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True)]
+                            TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
+                            TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 256, 3, True, True, tma_store=True, cluster=2),
+                            TMAConfig(128, 128, 5, True, True, cluster=2)]
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
@@ -152,7 +158,7 @@ def tensor_maps(shape: GemmShape, cfg: TMAConfig, out_itemsize: int = 0) -> list
     batch = next((b for b in shape.batch if b[0] > 1), None)
     a_dims, a_strides, a_box = [shape.k, shape.m], [shape.a_sm], [64, cfg.bm]
     if shape.b_layout == "nk":
-        b_dims, b_strides, b_box = [shape.k, shape.n], [shape.b_sn], [64, cfg.bn]
+        b_dims, b_strides, b_box = [shape.k, shape.n], [shape.b_sn], [64, cfg.bn // cfg.cluster]
     else:
         b_dims, b_strides, b_box = [shape.n, shape.k], [shape.b_sk], [64, 64]
     if batch is not None:
@@ -198,6 +204,23 @@ DEV void tma_load_3d(uint32_t dst, const void* map, int x, int y, int z, uint32_
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
                :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar) : "memory");
 }
+// the same copy into the shared memory of every block of the cluster in `mask`, each signalling
+// its own barrier at `bar`
+DEV void tma_load_2d_mc(uint32_t dst, const void* map, int x, int y, uint32_t bar, uint16_t mask) {
+  asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;"
+               :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask) : "memory");
+}
+DEV void tma_load_3d_mc(uint32_t dst, const void* map, int x, int y, int z, uint32_t bar, uint16_t mask) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;"
+               :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(mask) : "memory");
+}
+// arrive on the barrier at `bar` of the cluster's block `cta`
+DEV void mbar_arrive_cta(uint32_t bar, uint32_t cta) {
+  asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" :: "r"(bar), "r"(cta) : "memory");
+}
+DEV void cluster_sync() { asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;" ::: "memory"); }
+DEV uint32_t cluster_rank() { uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 DEV void tma_store_2d(const void* map, uint32_t src, int x, int y) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];"
                :: "l"(map), "r"(x), "r"(y), "r"(src) : "memory");
@@ -216,10 +239,11 @@ struct __align__(64) TensorMap { unsigned long long bits[16]; };
 """
 
 
-def _load(map_name: str, dims: list, dst: str, x: str, y: str, bz: str) -> str:
+def _load(map_name: str, dims: list, dst: str, x: str, y: str, bz: str, multicast: bool = False) -> str:
+    mc, mask = ("_mc", ", 3") if multicast else ("", "")
     if len(dims) == 3:
-        return f"tma_load_3d({dst}, &{map_name}, {x}, {y}, (int){bz}, full)"
-    return f"tma_load_2d({dst}, &{map_name}, {x}, {y}, full)"
+        return f"tma_load_3d{mc}({dst}, &{map_name}, {x}, {y}, (int){bz}, full{mask})"
+    return f"tma_load_2d{mc}({dst}, &{map_name}, {x}, {y}, full{mask})"
 
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str, call_args: str,
@@ -236,15 +260,22 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     _, _, c_off = batch_offsets(shape)
     tb = 1 if shape.b_layout == "kn" else 0
     load_a = _load("tmA", a_dims, "sa", "k0", "m0", "bz")
-    if tb:   # n-contiguous B: BN/64 boxes of 64 n x 64 k, 8192 bytes apart
+    pair = cfg.cluster == 2
+    if tb:   # n-contiguous B: BN/64 boxes of 64 n x 64 k, 8192 bytes apart (a cluster's blocks: half each)
         b_desc = "wg_desc2(sb + kk * 2048, 8192, 1024)"
-        load_b = (f"for (int j = 0; j < {BN // 64}; ++j) "
-                  + _load("tmB", b_dims, "sb + j * 8192", "n0 + j * 64", "k0", "bz") + ";")
+        boxes = (f"int j = rank * {BN // 128}; j < rank * {BN // 128} + {BN // 128}; ++j" if pair
+                 else f"int j = 0; j < {BN // 64}; ++j")
+        load_b = f"for ({boxes}) " + _load("tmB", b_dims, "sb + j * 8192", "n0 + j * 64", "k0", "bz", pair) + ";"
     else:
         b_desc = "wg_desc(sb + kk * 32)"
-        load_b = _load("tmB", b_dims, "sb", "k0", "n0", "bz") + ";"
+        load_b = (_load("tmB", b_dims, f"sb + rank * {BN // 2 * 128}", "k0", f"n0 + rank * {BN // 2}", "bz", True)
+                  if pair else _load("tmB", b_dims, "sb", "k0", "n0", "bz")) + ";"
     counter = "it" if cfg.persistent else "kt"
-    readers = 128 if cfg.pingpong else C * 128      # consumer threads that read each stage
+    # arrivals that free a stage: every consumer thread; in a cluster one per consumer warp of
+    # either block (both blocks' B halves land in each other's stage)
+    readers = 128 if cfg.pingpong else (2 * C * 4 if pair else C * 128)
+    release = ("if (lane == 0) {{ mbar_arrive_cta({bar}, 0); mbar_arrive_cta({bar}, 1); }}" if pair
+               else "mbar_arrive({bar});")
     produce = f"""        const int s = {counter} % {S};
         const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
         mbar_wait(full + 8, (({counter} / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
@@ -261,7 +292,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
     wg_commit();
     wg_wait<1>();
-    if (kt > 0) mbar_arrive(bars + 16 * (({counter} - 1) % {S}) + 8);   // tile kt-1's stage may be refilled"""
+    if (kt > 0) {release.format(bar=f"bars + 16 * (({counter} - 1) % {S}) + 8")}   // tile kt-1's stage may be refilled"""
     acc = f"""  const long long c_base = {c_off};
   float acc[{BN // 2}];
   #pragma unroll
@@ -289,24 +320,36 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
                                                    out_type, pair_store, by_tma)
     elif cfg.persistent:
         mt, nt = -(-shape.m // BM), -(-shape.n // BN)
-        tiles, coords = mt * nt * shape.batch_count, tile_coords(mt, nt, BM, BN)
+        if pair:    # a cluster walks pairs of tiles, one above the other; block `rank` the lower one
+            mt2 = -(-mt // 2)
+            tiles, walk = mt2 * nt * shape.batch_count, "int t = blockIdx.x >> 1; t < {tiles}; t += gridDim.x >> 1"
+            coords = tile_coords(mt2, nt, 2 * BM, BN, m0="pm0") + f"\n      const int m0 = pm0 + rank * {BM};"
+        else:
+            tiles, walk = mt * nt * shape.batch_count, "int t = blockIdx.x; t < {tiles}; t += gridDim.x"
+            coords = tile_coords(mt, nt, BM, BN)
+        walk = walk.format(tiles=tiles)
         block = ""
+        # in a cluster the producer returns only once every stage is free again: the other
+        # block's consumers have made their last arrivals here and read the last B halves
+        # this block multicast to them
+        tail = f"""
+      for (int i = 0; i < {S}; ++i, ++it) mbar_wait(bars + 16 * (it % {S}) + 8, ((it / {S}) & 1) ^ 1);""" if pair else ""
         producer = f"""      int it = 0;
-      for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
+      for ({walk}) {{
       {coords}
       for (int kt = 0; kt < {KT}; ++kt, ++it) {{
 {produce}
       }}
-      }}"""
+      }}{tail}"""
         consumer = f"""  int it = 0;
-  for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
+  for ({walk}) {{
     {coords}
 {acc}
   for (int kt = 0; kt < {KT}; ++kt, ++it) {{
 {consume}
   }}
   wg_wait<0>();
-  mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);                 // and this tile's last
+  {release.format(bar=f"bars + 16 * ((it - 1) % {S}) + 8")}                 // and this tile's last
 {store}
   }}{_LAST_STORES if by_tma else ""}"""
     else:
@@ -324,6 +367,8 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   }}
   wg_wait<0>();
 {store}"""
+    rank = "\n  const uint32_t rank = cluster_rank();" if pair else ""
+    ready = "cluster_sync();                     // both blocks' barriers are ready" if pair else "__syncthreads();"
     return f"""
 {wg.NEEDS_ARCH_SPECIFIC}
 {wg.COMMON}
@@ -334,17 +379,17 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 #endif
 {epilogue}
 
-extern "C" __global__ void __launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
+extern "C" __global__ void {"__cluster_dims__(2, 1, 1) " if pair else ""}__launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
     const __grid_constant__ TensorMap tmB, {"const __grid_constant__ TensorMap tmC, " if by_tma else ""}{params}) {{
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const uint32_t bars = base + {S * cfg.stage_bytes};      // full[s] at bars + 16 s, empty[s] at + 8
-  const int tid = threadIdx.x, wgi = tid >> 7;{block}
+  const int tid = threadIdx.x, wgi = tid >> 7;{block}{rank}
   if (tid == 0) {{
     for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {readers}); }}
     mbar_fence_init();
   }}
-  __syncthreads();
+  {ready}
   if (wgi == 0) {{                     // the producer: one thread issues every copy
     regs_dec<{PRODUCER_REGS}>();
     if (tid == 0) {{
@@ -495,6 +540,9 @@ def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out
 
 
 def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
+    if cfg.cluster == 2:       # clusters of two blocks, one per pair of tiles at most
+        pairs = -(-shape.m // (2 * cfg.bm)) * -(-shape.n // cfg.bn) * shape.batch_count
+        return (2 * min(pairs, SMS // 2), 1, 1)
     if cfg.persistent:
         tiles = -(-shape.m // cfg.bm) * -(-shape.n // cfg.bn) * shape.batch_count
         return (min(tiles, SMS), 1, 1)
