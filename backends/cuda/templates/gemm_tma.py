@@ -219,6 +219,9 @@ DEV void mbar_arrive_cta(uint32_t bar, uint32_t cta) {
   asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
                "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" :: "r"(bar), "r"(cta) : "memory");
 }
+// named barrier `id` of `n` threads: wait there / count this warp's threads in and go on
+DEV void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory"); }
+DEV void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory"); }
 DEV void cluster_sync() { asm volatile("barrier.cluster.arrive;\nbarrier.cluster.wait;" ::: "memory"); }
 DEV uint32_t cluster_rank() { uint32_t r; asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r)); return r; }
 DEV void tma_store_2d(const void* map, uint32_t src, int x, int y) {
@@ -312,7 +315,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
         # Persistent: the tile after the barriers, free once every consumer has stored the last
         # tile's rows (the first barrier)
         store = wg.smem_epilogue(name, shape, cfg, call_args, out_type, wg._CONVERT.get(out_type, ""),
-                                 sync=f'asm volatile("bar.sync 1, {C * 128};" ::: "memory");', drain="",
+                                 sync=f"named_sync(1, {C * 128});", drain="",
                                  tid="(tid - 128)", threads=C * 128,
                                  at=f"(bars + {BARRIER_BYTES})" if cfg.own_tile else "base")
     if cfg.pingpong:
@@ -443,7 +446,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
     elif cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16") and wg.smem_epilogue_ok(shape, 2):
         tile_at = f"(bars + {BARRIER_BYTES} + cw * {wg.smem_tile_bytes(64, BN, 2)})"
         store = wg.smem_epilogue(name, shape, half, call_args, out_type, wg._CONVERT[out_type],
-                                 sync='asm volatile("bar.sync %0, 128;" :: "r"(4 + cw) : "memory");', drain="",
+                                 sync="named_sync(4 + cw, 128);", drain="",
                                  tid="(tid & 127)", threads=128, at=tile_at)
     else:
         store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
@@ -464,7 +467,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
     for (int r = 0; r < {R}; ++r)
       #pragma unroll
       for (int j = 0; j < {BN // 2}; ++j) accs[r][j] = 0.f;
-    if (i > 0) asm volatile("bar.sync %0, 256;" :: "r"(2 + cw) : "memory");     // my turn
+    if (i > 0) named_sync(2 + cw, 256);                 // my turn
     int it = i * {KT};
     for (int kt = 0; kt < {KT}; ++kt, ++it) {{
       const int s = it % {S};
@@ -480,7 +483,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
       if (kt > 0) mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
     }}
     if (blockIdx.x + (i + 1) * gridDim.x < {tiles})
-      asm volatile("bar.arrive %0, 256;" :: "r"(3 - cw) : "memory");        // the other's turn
+      named_arrive(3 - cw, 256);                        // the other's turn
     wg_wait<0>();
     mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
 {stores}
@@ -516,7 +519,7 @@ def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out
     unsigned char* const region_p = smem_raw + (region - smem_u32(smem_raw));
     const bool leader = (tid & 127) == 0;
     if (leader) bulk_wait_read();             // the last stores have read the region
-    asm volatile("bar.sync %0, 128;" :: "r"(4 + {who}) : "memory");
+    named_sync(4 + {who}, 128);
     #pragma unroll
     for (int h = 0; h < 2; ++h) {{
       const int rl = wq * 16 + (lane >> 2) + h * 8, row = m0 + wg * 64 + rl;
@@ -531,7 +534,7 @@ def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out
       }}
     }}
     fence_proxy_async();                      // the writes, visible to the copy engine
-    asm volatile("bar.sync %0, 128;" :: "r"(4 + {who}) : "memory");
+    named_sync(4 + {who}, 128);
     if (leader) {{
       for (int b = 0; b < {BN // 64}; ++b) {copy};
       bulk_commit();
