@@ -2,8 +2,9 @@
 
 Kernels written in plain CUDA C++ (the elementwise, generic, row-reduction and SIMT product
 templates, the kernel-IR renderer's), the tensor-core product and the mma.sync flash attention
-(their PTX helpers emulated: cp.async, ldmatrix, mma.sync, ex2) are compiled with the host compiler against CUDA's
-half-precision headers. Kernels without barriers, shared memory or
+(their PTX helpers emulated: cp.async, ldmatrix, mma.sync, ex2) and Hopper's wgmma and TMA
+products (wgmma, TMA copies, mbarriers, named barriers; not clusters) are compiled with the host
+compiler against CUDA's half-precision headers. Kernels without barriers, shared memory or
 shuffles run thread by thread, one block after another; the others run a block's threads as
 fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
 semantics check.
@@ -38,7 +39,10 @@ THREADS = r"""
 #define __shared__ static
 #define __syncthreads() saturn_wait(SATURN_AT_BARRIER)
 #define __syncwarp(...) saturn_wait(SATURN_AT_WARP)
-enum saturn_state { SATURN_RUNNING, SATURN_AT_BARRIER, SATURN_AT_WARP, SATURN_DONE };
+enum saturn_state { SATURN_RUNNING, SATURN_AT_BARRIER, SATURN_AT_WARP, SATURN_DONE, SATURN_SPIN };
+// bumped by every event a polling fiber may wait for (an arrival, a copy landing): a round of
+// the scheduler in which only polling fibers ran and this did not move is a deadlock
+static unsigned long long saturn_progress = 0;
 struct saturn_fiber { ucontext_t ctx; jmp_buf resume; saturn_state state; bool started; char* stack; };
 static const size_t SATURN_STACK = 1 << 18;
 static saturn_fiber* saturn_fibers = nullptr;
@@ -52,6 +56,7 @@ static void saturn_wait(saturn_state s) {
   f.state = s;
   if (!_setjmp(f.resume)) _longjmp(saturn_scheduler, 1);
 }
+static void saturn_spin() { saturn_wait(SATURN_SPIN); }   // poll again in the next round
 static void saturn_trampoline() {
   saturn_body();
   saturn_fibers[saturn_current].state = SATURN_DONE;
@@ -148,6 +153,131 @@ template <class T> static T atomicAdd(T* p, T v) { T old = *p; *p = old + v; ret
 template <class T> static T atomicOr(T* p, T v) { T old = *p; *p = old | v; return old; }
 template <class T> static T atomicMax(T* p, T v) { T old = *p; *p = old > v ? old : v; return old; }
 
+// Hopper's product helpers (templates/gemm_tma.py, gemm_wgmma.py), emulated: their device
+// definitions sit behind these guards. mbarriers are a table beside the arena (by address);
+// a TMA copy moves its box at once (128-byte swizzle, zeros past the edges) and completes its
+// bytes on the barrier; wgmma computes each thread's accumulators from the descriptors (K-major
+// or, transposed, MN-major operands, 128-byte swizzle) when it is issued. A tensor map here is
+// the host's own: base, rank, element size, dims, byte strides of the outer dims, box.
+#define SATURN_MBAR
+#define SATURN_WGMMA_COMMON
+#define __grid_constant__
+struct TensorMap { unsigned long long bits[16]; };
+struct saturn_mbar { int count, pending, tx; unsigned phase; };
+static saturn_mbar saturn_mbars[sizeof(saturn_smem) / 8];
+static saturn_mbar& saturn_bar(uint32_t a) { return saturn_mbars[a / 8]; }
+static void saturn_bar_step(saturn_mbar& b) {
+  if (b.pending == 0 && b.tx == 0) { b.phase++; b.pending = b.count; }
+  saturn_progress++;
+}
+static void mbar_init(uint32_t bar, int count) { saturn_bar(bar) = {count, count, 0, 0}; saturn_progress++; }
+static void mbar_fence_init() {}
+static void mbar_expect_tx(uint32_t bar, uint32_t bytes) { saturn_mbar& b = saturn_bar(bar); b.tx += (int)bytes; b.pending--; saturn_bar_step(b); }
+static void mbar_arrive(uint32_t bar) { saturn_mbar& b = saturn_bar(bar); b.pending--; saturn_bar_step(b); }
+// returns once the phase of this parity has completed (the current phase is incomplete)
+static void mbar_wait(uint32_t bar, uint32_t parity) { while ((saturn_bar(bar).phase & 1u) == parity) saturn_spin(); }
+struct saturn_named { int arrived; unsigned generation; };
+static saturn_named saturn_named_bars[16];
+static void named_arrive(int id, int n) {
+  saturn_named& b = saturn_named_bars[id];
+  if (++b.arrived == n) { b.arrived = 0; b.generation++; }
+  saturn_progress++;
+}
+static void named_sync(int id, int n) {
+  const unsigned g = saturn_named_bars[id].generation;
+  named_arrive(id, n);
+  while (saturn_named_bars[id].generation == g) saturn_spin();
+}
+template <int R> static void regs_dec() {}
+template <int R> static void regs_inc() {}
+static inline uint32_t saturn_swizzle(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
+// every element of the box at coordinates c (innermost first) and the matching place in shared
+// memory at `at`: f(global pointer or null past the edges, shared address)
+template <class F> static void saturn_box(const TensorMap* m, uint32_t at, const int* c, F f) {
+  const unsigned long long* w = m->bits;
+  const int rank = (int)w[1], size = (int)w[2];
+  long long dims[3] = {(long long)w[3], (long long)w[4], rank > 2 ? (long long)w[5] : 1};
+  long long box[3] = {(long long)w[8], (long long)w[9], rank > 2 ? (long long)w[10] : 1};
+  for (long long z = 0; z < box[2]; ++z)
+    for (long long y = 0; y < box[1]; ++y)
+      for (long long x = 0; x < box[0]; ++x) {
+        const long long gx = c[0] + x, gy = c[1] + y, gz = rank > 2 ? c[2] + z : 0;
+        const bool in = gx >= 0 && gx < dims[0] && gy >= 0 && gy < dims[1] && gz >= 0 && gz < dims[2];
+        unsigned char* g = in ? (unsigned char*)w[0] + gx * size + gy * (long long)w[6] + gz * (long long)w[7] : nullptr;
+        f(g, saturn_swizzle(at + (uint32_t)(((z * box[1] + y) * box[0] + x) * size)), size);
+      }
+}
+static void saturn_tma_load(uint32_t dst, const void* map, const int* c, uint32_t bar) {
+  int bytes = 0;
+  saturn_box((const TensorMap*)map, dst, c, [&](unsigned char* g, uint32_t s, int size) {
+    if (g) std::memcpy(saturn_smem + s, g, size); else std::memset(saturn_smem + s, 0, size);
+    bytes += size; });
+  saturn_bar(bar).tx -= bytes; saturn_bar_step(saturn_bar(bar));
+}
+static void tma_load_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) { int c[3] = {x, y, 0}; saturn_tma_load(dst, map, c, bar); }
+static void tma_load_3d(uint32_t dst, const void* map, int x, int y, int z, uint32_t bar) { int c[3] = {x, y, z}; saturn_tma_load(dst, map, c, bar); }
+static void saturn_tma_store(const void* map, uint32_t src, const int* c) {
+  saturn_box((const TensorMap*)map, src, c, [&](unsigned char* g, uint32_t s, int size) { if (g) std::memcpy(g, saturn_smem + s, size); });
+}
+static void tma_store_2d(const void* map, uint32_t src, int x, int y) { int c[3] = {x, y, 0}; saturn_tma_store(map, src, c); }
+static void tma_store_3d(const void* map, uint32_t src, int x, int y, int z) { int c[3] = {x, y, z}; saturn_tma_store(map, src, c); }
+static void bulk_commit() {}
+static void bulk_wait_read() {}
+static void bulk_wait() {}
+static uint64_t wg_desc(uint32_t addr) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+static uint64_t wg_desc2(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)1 << 62);
+}
+static void wg_fence() {}
+static void wg_commit() {}
+template <int N> static void wg_wait() {}
+static void fence_proxy_async() {}
+// d (this thread's part of a warpgroup's m64 x N accumulator: value j * 4 + 2 h + c is row
+// warp * 16 + lane / 4 + 8 h, column j * 8 + 2 (lane % 4) + c) += A (64 x 16, K-major) B (16 x N)
+template <int N, int TB> static void saturn_wgmma(float* d, uint64_t da, uint64_t db, int one, float (*cv)(uint16_t)) {
+  const unsigned t = saturn_current % 128, warp = t / 32, lane = t % 32;
+  auto addr = [](uint64_t x) { return (uint32_t)(x & 0x3FFF) << 4; };
+  auto lbo = [](uint64_t x) { return (uint32_t)((x >> 16) & 0x3FFF) << 4; };
+  auto sbo = [](uint64_t x) { return (uint32_t)((x >> 32) & 0x3FFF) << 4; };
+  auto at = [&](uint32_t a) { uint16_t v; std::memcpy(&v, saturn_smem + saturn_swizzle(a), 2); return cv(v); };
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < N / 8; ++j)
+      for (int c = 0; c < 2; ++c) {
+        const uint32_t r = warp * 16 + lane / 4 + 8 * h, n = j * 8 + (lane % 4) * 2 + c;
+        float s = one ? d[j * 4 + 2 * h + c] : 0.f;
+        for (uint32_t k = 0; k < 16; ++k) {
+          const uint32_t a = addr(da) + (r / 8) * sbo(da) + (r % 8) * 128 + k * 2;
+          const uint32_t b = TB ? addr(db) + (n / 64) * lbo(db) + (k / 8) * sbo(db) + (k % 8) * 128 + (n % 64) * 2
+                                : addr(db) + (n / 8) * sbo(db) + (n % 8) * 128 + k * 2;
+          s += at(a) * at(b);
+        }
+        d[j * 4 + 2 * h + c] = s;
+      }
+}
+#define SATURN_WGMMA(N, TB) \
+  static void wgmma_n##N##_f16_t##TB(float* d, uint64_t a, uint64_t b, int one) { saturn_wgmma<N, TB>(d, a, b, one, saturn_f16); } \
+  static void wgmma_n##N##_bf16_t##TB(float* d, uint64_t a, uint64_t b, int one) { saturn_wgmma<N, TB>(d, a, b, one, saturn_bf16); }
+SATURN_WGMMA(64, 0) SATURN_WGMMA(64, 1) SATURN_WGMMA(128, 0) SATURN_WGMMA(128, 1)
+SATURN_WGMMA(192, 0) SATURN_WGMMA(192, 1) SATURN_WGMMA(256, 0) SATURN_WGMMA(256, 1)
+#define SATURN_WGMMA_N64_f16_T0
+#define SATURN_WGMMA_N64_f16_T1
+#define SATURN_WGMMA_N64_bf16_T0
+#define SATURN_WGMMA_N64_bf16_T1
+#define SATURN_WGMMA_N128_f16_T0
+#define SATURN_WGMMA_N128_f16_T1
+#define SATURN_WGMMA_N128_bf16_T0
+#define SATURN_WGMMA_N128_bf16_T1
+#define SATURN_WGMMA_N192_f16_T0
+#define SATURN_WGMMA_N192_f16_T1
+#define SATURN_WGMMA_N192_bf16_T0
+#define SATURN_WGMMA_N192_bf16_T1
+#define SATURN_WGMMA_N256_f16_T0
+#define SATURN_WGMMA_N256_f16_T1
+#define SATURN_WGMMA_N256_bf16_T0
+#define SATURN_WGMMA_N256_bf16_T1
+
 // Runs one block of `n` threads; 0, 1 where they deadlock (some wait at a barrier that the
 // others never reach), 2 where they cannot start (more than 1024, no context).
 static int saturn_run_block(unsigned n) {
@@ -160,6 +290,7 @@ static int saturn_run_block(unsigned n) {
     saturn_capacity = n;
   }
   saturn_nthreads = n;
+  std::memset(saturn_named_bars, 0, sizeof(saturn_named_bars));
   static ucontext_t saturn_context;          // (getcontext once: it is a system call)
   static bool saturn_have_context = getcontext(&saturn_context) == 0;
   if (!saturn_have_context) return 2;
@@ -174,8 +305,11 @@ static int saturn_run_block(unsigned n) {
     f.started = false;
   }
   for (;;) {
+    const unsigned long long before = saturn_progress;
+    bool moved = false, polling = false;           // a fiber got past a poll / still polls
     for (unsigned i = 0; i < n; ++i) {
-      if (saturn_fibers[i].state != SATURN_RUNNING) continue;
+      if (saturn_fibers[i].state == SATURN_SPIN) saturn_fibers[i].state = SATURN_RUNNING;
+      else if (saturn_fibers[i].state != SATURN_RUNNING) continue;
       saturn_current = i;
       threadIdx.x = i;
       saturn_fiber& f = saturn_fibers[i];
@@ -184,6 +318,7 @@ static int saturn_run_block(unsigned n) {
         f.started = true;
         setcontext(&f.ctx);
       }
+      if (f.state == SATURN_SPIN) polling = true; else moved = true;
     }
     bool live = false, released = false;
     for (unsigned w = 0; w < n; w += 32) {      // warps whose live lanes all wait at a shuffle
@@ -202,6 +337,10 @@ static int saturn_run_block(unsigned n) {
     }
     if (!live) return 0;
     if (released) continue;
+    if (polling) {
+      if (!moved && saturn_progress == before) return 1;   // every live fiber polls, nothing changes
+      continue;
+    }
     for (unsigned i = 0; i < n; ++i)
       if (saturn_fibers[i].state == SATURN_AT_WARP) return 1;
     for (unsigned i = 0; i < n; ++i)             // every live thread waits at the barrier
@@ -282,20 +421,24 @@ def _kernel_text(body: str, name: str) -> str:
 
 def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int], int]]):
     """Compile `source` (kernels as rendered) for the host. kernels: (name, n_params, grid,
-    block), grid a block count or (x, y, z). A kernel that syncs or shares memory runs its
-    block's threads as fibers (THREADS), others thread by thread. Returns a function
+    block[, n_maps]), grid a block count or (x, y, z); a kernel with tensor maps takes that many
+    first (`host_map` arrays, before its pointers' arrays). A kernel that syncs or shares memory
+    runs its block's threads as fibers (THREADS), others thread by thread. Returns a function
     run(name, arrays) that runs one launch."""
     body = _strip_prelude(source)
     wrappers, seen = [], {}
-    for name, nparams, grid, block in kernels:
+    for name, nparams, grid, block, *maps in kernels:
+        nmaps = maps[0] if maps else 0
         grid = (grid, 1, 1) if isinstance(grid, int) else tuple(grid)
         if name in seen:    # one kernel launched again (a generic kernel reused): one wrapper
             if seen[name] != (nparams, grid, block):
                 raise ValueError(f"kernel {name} launched with two shapes: {seen[name]}, {(nparams, grid, block)}")
             continue
         seen[name] = (nparams, grid, block)
-        sig = ", ".join(["void*"] * nparams)
-        args = ", ".join(f"a[{i}]" for i in range(nparams))
+        # tensor maps by value first (as the kernel takes them), then the pointers
+        sig = ", ".join(["TensorMap"] * nmaps + ["void*"] * nparams)
+        args = ", ".join([f"*(const TensorMap*)a[{i}]" for i in range(nmaps)]
+                         + [f"a[{nmaps + i}]" for i in range(nparams)])
         call = f"((void (*)({sig})){name})({args});"
         loops = (f"  blockDim.x = {block}u; blockDim.y = blockDim.z = 1u;\n"
                  f"  gridDim.x = {grid[0]}u; gridDim.y = {grid[1]}u; gridDim.z = {grid[2]}u;\n"
@@ -364,10 +507,25 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
 
 
 # kinds whose kernels run over THREADS (stage: an elementwise copy; gemm_tc and the mma.sync
-# flash attention: cp.async, ldmatrix, mma.sync and ex2 emulated); kernels that use wgmma or
-# TMA (Hopper's products and attention) need a GPU
-EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt", "gemm_tc", "attention")
-HOPPER_ONLY = ("wgmma", "cp.async.bulk")
+# flash attention: cp.async, ldmatrix, mma.sync and ex2 emulated; Hopper's products: wgmma,
+# TMA copies, mbarriers and named barriers emulated); kernels in clusters and the wgmma flash
+# attention (register-A wgmma) need a GPU
+EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt", "gemm_tc", "attention", "gemm_wgmma",
+                  "gemm_tma", "transpose")
+HOPPER_ONLY = ("__cluster_dims__", "wgmma_ra_")
+
+
+def host_map(m, buffer: np.ndarray) -> np.ndarray:
+    """The host's tensor map (THREADS' TensorMap) of `m` (tensor_map.TensorMap) over `buffer`:
+    base address, rank, element size, dims, byte strides of the outer dims, box."""
+    size = m.dtype.itemsize
+    bits = np.zeros(16, np.uint64)
+    bits[0] = buffer.ctypes.data + m.offset * size
+    bits[1], bits[2] = len(m.dims), size
+    bits[3:3 + len(m.dims)] = m.dims
+    bits[6:6 + len(m.strides)] = [st * size for st in m.strides]
+    bits[8:8 + len(m.box)] = m.box
+    return bits
 
 
 def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
@@ -390,7 +548,7 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
         raise ValueError(f"kernels with {', '.join(hopper)} need a GPU")
     kernels = [l for l in launches if l.library is None]
     finished = {l.output for l in launches if l.name.endswith("_epilogue")}
-    run = build(src, [(l.name, 1 + len(l.inputs), l.grid, l.block[0]) for l in kernels])
+    run = build(src, [(l.name, 1 + len(l.inputs), l.grid, l.block[0], len(l.tensor_maps)) for l in kernels])
     bufs = {}
     for node, a in zip(graph.inputs, args):
         bufs[node] = np.ascontiguousarray(a, dtype=node.dtype.np).reshape(-1).copy()
@@ -407,6 +565,7 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
             from backends.cuda.cublas import emulate_call
             emulate_call(l.library, [bufs[l.output]] + [bufs[n] for n in l.inputs])
         else:
-            run(l.name, [bufs[l.output]] + [bufs[n] for n in l.inputs])
+            pointers = [bufs[l.output]] + [bufs[n] for n in l.inputs]
+            run(l.name, [host_map(m, pointers[m.arg]) for m in l.tensor_maps] + pointers)
     return [np.zeros(o.shape, o.dtype.np) if o.numel == 0 else bufs[o][: o.numel].reshape(o.shape).copy()
             for o in graph.outputs]      # (an empty output has no kernel)

@@ -1,0 +1,117 @@
+"""Hopper's products run on the host (hostsim's wgmma, TMA, mbarrier and named-barrier
+emulation) against the interpreter: every TMA tile, searched or experimental, on products at
+odd shapes, batched, with either B layout and an epilogue; the persistent and ping-pong walks
+over more tiles than SMs; the cp.async-fed wgmma tiles. Then that the emulation is not
+forgiving: a wrong operand layout gives wrong products, a barrier that never fills is a
+deadlock, and what it cannot run (clusters, the register-A wgmma attention) is refused."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from backends.cuda import hostsim, render
+from backends.cuda.render import Schedule
+from backends.cuda.templates import gemm_tma
+from backends.cuda.templates.gemm_tma import TMA_CONFIGS, TMA_EXPERIMENTAL_CONFIGS
+from backends.cuda.templates.gemm_wgmma import WG_CONFIGS, WG_MN_CONFIGS
+from compiler.trace import spec, trace
+from ir.interpreter import evaluate
+from test_gemm_tma import _close, _inputs, _programs
+
+pytestmark = pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
+
+ON_HOST = [c for c in TMA_CONFIGS + TMA_EXPERIMENTAL_CONFIGS if c.cluster == 1]
+FAST = ["batched_bias_relu_f16", "shared_weight_bf16"]      # (the others under -m slow)
+
+
+def _run(g, cfg, args):
+    sched = Schedule(tma=cfg, gemm="wgmma", name=cfg.name, arch="sm_90a")
+    assert [l.kind for l in render(g, sched)[1]] == ["gemm_tma"], cfg.name
+    return hostsim.run_templates(g, args, sched)[0]
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_every_tma_tile_runs_on_host(name):
+    g = _programs()[name]
+    args = _inputs(g, 0)
+    want = evaluate(g, args)[0]
+    for cfg in ON_HOST:
+        _close(_run(g, cfg, args), want, g.inputs[0].shape[-1])
+
+
+def test_persistent_walks_over_more_tiles_than_sms_run_on_host():
+    """135 tiles of 64 or 128 rows: blocks walk two, the ping-pong warpgroups take turns, and
+    the ring's stage counter runs on across tiles."""
+    g = trace(lambda a, b: a @ b, spec((9, 257, 72), "f16"), spec((9, 72, 520), "f16"))
+    args = _inputs(g, 1)
+    want = evaluate(g, args)[0]
+    walks = [c for c in ON_HOST if c.persistent and c.bn <= 128 or c.pingpong]
+    assert any(c.pingpong for c in walks) and any(c.tma_store for c in walks)
+    for cfg in walks:
+        _close(_run(g, cfg, args), want, 72)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [n for n in _programs() if n not in FAST])
+def test_every_tma_tile_runs_on_host_on_the_larger_products(name):
+    g = _programs()[name]
+    args = _inputs(g, 0)
+    want = evaluate(g, args)[0]
+    for cfg in ON_HOST:
+        _close(_run(g, cfg, args), want, g.inputs[0].shape[-1])
+
+
+@pytest.mark.parametrize("cfg", WG_CONFIGS + WG_MN_CONFIGS, ids=lambda c: f"{c.bm}x{c.bn}s{c.stages}mn{c.b_mn}e{int(c.smem_epilogue)}")
+def test_cp_async_fed_wgmma_tiles_run_on_host(cfg):
+    """A k-contiguous B (a weight, batch folded into m, with an epilogue) and an n-contiguous
+    one (transposed first, or read through the transpose bit by the MN-major tiles)."""
+    nt = trace(lambda a, w, c: (a @ w.transpose(-1, -2) + c).relu(), spec((2, 130, 72), "bf16"),
+               spec((136, 72), "bf16"), spec((136,), "bf16"))
+    nn = trace(lambda a, b: a @ b, spec((130, 72), "f16"), spec((72, 136), "f16"))
+    for g in (nt, nn):
+        args = _inputs(g, 2)
+        sched = Schedule(wg=cfg, gemm="wgmma", name="wg", arch="sm_90a")
+        assert "gemm_wgmma" in [l.kind for l in render(g, sched)[1]]
+        _close(hostsim.run_templates(g, args, sched)[0], evaluate(g, args)[0], 72)
+
+
+def _patched(monkeypatch, old: str, new: str):
+    render_tma = gemm_tma.render
+
+    def patched(*a, **kw):
+        src = render_tma(*a, **kw)
+        assert old in src
+        return src.replace(old, new)
+    monkeypatch.setattr(gemm_tma, "render", patched)
+
+
+def test_a_wrong_operand_layout_gives_wrong_products_on_host(monkeypatch):
+    """B's k-groups read 2048 bytes apart instead of 1024: the emulated wgmma follows the
+    descriptor, so the product is wrong."""
+    g = _programs()["batched_bias_relu_f16"]
+    args = _inputs(g, 0)
+    want = evaluate(g, args)[0]
+    _patched(monkeypatch, "wg_desc2(sb + kk * 2048, 8192, 1024)", "wg_desc2(sb + kk * 2048, 8192, 2048)")
+    with pytest.raises(AssertionError):
+        _close(_run(g, TMA_CONFIGS[0], args), want, 128)
+
+
+def test_a_named_barrier_that_never_fills_is_a_deadlock_on_host(monkeypatch):
+    g = trace(lambda a, b: a @ b, spec((9, 257, 136), "f16"), spec((9, 136, 520), "f16"))
+    cfg = next(c for c in ON_HOST if c.pingpong)
+    _patched(monkeypatch, "named_sync(2 + cw, 256)", "named_sync(2 + cw, 384)")
+    with pytest.raises(RuntimeError, match="never reach"):
+        _run(g, cfg, _inputs(g, 0))
+
+
+def test_clusters_and_the_wgmma_attention_still_need_a_gpu():
+    g = trace(lambda a, b: a @ b, spec((256, 256), "f16"), spec((256, 256), "f16"))
+    cluster = next(c for c in TMA_EXPERIMENTAL_CONFIGS if c.cluster == 2)
+    with pytest.raises(ValueError, match="need a GPU"):
+        hostsim.run_templates(g, _inputs(g, 0), Schedule(tma=cluster, gemm="wgmma", name=cluster.name, arch="sm_90a"))
+    q = trace(lambda q, k, v: ((q @ k.transpose(-1, -2)) * 0.125).softmax(-1) @ v,
+              *[spec((1, 2, 128, 64), "f16")] * 3)
+    sched = Schedule(arch="sm_90a")
+    if any(l.kind == "attention" and "wgmma" in l.detail for l in render(q, sched)[1]):
+        with pytest.raises(ValueError, match="need a GPU"):
+            hostsim.run_templates(q, _inputs(q, 0), sched)
