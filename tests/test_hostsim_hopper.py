@@ -1,9 +1,10 @@
-"""Hopper's products run on the host (hostsim's wgmma, TMA, mbarrier and named-barrier
-emulation) against the interpreter: every TMA tile, searched or experimental, on products at
-odd shapes, batched, with either B layout and an epilogue; the persistent and ping-pong walks
-over more tiles than SMs; the cp.async-fed wgmma tiles. Then that the emulation is not
-forgiving: a wrong operand layout gives wrong products, a barrier that never fills is a
-deadlock, and what it cannot run (clusters, the register-A wgmma attention) is refused."""
+"""Hopper's products run on the host (hostsim's wgmma, TMA, mbarrier, named-barrier and
+two-block cluster emulation) against the interpreter: every TMA tile, searched or
+experimental, on products at odd shapes, batched, with either B layout and an epilogue; the
+persistent, ping-pong and cluster walks over more tiles than SMs; the cp.async-fed wgmma
+tiles. Then that the emulation is not forgiving: a wrong operand layout gives wrong products,
+a barrier that never fills is a deadlock (within a block and across a cluster), and what it
+cannot run (the register-A wgmma attention) is refused."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,7 @@ from test_gemm_tma import _close, _inputs, _programs
 
 pytestmark = pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
 
-ON_HOST = [c for c in TMA_CONFIGS + TMA_EXPERIMENTAL_CONFIGS if c.cluster == 1]
+ON_HOST = TMA_CONFIGS + TMA_EXPERIMENTAL_CONFIGS
 FAST = ["batched_bias_relu_f16", "shared_weight_bf16"]      # (the others under -m slow)
 
 
@@ -40,13 +41,14 @@ def test_every_tma_tile_runs_on_host(name):
 
 
 def test_persistent_walks_over_more_tiles_than_sms_run_on_host():
-    """135 tiles of 64 or 128 rows: blocks walk two, the ping-pong warpgroups take turns, and
-    the ring's stage counter runs on across tiles."""
+    """135 tiles of 64 or 128 rows: blocks walk two, the ping-pong warpgroups take turns, a
+    cluster's blocks walk their pairs in step, and the ring's stage counter runs on across
+    tiles."""
     g = trace(lambda a, b: a @ b, spec((9, 257, 72), "f16"), spec((9, 72, 520), "f16"))
     args = _inputs(g, 1)
     want = evaluate(g, args)[0]
     walks = [c for c in ON_HOST if c.persistent and c.bn <= 128 or c.pingpong]
-    assert any(c.pingpong for c in walks) and any(c.tma_store for c in walks)
+    assert any(c.pingpong for c in walks) and any(c.tma_store for c in walks) and any(c.cluster > 1 for c in walks)
     for cfg in walks:
         _close(_run(g, cfg, args), want, 72)
 
@@ -104,14 +106,21 @@ def test_a_named_barrier_that_never_fills_is_a_deadlock_on_host(monkeypatch):
         _run(g, cfg, _inputs(g, 0))
 
 
-def test_clusters_and_the_wgmma_attention_still_need_a_gpu():
-    g = trace(lambda a, b: a @ b, spec((256, 256), "f16"), spec((256, 256), "f16"))
-    cluster = next(c for c in TMA_EXPERIMENTAL_CONFIGS if c.cluster == 2)
-    with pytest.raises(ValueError, match="need a GPU"):
-        hostsim.run_templates(g, _inputs(g, 0), Schedule(tma=cluster, gemm="wgmma", name=cluster.name, arch="sm_90a"))
+def test_a_stage_one_arrival_short_across_a_cluster_is_a_deadlock_on_host(monkeypatch):
+    """The empty barriers of a cluster's blocks count both blocks' consumer warps (16): asking
+    for one more never completes, so the producers wait for ever."""
+    g = _programs()["batched_bias_relu_f16"]
+    cfg = next(c for c in ON_HOST if c.cluster == 2)
+    _patched(monkeypatch, "mbar_init(bars + 16 * s + 8, 16)", "mbar_init(bars + 16 * s + 8, 17)")
+    with pytest.raises(RuntimeError, match="never reach"):
+        _run(g, cfg, _inputs(g, 0))
+
+
+def test_the_wgmma_attention_still_needs_a_gpu():
+    from backends.cuda.templates.attention_wgmma import AttnWGConfig
     q = trace(lambda q, k, v: ((q @ k.transpose(-1, -2)) * 0.125).softmax(-1) @ v,
               *[spec((1, 2, 128, 64), "f16")] * 3)
-    sched = Schedule(arch="sm_90a")
-    if any(l.kind == "attention" and "wgmma" in l.detail for l in render(q, sched)[1]):
-        with pytest.raises(ValueError, match="need a GPU"):
-            hostsim.run_templates(q, _inputs(q, 0), sched)
+    sched = Schedule(attn=AttnWGConfig(), arch="sm_90a")
+    assert [l.kind for l in render(q, sched)[1]] == ["attention"]
+    with pytest.raises(ValueError, match="need a GPU"):
+        hostsim.run_templates(q, _inputs(q, 0), sched)

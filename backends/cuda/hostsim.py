@@ -3,7 +3,7 @@
 Kernels written in plain CUDA C++ (the elementwise, generic, row-reduction and SIMT product
 templates, the kernel-IR renderer's), the tensor-core product and the mma.sync flash attention
 (their PTX helpers emulated: cp.async, ldmatrix, mma.sync, ex2) and Hopper's wgmma and TMA
-products (wgmma, TMA copies, mbarriers, named barriers; not clusters) are compiled with the host
+products (wgmma, TMA copies, mbarriers, named barriers, two-block clusters) are compiled with the host
 compiler against CUDA's half-precision headers. Kernels without barriers, shared memory or
 shuffles run thread by thread, one block after another; the others run a block's threads as
 fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
@@ -46,9 +46,12 @@ static unsigned long long saturn_progress = 0;
 struct saturn_fiber { ucontext_t ctx; jmp_buf resume; saturn_state state; bool started; char* stack; };
 static const size_t SATURN_STACK = 1 << 18;
 static saturn_fiber* saturn_fibers = nullptr;
-static unsigned saturn_nthreads = 0, saturn_capacity = 0, saturn_current = 0;   // block size, fibers made
+static unsigned saturn_nthreads = 0, saturn_capacity = 0, saturn_current = 0;   // fibers running, made
+// a cluster's blocks run together, block `saturn_rank` of the fiber running with its own arena,
+// barriers and threadIdx; blockIdx.x is saturn_block_base + its rank
+static unsigned saturn_block = 0, saturn_rank = 0, saturn_cluster = 1, saturn_block_base = 0;
 static jmp_buf saturn_scheduler;
-static unsigned long long saturn_slots[1024];
+static unsigned long long saturn_slots[2048];
 static void (*saturn_body)() = nullptr;
 
 static void saturn_wait(saturn_state s) {
@@ -89,8 +92,9 @@ template <int N> static void cp_async_wait() {}
 // offset into it); ldmatrix and mma.sync are warp-collective: every lane posts its address or
 // fragments, then each takes what the instruction gives it (PTX ISA, m8n8 matrices and the
 // m16n8k16 fragment layouts: group g = lane / 4, c = lane % 4)
-alignas(128) static unsigned char saturn_smem[232448];
-static uint32_t saturn_words[1024][6];
+alignas(1024) static unsigned char saturn_arenas[2][232448];
+#define saturn_smem (saturn_arenas[saturn_rank])
+static uint32_t saturn_words[2048][6];
 static inline uint32_t smem_u32(const void* p) { return (uint32_t)((const unsigned char*)p - saturn_smem); }
 static void cp_async16(uint32_t dst, const void* src, int src_bytes) {
   if (src_bytes) std::memcpy(saturn_smem + dst, src, src_bytes);
@@ -164,8 +168,9 @@ template <class T> static T atomicMax(T* p, T v) { T old = *p; *p = old > v ? ol
 #define __grid_constant__
 struct TensorMap { unsigned long long bits[16]; };
 struct saturn_mbar { int count, pending, tx; unsigned phase; };
-static saturn_mbar saturn_mbars[sizeof(saturn_smem) / 8];
-static saturn_mbar& saturn_bar(uint32_t a) { return saturn_mbars[a / 8]; }
+static saturn_mbar saturn_mbars[2][sizeof(saturn_arenas[0]) / 8];
+static saturn_mbar& saturn_bar(uint32_t a, unsigned rank) { return saturn_mbars[rank][a / 8]; }
+static saturn_mbar& saturn_bar(uint32_t a) { return saturn_bar(a, saturn_rank); }
 static void saturn_bar_step(saturn_mbar& b) {
   if (b.pending == 0 && b.tx == 0) { b.phase++; b.pending = b.count; }
   saturn_progress++;
@@ -177,17 +182,22 @@ static void mbar_arrive(uint32_t bar) { saturn_mbar& b = saturn_bar(bar); b.pend
 // returns once the phase of this parity has completed (the current phase is incomplete)
 static void mbar_wait(uint32_t bar, uint32_t parity) { while ((saturn_bar(bar).phase & 1u) == parity) saturn_spin(); }
 struct saturn_named { int arrived; unsigned generation; };
-static saturn_named saturn_named_bars[16];
-static void named_arrive(int id, int n) {
-  saturn_named& b = saturn_named_bars[id];
+static saturn_named saturn_named_bars[2][17];     // a block's 16, then the cluster's (at rank 0)
+static void saturn_named_arrive(saturn_named& b, int n) {
   if (++b.arrived == n) { b.arrived = 0; b.generation++; }
   saturn_progress++;
 }
-static void named_sync(int id, int n) {
-  const unsigned g = saturn_named_bars[id].generation;
-  named_arrive(id, n);
-  while (saturn_named_bars[id].generation == g) saturn_spin();
+static void saturn_named_sync(saturn_named& b, int n) {
+  const unsigned g = b.generation;
+  saturn_named_arrive(b, n);
+  while (b.generation == g) saturn_spin();
 }
+static void named_arrive(int id, int n) { saturn_named_arrive(saturn_named_bars[saturn_rank][id], n); }
+static void named_sync(int id, int n) { saturn_named_sync(saturn_named_bars[saturn_rank][id], n); }
+#define __cluster_dims__(...)
+static uint32_t cluster_rank() { return saturn_rank; }
+static void cluster_sync() { saturn_named_sync(saturn_named_bars[0][16], (int)saturn_nthreads); }
+static void mbar_arrive_cta(uint32_t bar, uint32_t cta) { saturn_mbar& b = saturn_bar(bar, cta); b.pending--; saturn_bar_step(b); }
 template <int R> static void regs_dec() {}
 template <int R> static void regs_inc() {}
 static inline uint32_t saturn_swizzle(uint32_t a) { return a ^ (((a >> 7) & 7u) << 4); }
@@ -207,15 +217,21 @@ template <class F> static void saturn_box(const TensorMap* m, uint32_t at, const
         f(g, saturn_swizzle(at + (uint32_t)(((z * box[1] + y) * box[0] + x) * size)), size);
       }
 }
-static void saturn_tma_load(uint32_t dst, const void* map, const int* c, uint32_t bar) {
-  int bytes = 0;
-  saturn_box((const TensorMap*)map, dst, c, [&](unsigned char* g, uint32_t s, int size) {
-    if (g) std::memcpy(saturn_smem + s, g, size); else std::memset(saturn_smem + s, 0, size);
-    bytes += size; });
-  saturn_bar(bar).tx -= bytes; saturn_bar_step(saturn_bar(bar));
+// into the arena and onto the barrier of each block of the cluster in `mask`
+static void saturn_tma_load(uint32_t dst, const void* map, const int* c, uint32_t bar, unsigned mask) {
+  for (unsigned r = 0; r < saturn_cluster; ++r) {
+    if (!((mask >> r) & 1u)) continue;
+    int bytes = 0;
+    saturn_box((const TensorMap*)map, dst, c, [&](unsigned char* g, uint32_t s, int size) {
+      if (g) std::memcpy(saturn_arenas[r] + s, g, size); else std::memset(saturn_arenas[r] + s, 0, size);
+      bytes += size; });
+    saturn_bar(bar, r).tx -= bytes; saturn_bar_step(saturn_bar(bar, r));
+  }
 }
-static void tma_load_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) { int c[3] = {x, y, 0}; saturn_tma_load(dst, map, c, bar); }
-static void tma_load_3d(uint32_t dst, const void* map, int x, int y, int z, uint32_t bar) { int c[3] = {x, y, z}; saturn_tma_load(dst, map, c, bar); }
+static void tma_load_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) { int c[3] = {x, y, 0}; saturn_tma_load(dst, map, c, bar, 1u << saturn_rank); }
+static void tma_load_3d(uint32_t dst, const void* map, int x, int y, int z, uint32_t bar) { int c[3] = {x, y, z}; saturn_tma_load(dst, map, c, bar, 1u << saturn_rank); }
+static void tma_load_2d_mc(uint32_t dst, const void* map, int x, int y, uint32_t bar, uint16_t mask) { int c[3] = {x, y, 0}; saturn_tma_load(dst, map, c, bar, mask); }
+static void tma_load_3d_mc(uint32_t dst, const void* map, int x, int y, int z, uint32_t bar, uint16_t mask) { int c[3] = {x, y, z}; saturn_tma_load(dst, map, c, bar, mask); }
 static void saturn_tma_store(const void* map, uint32_t src, const int* c) {
   saturn_box((const TensorMap*)map, src, c, [&](unsigned char* g, uint32_t s, int size) { if (g) std::memcpy(g, saturn_smem + s, size); });
 }
@@ -278,10 +294,13 @@ SATURN_WGMMA(192, 0) SATURN_WGMMA(192, 1) SATURN_WGMMA(256, 0) SATURN_WGMMA(256,
 #define SATURN_WGMMA_N256_bf16_T0
 #define SATURN_WGMMA_N256_bf16_T1
 
-// Runs one block of `n` threads; 0, 1 where they deadlock (some wait at a barrier that the
-// others never reach), 2 where they cannot start (more than 1024, no context).
-static int saturn_run_block(unsigned n) {
-  if (n > 1024) return 2;
+// Runs one block of `n` threads (a cluster of `cluster` blocks: together); 0, 1 where they
+// deadlock (some wait at a barrier that the others never reach), 2 where they cannot start
+// (more than 1024 a block, no context).
+static int saturn_run_block(unsigned n, unsigned cluster = 1) {
+  if (n > 1024 || cluster > 2) return 2;
+  saturn_block = n; saturn_cluster = cluster;
+  n *= cluster;
   if (saturn_capacity < n) {
     for (unsigned i = 0; i < saturn_capacity; ++i) std::free(saturn_fibers[i].stack);
     std::free(saturn_fibers);
@@ -291,6 +310,7 @@ static int saturn_run_block(unsigned n) {
   }
   saturn_nthreads = n;
   std::memset(saturn_named_bars, 0, sizeof(saturn_named_bars));
+  saturn_rank = 0;
   static ucontext_t saturn_context;          // (getcontext once: it is a system call)
   static bool saturn_have_context = getcontext(&saturn_context) == 0;
   if (!saturn_have_context) return 2;
@@ -311,7 +331,9 @@ static int saturn_run_block(unsigned n) {
       if (saturn_fibers[i].state == SATURN_SPIN) saturn_fibers[i].state = SATURN_RUNNING;
       else if (saturn_fibers[i].state != SATURN_RUNNING) continue;
       saturn_current = i;
-      threadIdx.x = i;
+      saturn_rank = i / saturn_block;
+      threadIdx.x = i % saturn_block;
+      blockIdx.x = saturn_block_base + saturn_rank;
       saturn_fiber& f = saturn_fibers[i];
       if (!_setjmp(saturn_scheduler)) {
         if (f.started) _longjmp(f.resume, 1);
@@ -336,15 +358,23 @@ static int saturn_run_block(unsigned n) {
       }
     }
     if (!live) return 0;
-    if (released) continue;
-    if (polling) {
-      if (!moved && saturn_progress == before) return 1;   // every live fiber polls, nothing changes
-      continue;
+    for (unsigned r = 0; r < saturn_cluster; ++r) {   // blocks whose live threads all wait at the barrier
+      bool any = false, all = true;
+      for (unsigned i = r * saturn_block; i < (r + 1) * saturn_block; ++i) {
+        saturn_state s = saturn_fibers[i].state;
+        if (s == SATURN_DONE) continue;
+        any = true;
+        all = all && s == SATURN_AT_BARRIER;
+      }
+      if (any && all) {
+        released = true;
+        for (unsigned i = r * saturn_block; i < (r + 1) * saturn_block; ++i)
+          if (saturn_fibers[i].state == SATURN_AT_BARRIER) saturn_fibers[i].state = SATURN_RUNNING;
+      }
     }
-    for (unsigned i = 0; i < n; ++i)
-      if (saturn_fibers[i].state == SATURN_AT_WARP) return 1;
-    for (unsigned i = 0; i < n; ++i)             // every live thread waits at the barrier
-      if (saturn_fibers[i].state == SATURN_AT_BARRIER) saturn_fibers[i].state = SATURN_RUNNING;
+    if (released) continue;
+    if (polling && (moved || saturn_progress != before)) continue;
+    return 1;       // threads wait at a barrier or shuffle the others never reach, or poll in vain
   }
 }
 """
@@ -445,13 +475,22 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
                  f"  for (unsigned z = 0; z < {grid[2]}u; ++z) for (unsigned y = 0; y < {grid[1]}u; ++y)\n"
                  f"  for (unsigned x = 0; x < {grid[0]}u; ++x) {{\n"
                  f"    blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;\n")
-        if any(m in _kernel_text(body, name) for m in THREAD_MARKERS):
+        text = _kernel_text(body, name)
+        head = body[body.rfind('extern "C"', 0, max(body.find(f" {name}("), 0)):body.find(f" {name}(")]
+        dims = re.search(r"__cluster_dims__\((\d+)", head)       # (before the name)
+        cluster = int(dims.group(1)) if dims else 1
+        if cluster > 1:     # the blocks of a cluster run together, x = its first block
+            if grid[0] % cluster:
+                raise ValueError(f"kernel {name}: grid {grid} is not made of clusters of {cluster}")
+            loops = loops.replace(f"for (unsigned x = 0; x < {grid[0]}u; ++x)", f"for (unsigned x = 0; x < {grid[0]}u; x += {cluster}u)")
+        if any(m in text for m in THREAD_MARKERS):
             wrappers.append(
                 f"static void** saturn_args_{name};\n"
                 f"static void saturn_body_{name}() {{ void** a = saturn_args_{name}; {call} }}\n"
                 f'extern "C" int saturn_run_{name}(void** a) {{\n'
                 f"  saturn_args_{name} = a; saturn_body = saturn_body_{name};\n{loops}"
-                f"    if (int r = saturn_run_block({block}u)) return r;\n  }}\n  return 0;\n}}\n")
+                f"    saturn_block_base = x;\n"
+                f"    if (int r = saturn_run_block({block}u, {cluster}u)) return r;\n  }}\n  return 0;\n}}\n")
         else:
             wrappers.append(
                 f'extern "C" int saturn_run_{name}(void** a) {{\n{loops}'
@@ -508,11 +547,11 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
 
 # kinds whose kernels run over THREADS (stage: an elementwise copy; gemm_tc and the mma.sync
 # flash attention: cp.async, ldmatrix, mma.sync and ex2 emulated; Hopper's products: wgmma,
-# TMA copies, mbarriers and named barriers emulated); kernels in clusters and the wgmma flash
-# attention (register-A wgmma) need a GPU
+# TMA copies and stores, mbarriers, named barriers and clusters of two blocks emulated); the wgmma
+# flash attention (register-A wgmma) needs a GPU
 EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt", "gemm_tc", "attention", "gemm_wgmma",
                   "gemm_tma", "transpose")
-HOPPER_ONLY = ("__cluster_dims__", "wgmma_ra_")
+HOPPER_ONLY = ("wgmma_ra_",)
 
 
 def host_map(m, buffer: np.ndarray) -> np.ndarray:
