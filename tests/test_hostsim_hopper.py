@@ -22,7 +22,7 @@ from test_gemm_tma import _close, _inputs, _programs
 pytestmark = pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
 
 ON_HOST = TMA_CONFIGS + TMA_EXPERIMENTAL_CONFIGS
-FAST = ["batched_bias_relu_f16", "shared_weight_bf16"]      # (the others under -m slow)
+FAST = ["batched_bias_relu_f16", "shared_weight_bf16"]      # (the other test programs under -m slow)
 
 
 def _run(g, cfg, args):
@@ -31,7 +31,7 @@ def _run(g, cfg, args):
     return hostsim.run_templates(g, args, sched)[0]
 
 
-@pytest.mark.parametrize("name", FAST)
+@pytest.mark.parametrize("name", FAST + [pytest.param(n, marks=pytest.mark.slow) for n in _programs() if n not in FAST])
 def test_every_tma_tile_runs_on_host(name):
     g = _programs()[name]
     args = _inputs(g, 0)
@@ -51,16 +51,6 @@ def test_persistent_walks_over_more_tiles_than_sms_run_on_host():
     assert any(c.pingpong for c in walks) and any(c.tma_store for c in walks) and any(c.cluster > 1 for c in walks)
     for cfg in walks:
         _close(_run(g, cfg, args), want, 64)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in _programs() if n not in FAST])
-def test_every_tma_tile_runs_on_host_on_the_larger_products(name):
-    g = _programs()[name]
-    args = _inputs(g, 0)
-    want = evaluate(g, args)[0]
-    for cfg in ON_HOST:
-        _close(_run(g, cfg, args), want, g.inputs[0].shape[-1])
 
 
 @pytest.mark.parametrize("cfg", WG_CONFIGS + WG_MN_CONFIGS, ids=lambda c: f"{c.bm}x{c.bn}s{c.stages}mn{c.b_mn}e{int(c.smem_epilogue)}")
