@@ -349,6 +349,9 @@ class KIRExecutable:
         self.module = module
         self._sizes = {b.name: max(b.size, 1) * b.dtype.itemsize for b in program.buffers}
         self.buffers = {b.name: rt.alloc(self._sizes[b.name]) for b in program.buffers}
+        for name, buf in self.buffers.items():     # (unwritten elements show: runtime.fill_unwritten)
+            if name not in program.inputs:
+                rt.fill_unwritten(buf, self._sizes[name])
         self._args = [[int(self.buffers[b]) for b in l.buffers] for l in launches]
 
     def upload(self, args) -> None:
