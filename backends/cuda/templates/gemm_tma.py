@@ -16,9 +16,12 @@ share each tile (64 rows each) and store it together, the producer filling the r
 Ping-pong: each consumer warpgroup owns every other tile of its block whole, and their main
 loops take turns (two named barriers hand the turn over), so one warpgroup stores its tile while
 the other multiplies: the tensor cores stay busy through the epilogues, which matters where a
-tile has few k-steps (short K, batched products). The tensor maps (CUtensorMap) are kernel parameters encoded on the host for each
-binding of buffers (backends/cuda/tensor_map.py); this module renders the kernel and names the
-maps it needs. Needs sm_90a.
+tile has few k-steps (short K, batched products). Outputs may also leave by TMA stores, and
+cooperative blocks may pair up in clusters that share B by multicast (`TMAConfig`).
+
+The tensor maps (CUtensorMap) are kernel parameters encoded on the host for each binding of
+buffers (backends/cuda/tensor_map.py); this module renders the kernel and names the maps it
+needs. Needs sm_90a.
 """
 from __future__ import annotations
 
@@ -91,7 +94,8 @@ class TMAConfig:
     @property
     def out_tile_bytes(self) -> int:
         """Bytes of the staged output tile(s) after the barriers: one bm x bn tile, or with
-        `pingpong` one 64-row tile per consumer (a tile is stored 64 rows at a time)."""
+        `pingpong` or `tma_store` 64 rows per consumer (their tiles are stored 64 rows at a
+        time)."""
         if not self.own_tile:
             return 0
         if self.tma_store:
@@ -306,9 +310,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     if by_tma:
         store = tma_store_epilogue(name, shape, BN, call_args, out_type, who="wg",
                                    region=f"(bars + {cfg.out_tile_offset} + wg * {64 * BN * 2})")
-    elif cfg.tma_store:
-        pass                # (the direct stores)
-    elif cfg.smem_epilogue and out_type in staged_types \
+    elif cfg.smem_epilogue and not cfg.tma_store and out_type in staged_types \
             and wg.smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
         # the consumers' own barrier (the producer warps have left). One tile per block: every
         # stage has been consumed, so the ring is free once both warpgroups' last wgmma is done.
