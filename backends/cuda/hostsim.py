@@ -240,12 +240,6 @@ static void tma_store_3d(const void* map, uint32_t src, int x, int y, int z) { i
 static void bulk_commit() {}
 static void bulk_wait_read() {}
 static void bulk_wait() {}
-static uint64_t wg_desc(uint32_t addr) {
-  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-static uint64_t wg_desc2(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)1 << 62);
-}
 static void wg_fence() {}
 static void wg_commit() {}
 template <int N> static void wg_wait() {}
@@ -272,27 +266,8 @@ template <int N, int TB> static void saturn_wgmma(float* d, uint64_t da, uint64_
         d[j * 4 + 2 * h + c] = s;
       }
 }
-#define SATURN_WGMMA(N, TB) \
-  static void wgmma_n##N##_f16_t##TB(float* d, uint64_t a, uint64_t b, int one) { saturn_wgmma<N, TB>(d, a, b, one, saturn_f16); } \
-  static void wgmma_n##N##_bf16_t##TB(float* d, uint64_t a, uint64_t b, int one) { saturn_wgmma<N, TB>(d, a, b, one, saturn_bf16); }
-SATURN_WGMMA(64, 0) SATURN_WGMMA(64, 1) SATURN_WGMMA(128, 0) SATURN_WGMMA(128, 1)
-SATURN_WGMMA(192, 0) SATURN_WGMMA(192, 1) SATURN_WGMMA(256, 0) SATURN_WGMMA(256, 1)
-#define SATURN_WGMMA_N64_f16_T0
-#define SATURN_WGMMA_N64_f16_T1
-#define SATURN_WGMMA_N64_bf16_T0
-#define SATURN_WGMMA_N64_bf16_T1
-#define SATURN_WGMMA_N128_f16_T0
-#define SATURN_WGMMA_N128_f16_T1
-#define SATURN_WGMMA_N128_bf16_T0
-#define SATURN_WGMMA_N128_bf16_T1
-#define SATURN_WGMMA_N192_f16_T0
-#define SATURN_WGMMA_N192_f16_T1
-#define SATURN_WGMMA_N192_bf16_T0
-#define SATURN_WGMMA_N192_bf16_T1
-#define SATURN_WGMMA_N256_f16_T0
-#define SATURN_WGMMA_N256_f16_T1
-#define SATURN_WGMMA_N256_bf16_T0
-#define SATURN_WGMMA_N256_bf16_T1
+#define SATURN_WGMMA(N, TY, TB) \
+  static void wgmma_n##N##_##TY##_t##TB(float* d, uint64_t a, uint64_t b, int one) { saturn_wgmma<N, TB>(d, a, b, one, saturn_##TY); }
 
 // Runs one block of `n` threads (a cluster of `cluster` blocks: together); 0, 1 where they
 // deadlock (some wait at a barrier that the others never reach), 2 where they cannot start
@@ -407,7 +382,9 @@ static inline long long __float2ll_rz(float x) { return saturn_sat64(x); }
 static inline long long __double2ll_rz(double x) { return saturn_sat64(x); }
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline int min(int a, int b) { return a < b ? a : b; }
-""" + THREADS + REDUCTIONS + FLOAT_TO_INT
+""" + THREADS + "".join(    # each wgmma helper the templates render, and its device definition's guard
+    f"SATURN_WGMMA({n}, {ty}, {tb})\n#define SATURN_WGMMA_N{n}_{ty}_T{tb}\n"
+    for n in (64, 128, 192, 256) for ty in ("f16", "bf16") for tb in (0, 1)) + REDUCTIONS + FLOAT_TO_INT
 
 
 def cuda_include() -> str | None:
@@ -441,12 +418,13 @@ THREAD_MARKERS = ("__syncthreads", "__shared__", "_sync(", "block_sum", "block_m
 
 
 def _kernel_text(body: str, name: str) -> str:
-    """The text of kernel `name` in `body`: from its signature to the next kernel's."""
+    """The text of kernel `name` in `body`: from its declaration (qualifiers such as its
+    cluster size included) to the next kernel's."""
     at = body.find(f" {name}(")
     if at < 0:
         return ""
     end = body.find('extern "C"', at)
-    return body[at:end if end > 0 else len(body)]
+    return body[max(body.rfind('extern "C"', 0, at), 0):end if end > 0 else len(body)]
 
 
 def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int], int]]):
@@ -476,8 +454,7 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
                  f"  for (unsigned x = 0; x < {grid[0]}u; ++x) {{\n"
                  f"    blockIdx.x = x; blockIdx.y = y; blockIdx.z = z;\n")
         text = _kernel_text(body, name)
-        head = body[body.rfind('extern "C"', 0, max(body.find(f" {name}("), 0)):body.find(f" {name}(")]
-        dims = re.search(r"__cluster_dims__\((\d+)", head)       # (before the name)
+        dims = re.search(r"__cluster_dims__\((\d+)", text)
         cluster = int(dims.group(1)) if dims else 1
         if cluster > 1:     # the blocks of a cluster run together, x = its first block
             if grid[0] % cluster:

@@ -320,10 +320,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
                                  sync=f"named_sync(1, {C * 128});", drain="",
                                  tid="(tid - 128)", threads=C * 128,
                                  at=f"(bars + {BARRIER_BYTES})" if cfg.own_tile else "base")
-    if cfg.pingpong:
-        block, producer, consumer = "", *_pingpong(name, shape, cfg, produce, b_desc, ty, tb, call_args,
-                                                   out_type, pair_store, by_tma)
-    elif cfg.persistent:
+    if cfg.persistent:
         mt, nt = -(-shape.m // BM), -(-shape.n // BN)
         if pair:    # a cluster walks pairs of tiles, one above the other; block `rank` the lower one
             mt2 = -(-mt // 2)
@@ -346,7 +343,8 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 {produce}
       }}
       }}{tail}"""
-        consumer = f"""  int it = 0;
+        consumer = _pingpong(name, shape, cfg, b_desc, ty, tb, call_args, out_type, pair_store, by_tma) \
+            if cfg.pingpong else f"""  int it = 0;
   for ({walk}) {{
     {coords}
 {acc}
@@ -417,9 +415,9 @@ def tile_coords(mt: int, nt: int, bm: int, bn: int, m0: str = "m0") -> str:
       const int {m0} = (first + (r % {GROUP_M * nt}) % rows) * {bm}, n0 = ((r % {GROUP_M * nt}) / rows) * {bn};"""
 
 
-def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc: str, ty: str, tb: int,
-              call_args: str, out_type: str, pair_store: bool, by_tma: bool) -> tuple[str, str]:
-    """(producer, consumer) code of the ping-pong walk. The producer copies the block's tiles
+def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_desc: str, ty: str, tb: int,
+              call_args: str, out_type: str, pair_store: bool, by_tma: bool) -> str:
+    """The consumers' code of the ping-pong walk. The producer copies the block's tiles
     i = 0, 1, 2, ... (t = blockIdx.x + i * gridDim.x) in order; consumer warpgroup `cw` takes the
     tiles with i % 2 == cw, whose stages are it = i * KT + kt of the ring. Named barrier 2 + w
     is warpgroup w's turn: a main loop starts once the other warpgroup's last one has waited
@@ -432,22 +430,13 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
     tiles = mt * nt * shape.batch_count
     _, _, c_off = batch_offsets(shape)
     coords = tile_coords(mt, nt, BM, BN, m0="tm0")
-    producer = f"""      int it = 0;
-      for (int t = blockIdx.x; t < {tiles}; t += gridDim.x) {{
-      {tile_coords(mt, nt, BM, BN)}
-      for (int kt = 0; kt < {KT}; ++kt, ++it) {{
-{produce}
-      }}
-      }}"""
-    half = wg.WGConfig(64, BN)
     if by_tma:
         store = tma_store_epilogue(name, shape, BN, call_args, out_type, who="cw",
                                    region=f"(bars + {cfg.out_tile_offset} + cw * {64 * BN * 2})")
-    elif cfg.tma_store:
-        store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
-    elif cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16") and wg.smem_epilogue_ok(shape, 2):
+    elif cfg.smem_epilogue and not cfg.tma_store and out_type in ("__half", "__nv_bfloat16") \
+            and wg.smem_epilogue_ok(shape, 2):
         tile_at = f"(bars + {BARRIER_BYTES} + cw * {wg.smem_tile_bytes(64, BN, 2)})"
-        store = wg.smem_epilogue(name, shape, half, call_args, out_type, wg._CONVERT[out_type],
+        store = wg.smem_epilogue(name, shape, wg.WGConfig(64, BN), call_args, out_type, wg._CONVERT[out_type],
                                  sync="named_sync(4 + cw, 128);", drain="",
                                  tid="(tid & 127)", threads=128, at=tile_at)
     else:
@@ -459,7 +448,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
   }}""" for r in range(R))
     mma = "\n      ".join(f"wgmma_n{BN}_{ty}_t{tb}(accs[{r}], wg_desc(sa + {r * 64 * 128} + kk * 32), {b_desc}, 1);"
                           for r in range(R))
-    consumer = f"""  const int cw = wg;
+    return f"""  const int cw = wg;
   for (int i = cw; blockIdx.x + i * gridDim.x < {tiles}; i += 2) {{
     const int t = blockIdx.x + i * gridDim.x;
     {coords}
@@ -490,7 +479,6 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, produce: str, b_desc:
     mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
 {stores}
   }}{_LAST_STORES if by_tma else ""}"""
-    return producer, consumer
 
 
 # a block may not end while its TMA stores still read its shared memory
@@ -510,8 +498,7 @@ def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out
     banks), then stored by one thread as TMA copies of the output's map (which clips rows and
     columns past the edges: values there are zeros, never computed). Named barrier 4 + `who`
     orders the warpgroup's writes after the last stores' reads and before the next copy."""
-    pack = "__floats2half2_rn" if out_type == "__half" else "__floats2bfloat162_rn"
-    pair_t = "__half2" if out_type == "__half" else "__nv_bfloat162"
+    pair_t, pack = wg.pair_types(out_type)
     batch = any(b[0] > 1 for b in shape.batch)
     copy = (f"tma_store_3d(&tmC, region + b * 8192, n0 + b * 64, m0 + wg * 64, (int)bz)" if batch
             else "tma_store_2d(&tmC, region + b * 8192, n0 + b * 64, m0 + wg * 64)")

@@ -74,9 +74,11 @@ def register_a_helper(n: int, dtype: str) -> str:
             "}\n")
 
 
+# the matrix descriptors are plain C (the host runner, backends/cuda/hostsim.py, uses them as
+# they are); the instructions behind SATURN_WGMMA_COMMON it replaces with its own
 COMMON = r"""
-#ifndef SATURN_WGMMA_COMMON
-#define SATURN_WGMMA_COMMON
+#ifndef SATURN_WGMMA_DESCRIPTORS
+#define SATURN_WGMMA_DESCRIPTORS
 // K-major operand, 128-byte swizzle: 8 rows x 128 B per core-matrix group (stride 1024 B)
 DEV uint64_t wg_desc(uint32_t addr) {
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
@@ -85,6 +87,9 @@ DEV uint64_t wg_desc(uint32_t addr) {
 DEV uint64_t wg_desc2(uint32_t addr, uint32_t lbo, uint32_t sbo) {
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32) | ((uint64_t)1 << 62);
 }
+#endif
+#ifndef SATURN_WGMMA_COMMON
+#define SATURN_WGMMA_COMMON
 DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
@@ -212,14 +217,19 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
 _CONVERT = {"__half": "__float2half_rn", "__nv_bfloat16": "__float2bfloat16_rn"}
 
 
+def pair_types(out_type: str) -> tuple[str, str]:
+    """(type, packing function) of two neighbouring outputs stored as one."""
+    return {"__half": ("__half2", "__floats2half2_rn"), "__nv_bfloat16": ("__nv_bfloat162", "__floats2bfloat162_rn")
+            }.get(out_type, ("float2", "make_float2"))
+
+
 def direct_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out_type: str, pair_store: bool) -> str:
     """Each thread's accumulators (a warpgroup's m64nBN fragment; `wg`, `wq`, `lane`, `m0`,
     `n0`, `c_base` in scope) through the epilogue and stored, two neighbours as one pair store
     where `pair_store` (unit column stride, even rows)."""
     conv = _CONVERT.get(out_type, "")
     if pair_store:
-        pack2 = "__floats2half2_rn" if out_type == "__half" else ("__floats2bfloat162_rn" if out_type == "__nv_bfloat16" else "make_float2")
-        pair_t = "__half2" if out_type == "__half" else ("__nv_bfloat162" if out_type == "__nv_bfloat16" else "float2")
+        pair_t, pack2 = pair_types(out_type)
         store = f"""
         if (col + 1 < {shape.n}) {{
           float v0 = epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]);
