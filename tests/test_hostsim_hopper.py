@@ -1,8 +1,8 @@
 """Hopper's products run on the host (hostsim's wgmma, TMA, mbarrier, named-barrier and
 two-block cluster emulation) against the interpreter: every TMA tile, searched or
 experimental, on products at odd shapes, batched, with either B layout and an epilogue; the
-persistent, ping-pong and cluster walks over more tiles than SMs; the cp.async-fed wgmma
-tiles. Then that the emulation is not forgiving: a wrong operand layout gives wrong products,
+persistent, ping-pong and cluster walks over more tiles than SMs; split K across a cluster;
+the cp.async-fed wgmma tiles. Then that the emulation is not forgiving: a wrong operand layout gives wrong products,
 a barrier that never fills is a deadlock (within a block and across a cluster), and what it
 cannot run (the register-A wgmma attention) is refused."""
 from __future__ import annotations
@@ -104,6 +104,18 @@ def test_a_stage_one_arrival_short_across_a_cluster_is_a_deadlock_on_host(monkey
     _patched(monkeypatch, "mbar_init(bars + 16 * s + 8, 16)", "mbar_init(bars + 16 * s + 8, 17)")
     with pytest.raises(RuntimeError, match="never reach"):
         _run(g, cfg, _inputs(g, 0))
+
+
+def test_a_split_k_tile_that_drops_the_second_blocks_sums_is_wrong_on_host(monkeypatch):
+    """Each block of a split-K cluster multiplies half the k-steps (136: three steps of 64, two
+    and one); block 0 adding nothing of block 1's partial sums gives the wrong product."""
+    g = _programs()["many_tiles_f16"]
+    args = _inputs(g, 0)
+    cfg = next(c for c in ON_HOST if c.split_k == 2)
+    _close(_run(g, cfg, args), evaluate(g, args)[0], 136)
+    _patched(monkeypatch, "acc[4 * q] += v[0];", "acc[4 * q] += 0.f * v[0];")
+    with pytest.raises(AssertionError):
+        _close(_run(g, cfg, args), evaluate(g, args)[0], 136)
 
 
 def test_the_wgmma_attention_still_needs_a_gpu():

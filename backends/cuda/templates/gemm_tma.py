@@ -54,6 +54,10 @@ class TMAConfig:
     cluster: int = 1           # 2 (persistent, cooperative): the two blocks of a cluster take vertically
                                # adjacent tiles and share each stage's B, each copying half and
                                # multicasting it to both: B's traffic from L2 halves
+    split_k: int = 1           # 2 (one tile per block): the two blocks of a cluster share one output tile,
+                               # each multiplying half of its k-steps; the second hands its partial sums
+                               # to the first through distributed shared memory (products of fewer
+                               # tiles than SMs and long K, such as 1024x2048x5632: 64 tiles of 128x256)
 
     def __post_init__(self):
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 64 == 0 and self.bn <= 256
@@ -61,12 +65,26 @@ class TMAConfig:
         assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 128)
         assert not self.tma_store or (self.persistent and self.smem_epilogue)
         assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 128 == 0)
+        # split-K: the partial sums of a tile fit the drained ring; its two barriers follow the stages'
+        assert self.split_k == 1 or (self.split_k == 2 and not self.persistent and self.cluster == 1
+                                     and self.stages <= 7 and self.partial_bytes <= self.stages * self.stage_bytes)
 
     @property
     def name(self) -> str:
         walk = "pp" if self.pingpong else ("p" if self.persistent else "")
         staged = "t" if self.tma_store else ("e" if self.smem_epilogue else "")
-        return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + staged + (f"c{self.cluster}" if self.cluster > 1 else "")
+        return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + staged + (f"c{self.cluster}" if self.cluster > 1 else "") \
+            + (f"k{self.split_k}" if self.split_k > 1 else "")
+
+    @property
+    def clustered(self) -> bool:
+        """Whether the kernel runs in clusters of two blocks (B multicast or split K)."""
+        return self.cluster == 2 or self.split_k == 2
+
+    @property
+    def partial_bytes(self) -> int:
+        """Bytes of one block's f32 accumulators: a split-K tile's partial sums."""
+        return self.bm * self.bn * 4
 
     @property
     def consumers(self) -> int:
@@ -123,7 +141,8 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 # not searched (never the best in those runs, or not yet run on a GPU: the 192-wide tiles, for
 # products whose n leaves a 256-wide last wave mostly idle, e.g. 1024x5632: 176 tiles of 128x256
 # are 2 rounds of 256 columns on 132 SMs, 240 of 128x192 2 rounds of 192; the ping-pong tiles, for
-# products of few k-steps per tile, such as 64 x 4096x4096x128, whose stores weigh most);
+# products of few k-steps per tile, such as 64 x 4096x4096x128, whose stores weigh most; split K,
+# for products of fewer tiles than SMs and long K, such as 1024x2048x5632);
 # benchmarks/product_kernels.py --experimental times them
 TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
                             TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True),
@@ -132,7 +151,9 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 256, 3, True, True, tma_store=True), TMAConfig(128, 128, 5, True, True, tma_store=True),
                             TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 256, 3, True, True, tma_store=True, cluster=2),
-                            TMAConfig(128, 128, 5, True, True, cluster=2)]
+                            TMAConfig(128, 128, 5, True, True, cluster=2),
+                            TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2)]
+# (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
 
@@ -199,6 +220,21 @@ DEV void mbar_wait(uint32_t bar, uint32_t parity) {
   asm volatile("{\n.reg .pred done;\nwait_%=:\n"
                "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
                "@!done bra wait_%=;\n}" :: "r"(bar), "r"(parity) : "memory");
+}
+// as mbar_wait, and what the cluster's other blocks wrote before their arrivals is visible
+DEV void mbar_wait_cluster(uint32_t bar, uint32_t parity) {
+  asm volatile("{\n.reg .pred done;\nwait_%=:\n"
+               "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+               "@!done bra wait_%=;\n}" :: "r"(bar), "r"(parity) : "memory");
+}
+// 16 bytes to this block's shared memory / from the shared memory of the cluster's block `cta`
+DEV void st_shared_f4(uint32_t at, float a, float b, float c, float d) {
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};" :: "r"(at), "f"(a), "f"(b), "f"(c), "f"(d) : "memory");
+}
+DEV void ld_cluster_f4(uint32_t at, uint32_t cta, float* v) {
+  asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %4, %5;\n"
+               "ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [remote];\n}"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3]) : "r"(at), "r"(cta) : "memory");
 }
 DEV void tma_load_2d(uint32_t dst, const void* map, int x, int y, uint32_t bar) {
   asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
@@ -267,7 +303,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     _, _, c_off = batch_offsets(shape)
     tb = 1 if shape.b_layout == "kn" else 0
     load_a = _load("tmA", a_dims, "sa", "k0", "m0", "bz")
-    pair = cfg.cluster == 2
+    pair, split = cfg.cluster == 2, cfg.split_k == 2
     if tb:   # n-contiguous B: BN/64 boxes of 64 n x 64 k, 8192 bytes apart (a cluster's blocks: half each)
         b_desc = "wg_desc2(sb + kk * 2048, 8192, 1024)"
         boxes = (f"int j = rank * {BN // 128}; j < rank * {BN // 128} + {BN // 128}; ++j" if pair
@@ -287,7 +323,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
         const uint32_t full = bars + 16 * s, sa = base + s * {cfg.stage_bytes}, sb = sa + {A_ST};
         mbar_wait(full + 8, (({counter} / {S}) & 1) ^ 1);      // (a fresh barrier's previous phase counts as done)
         mbar_expect_tx(full, {cfg.stage_bytes});
-        const int k0 = kt * 64;
+        const int k0 = {"(kb + kt)" if split else "kt"} * 64;
         {load_a};
         {load_b}"""
     consume = f"""    const int s = {counter} % {S};
@@ -357,21 +393,27 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   }}{_LAST_STORES if by_tma else ""}"""
     else:
         bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
+        # split K: the cluster's block `rank` multiplies k-steps [kb, kb + kn) of the pair's tile
+        KH = -(-KT // 2)
         block = f"""
   const long long bz = {bz};
   {past_end}
-  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};"""
-        producer = f"""      for (int kt = 0; kt < {KT}; ++kt) {{
+  const int m0 = {my} * {BM}, n0 = {"(blockIdx.x >> 1)" if split else "blockIdx.x"} * {BN};"""
+        steps = "kn" if split else KT
+        producer = f"""      for (int kt = 0; kt < {steps}; ++kt) {{
 {produce}
       }}"""
         consumer = f"""{acc}
-  for (int kt = 0; kt < {KT}; ++kt) {{
+  for (int kt = 0; kt < {steps}; ++kt) {{
 {consume}
   }}
-  wg_wait<0>();
+  wg_wait<0>();{_split_reduce(cfg) if split else ""}
 {store}"""
-    rank = "\n  const uint32_t rank = cluster_rank();" if pair else ""
-    ready = "cluster_sync();                     // both blocks' barriers are ready" if pair else "__syncthreads();"
+    rank = "\n  const uint32_t rank = cluster_rank();" if cfg.clustered else ""
+    if split:
+        rank += f"\n  const int kb = rank * {KH}, kn = rank ? {KT - KH} : {KH};"
+    ready = "cluster_sync();                     // both blocks' barriers are ready" if cfg.clustered else "__syncthreads();"
+    inits = f"mbar_init(bars + {SPLIT_READY}, {C * 128}); mbar_init(bars + {SPLIT_DONE}, {C * 128});" if split else ""
     return f"""
 {wg.NEEDS_ARCH_SPECIFIC}
 {wg.COMMON}
@@ -382,7 +424,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 #endif
 {epilogue}
 
-extern "C" __global__ void {"__cluster_dims__(2, 1, 1) " if pair else ""}__launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
+extern "C" __global__ void {"__cluster_dims__(2, 1, 1) " if cfg.clustered else ""}__launch_bounds__({NT}, 1) {name}(const __grid_constant__ TensorMap tmA,
     const __grid_constant__ TensorMap tmB, {"const __grid_constant__ TensorMap tmC, " if by_tma else ""}{params}) {{
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t base = (smem_u32(smem_raw) + 1023u) & ~1023u;
@@ -390,6 +432,7 @@ extern "C" __global__ void {"__cluster_dims__(2, 1, 1) " if pair else ""}__launc
   const int tid = threadIdx.x, wgi = tid >> 7;{block}{rank}
   if (tid == 0) {{
     for (int s = 0; s < {S}; ++s) {{ mbar_init(bars + 16 * s, 1); mbar_init(bars + 16 * s + 8, {readers}); }}
+    {inits}
     mbar_fence_init();
   }}
   {ready}
@@ -405,6 +448,36 @@ extern "C" __global__ void {"__cluster_dims__(2, 1, 1) " if pair else ""}__launc
 {consumer}
 }}
 """
+
+
+SPLIT_READY, SPLIT_DONE = BARRIER_BYTES - 16, BARRIER_BYTES - 8    # split K's barriers, after 7 stages at most
+
+
+def _split_reduce(cfg: TMAConfig) -> str:
+    """Split K's hand-over, after both blocks' main loops: block 1 writes its accumulators into
+    its drained ring (once both its warpgroups' last products have read it), 16 bytes per
+    thread at a time, and arrives on block 0's barrier; block 0 adds them, read across the
+    cluster, tells block 1 it may leave, and stores the tile."""
+    n = cfg.consumers * 128
+    return f"""
+  const int ct = tid - 128;
+  if (rank) {{
+    named_sync(1, {n});
+    #pragma unroll
+    for (int q = 0; q < {cfg.bn // 8}; ++q)
+      st_shared_f4(base + (q * {n} + ct) * 16, acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
+    mbar_arrive_cta(bars + {SPLIT_READY}, 0);
+    mbar_wait(bars + {SPLIT_DONE}, 0);        // block 0 has read them
+    return;
+  }}
+  mbar_wait_cluster(bars + {SPLIT_READY}, 0);
+  #pragma unroll
+  for (int q = 0; q < {cfg.bn // 8}; ++q) {{
+    float v[4];
+    ld_cluster_f4(base + (q * {n} + ct) * 16, 1, v);
+    acc[4 * q] += v[0]; acc[4 * q + 1] += v[1]; acc[4 * q + 2] += v[2]; acc[4 * q + 3] += v[3];
+  }}
+  mbar_arrive_cta(bars + {SPLIT_DONE}, 1);"""
 
 
 def tile_coords(mt: int, nt: int, bm: int, bn: int, m0: str = "m0") -> str:
@@ -538,4 +611,5 @@ def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
     if cfg.persistent:
         tiles = -(-shape.m // cfg.bm) * -(-shape.n // cfg.bn) * shape.batch_count
         return (min(tiles, SMS), 1, 1)
-    return batched_grid((shape.n + cfg.bn - 1) // cfg.bn, (shape.m + cfg.bm - 1) // cfg.bm, shape.batch_count)[0]
+    # split K: the two blocks of a cluster along x share a tile
+    return batched_grid(cfg.split_k * -(-shape.n // cfg.bn), -(-shape.m // cfg.bm), shape.batch_count)[0]
