@@ -186,6 +186,21 @@ def test_a_persistent_block_walk_covers_every_tile_once(mt, nt, batch, tmp_path)
                for t in range(len(got) - 1) if got[t][0] == got[t + 1][0])
 
 
+@pytest.mark.parametrize("m,n,batch,whole,halves", [(1024, 2048, 1, 0, 64), (1024, 5632, 1, 132, 44), (128, 256, 1, 0, 1),
+                                                     (1024, 12800, 1, 396, 4), (1024, 11000, 1, 344, 0),
+                                                     (128, 17152, 1, 66, 1), (128, 256, 300, 264, 36)])
+def test_split_k_splits_the_last_wave_where_it_fills_at_most_half_the_sms(m, n, batch, whole, halves):
+    """128x256 tiles on 132 SMs: 64 tiles all split (128 blocks); 176 as 132 whole and 44 split;
+    a last wave of 80 (more than half the SMs) whole; 67 tiles whole but one, as the blocks of
+    a cluster take two."""
+    from backends.cuda.templates.gemm_tc import GemmShape
+    from backends.cuda.templates.gemm_tma import TMAConfig, grid, split_tiles
+    cfg = TMAConfig(128, 256, 3, split_k=2)
+    shape = GemmShape(m, n, 64, ((batch, m * 64, 0, m * n),) if batch > 1 else (), 0, 64, 0, "nk", 1, 64, n, 1)
+    assert split_tiles(shape, cfg) == (whole, halves)
+    assert grid(shape, cfg) == (whole + 2 * halves, 1, 1)
+
+
 # the experimental tiles compiled on three programs (k-contiguous B; batched n-contiguous B with a
 # 3-d map and an epilogue; more tiles than SMs), on all under -m slow
 COMPILED = ["nt_odd_f16", "batched_bias_relu_f16", "many_tiles_f16"]

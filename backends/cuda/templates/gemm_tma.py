@@ -54,10 +54,11 @@ class TMAConfig:
     cluster: int = 1           # 2 (persistent, cooperative): the two blocks of a cluster take vertically
                                # adjacent tiles and share each stage's B, each copying half and
                                # multicasting it to both: B's traffic from L2 halves
-    split_k: int = 1           # 2 (one tile per block): the two blocks of a cluster share one output tile,
-                               # each multiplying half of its k-steps; the second hands its partial sums
-                               # to the first through distributed shared memory (products of fewer
-                               # tiles than SMs and long K, such as 1024x2048x5632: 64 tiles of 128x256)
+    split_k: int = 1           # 2 (one tile per block): the tiles of a last wave that would leave half the
+                               # SMs idle are split in two along K (`split_tiles`); the two blocks of a
+                               # cluster share such a tile, the second handing its partial sums to the
+                               # first through distributed shared memory (1024x2048x5632: 64 tiles of
+                               # 128x256 on 128 SMs; 1024x5632x2048: 176 tiles, the last 44 split)
 
     def __post_init__(self):
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 64 == 0 and self.bn <= 256
@@ -392,13 +393,22 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 {store}
   }}{_LAST_STORES if by_tma else ""}"""
     else:
-        bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
-        # split K: the cluster's block `rank` multiplies k-steps [kb, kb + kn) of the pair's tile
-        KH = -(-KT // 2)
-        block = f"""
+        if split:   # pairs of whole tiles, then the tiles split in two (`split_tiles`)
+            mt, nt = -(-shape.m // BM), -(-shape.n // BN)
+            whole, KH = split_tiles(shape, cfg)[0], -(-KT // 2)
+            block = f"""
+  const uint32_t rank = cluster_rank();
+  const int c = blockIdx.x >> 1;
+  const bool halves = c >= {whole // 2};      // the pair shares tile t, block `rank` multiplying k-steps [kb, kb + kn)
+  const int t = halves ? {whole} + (c - {whole // 2}) : 2 * c + (int)rank;
+  const int kb = halves ? (int)rank * {KH} : 0, kn = !halves ? {KT} : rank ? {KT - KH} : {KH};
+  {tile_coords(mt, nt, BM, BN)}"""
+        else:
+            bz, my, past_end = block_coords(-(-shape.m // BM), shape.batch_count)
+            block = f"""
   const long long bz = {bz};
   {past_end}
-  const int m0 = {my} * {BM}, n0 = {"(blockIdx.x >> 1)" if split else "blockIdx.x"} * {BN};"""
+  const int m0 = {my} * {BM}, n0 = blockIdx.x * {BN};"""
         steps = "kn" if split else KT
         producer = f"""      for (int kt = 0; kt < {steps}; ++kt) {{
 {produce}
@@ -409,9 +419,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   }}
   wg_wait<0>();{_split_reduce(cfg) if split else ""}
 {store}"""
-    rank = "\n  const uint32_t rank = cluster_rank();" if cfg.clustered else ""
-    if split:
-        rank += f"\n  const int kb = rank * {KH}, kn = rank ? {KT - KH} : {KH};"
+    rank = "\n  const uint32_t rank = cluster_rank();" if pair else ""
     ready = "cluster_sync();                     // both blocks' barriers are ready" if cfg.clustered else "__syncthreads();"
     inits = f"mbar_init(bars + {SPLIT_READY}, {C * 128}); mbar_init(bars + {SPLIT_DONE}, {C * 128});" if split else ""
     return f"""
@@ -461,7 +469,7 @@ def _split_reduce(cfg: TMAConfig) -> str:
     n = cfg.consumers * 128
     return f"""
   const int ct = tid - 128;
-  if (rank) {{
+  if (halves && rank) {{
     named_sync(1, {n});
     #pragma unroll
     for (int q = 0; q < {cfg.bn // 8}; ++q)
@@ -470,14 +478,16 @@ def _split_reduce(cfg: TMAConfig) -> str:
     mbar_wait(bars + {SPLIT_DONE}, 0);        // block 0 has read them
     return;
   }}
-  mbar_wait_cluster(bars + {SPLIT_READY}, 0);
-  #pragma unroll
-  for (int q = 0; q < {cfg.bn // 8}; ++q) {{
-    float v[4];
-    ld_cluster_f4(base + (q * {n} + ct) * 16, 1, v);
-    acc[4 * q] += v[0]; acc[4 * q + 1] += v[1]; acc[4 * q + 2] += v[2]; acc[4 * q + 3] += v[3];
-  }}
-  mbar_arrive_cta(bars + {SPLIT_DONE}, 1);"""
+  if (halves) {{
+    mbar_wait_cluster(bars + {SPLIT_READY}, 0);
+    #pragma unroll
+    for (int q = 0; q < {cfg.bn // 8}; ++q) {{
+      float v[4];
+      ld_cluster_f4(base + (q * {n} + ct) * 16, 1, v);
+      acc[4 * q] += v[0]; acc[4 * q + 1] += v[1]; acc[4 * q + 2] += v[2]; acc[4 * q + 3] += v[3];
+    }}
+    mbar_arrive_cta(bars + {SPLIT_DONE}, 1);
+  }}"""
 
 
 def tile_coords(mt: int, nt: int, bm: int, bn: int, m0: str = "m0") -> str:
@@ -611,5 +621,20 @@ def grid(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int, int]:
     if cfg.persistent:
         tiles = -(-shape.m // cfg.bm) * -(-shape.n // cfg.bn) * shape.batch_count
         return (min(tiles, SMS), 1, 1)
-    # split K: the two blocks of a cluster along x share a tile
-    return batched_grid(cfg.split_k * -(-shape.n // cfg.bn), -(-shape.m // cfg.bm), shape.batch_count)[0]
+    if cfg.split_k == 2:      # a block per whole tile, two per split one
+        whole, halves = split_tiles(shape, cfg)
+        return (whole + 2 * halves, 1, 1)
+    return batched_grid(-(-shape.n // cfg.bn), -(-shape.m // cfg.bm), shape.batch_count)[0]
+
+
+def split_tiles(shape: GemmShape, cfg: TMAConfig) -> tuple[int, int]:
+    """(whole, split) tiles of a split-K launch (one block per SM): the last wave is split in
+    two where it fills at most half the SMs, its tiles then taking half a wave's time (1024 x
+    2048 x 5632 in 128x256 tiles: 64 tiles, all split, on 128 SMs; 1024x5632x2048: 132 whole,
+    44 split); otherwise every tile runs whole, but for one split where their count is odd
+    (the blocks of a cluster take two tiles)."""
+    tiles = -(-shape.m // cfg.bm) * -(-shape.n // cfg.bn) * shape.batch_count
+    last = tiles % SMS
+    whole = tiles - last if last <= SMS // 2 else tiles
+    whole -= whole % 2
+    return whole, tiles - whole
