@@ -38,10 +38,18 @@ def main(doc: str, cases, run_case, precompile_cases, argv=None, repeat: int = 2
     ap.add_argument("--quick", action="store_true", help="only the first case")
     ap.add_argument("--repeat", type=int, default=repeat, help="timed runs per kernel (median reported)")
     ap.add_argument("--json", help="write every row here")
+    ap.add_argument("--cases", help="comma-separated parts of case names: the cases whose name contains "
+                                    "one of them (e.g. '2048x5632 nt f16,64 x')")
     apply = options(ap) if options is not None else None
     a = ap.parse_args(argv)
     if apply is not None:
         apply(a)
+    if a.cases:
+        parts = a.cases.split(",")
+        cases = [c for c in cases if any(p in label(c) for p in parts)]
+        if not cases:
+            print(f"no case name contains any of {parts}")
+            return 1
     from backends.cuda import CUDABackend
     be = CUDABackend()
     reason = be.unavailable_reason()

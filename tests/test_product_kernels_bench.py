@@ -68,3 +68,14 @@ def test_only_and_experimental_are_options_of_the_command_line(monkeypatch):
     assert pk.ONLY == ("tma", "default") and pk.EXPERIMENTAL is True
     apply(ap.parse_args([]))
     assert pk.ONLY == () and pk.EXPERIMENTAL is False
+
+
+def test_cases_picks_the_cases_whose_names_contain_one_of_the_parts(monkeypatch, capsys):
+    from benchmarks import schedule_tables
+    ran = []
+    monkeypatch.setattr(CUDABackend, "unavailable_reason", lambda self: None)
+    assert schedule_tables.main(pk.__doc__, pk.CASES, lambda be, c, r: ran.append(c) or [], lambda be, cs: None,
+                                ["--cases", "2048x5632 nt f16,b64 nn bf16"], label=pk.label) == 0
+    assert [pk.label(c) for c in ran] == ["1024x2048x5632 nt f16", "4096x4096x128 b64 nn bf16"]
+    assert schedule_tables.main(pk.__doc__, pk.CASES, None, None, ["--cases", "7x7x7"], label=pk.label) == 1
+    assert "no case name contains any of ['7x7x7']" in capsys.readouterr().out
