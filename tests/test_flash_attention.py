@@ -1,7 +1,7 @@
 """The flash-attention kernels (backends/cuda/templates/attention.py on mma.sync,
 attention_wgmma.py on Hopper's wgmma): which programs they take, that their text compiles (where
-nvcc is), the key-tile table of a causal mask, and on a GPU (marked gpu) that every attention
-schedule computes what the program computes: ragged query and key lengths (2, 7, 257, 333,
+nvcc is), the key-tile table of a causal mask, and that every attention schedule computes what
+the program computes, on the host (backends/cuda/hostsim.py) and on a GPU (marked gpu): ragged query and key lengths (2, 7, 257, 333,
 1000), head dims 64 and 128, f16/bf16, an additive causal mask, `is_causal` (a where() mask the
 kernel computes, skipping the key tiles it removes), a bool mask input, grouped key/value
 heads, queries read through a permuted view, and a key length other than the query's."""
@@ -14,7 +14,7 @@ import pytest
 
 from compiler import nn
 from compiler.trace import spec, trace
-from backends.cuda import render
+from backends.cuda import hostsim, render
 from backends.cuda.plan import plan, prepare
 from backends.cuda.render import Schedule
 from backends.cuda.templates.attention import ATTN_CONFIGS, tile_table
@@ -170,6 +170,47 @@ def test_flash_kernels_compile_without_spills(name):
         res = compile_source(src, "sm_90a")
         assert res.error is None, res.error
         assert " 0 bytes spill stores" in res.log, res.log
+
+
+# on the host by default: a few rows (bf16), grouped heads with a computed causal mask (d 128),
+# 7 queries against 1000 keys; the others under -m slow
+ON_HOST = ("seven_rows", "gqa_is_causal", "q7_keys1000")
+
+
+@pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
+@pytest.mark.parametrize("name", [n if n in ON_HOST else pytest.param(n, marks=pytest.mark.slow) for n in CASES])
+def test_flash_kernels_run_on_host(name):
+    """Every attention schedule, mma.sync and wgmma (with P as register A fragments), run on
+    the host as one launch."""
+    g = _graph(name)
+    args = _inputs(name, g)
+    want = evaluate(g, args)[0]
+    for cfg in WG_ATTN_CONFIGS + ATTN_CONFIGS:
+        sched = Schedule(attn=cfg, arch="sm_90a", name=cfg.name)
+        src, launches = render(g, sched)
+        assert [l.kind for l in launches] == ["attention"] and ("wgmma_ra_" in src) == (cfg in WG_ATTN_CONFIGS)
+        assert_close(hostsim.run_templates(g, args, sched)[0], want, err_msg=f"{name} {cfg.name}", graph=g, args=args)
+
+
+@pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
+def test_p_in_the_wrong_register_fragments_is_wrong_on_host(monkeypatch):
+    """The wgmma kernel packs P's rows r and r + 8 into fragments 0 and 1: swapped, the host's
+    register-A wgmma reads them as the layout says, and the output is wrong."""
+    from backends.cuda.templates import attention_wgmma
+    g = _graph("gqa_causal")
+    args = _inputs("gqa_causal", g)
+    want = evaluate(g, args)[0]
+    sched = Schedule(attn=WG_ATTN_CONFIGS[0], arch="sm_90a")
+    rows_r, rows_r8 = "pa[j >> 1][(j & 1) * 2] = ", "pa[j >> 1][(j & 1) * 2 + 1] = "
+    original = attention_wgmma.render
+
+    def swapped(*a, **kw):
+        src = original(*a, **kw)
+        assert rows_r in src and rows_r8 in src
+        return src.replace(rows_r, "@").replace(rows_r8, rows_r).replace("@", rows_r8)
+    monkeypatch.setattr(attention_wgmma, "render", swapped)
+    with pytest.raises(AssertionError):
+        assert_close(hostsim.run_templates(g, args, sched)[0], want, graph=g, args=args)
 
 
 @pytest.mark.gpu

@@ -3,7 +3,8 @@
 Kernels written in plain CUDA C++ (the elementwise, generic, row-reduction and SIMT product
 templates, the kernel-IR renderer's), the tensor-core product and the mma.sync flash attention
 (their PTX helpers emulated: cp.async, ldmatrix, mma.sync, ex2) and Hopper's wgmma and TMA
-products (wgmma, TMA copies, mbarriers, named barriers, two-block clusters) are compiled with the host
+products and wgmma flash attention (wgmma from shared memory or register fragments, TMA copies,
+mbarriers, named barriers, two-block clusters) are compiled with the host
 compiler against CUDA's half-precision headers. Kernels without barriers, shared memory or
 shuffles run thread by thread, one block after another; the others run a block's threads as
 fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
@@ -272,6 +273,33 @@ template <int N, int TB> static void saturn_wgmma(float* d, uint64_t da, uint64_
 }
 #define SATURN_WGMMA(N, TY, TB) \
   static void wgmma_n##N##_##TY##_t##TB(float* d, uint64_t a, uint64_t b, int one) { saturn_wgmma<N, TB>(d, a, b, one, saturn_##TY); }
+// the same with A (64 x 16) in the warpgroup's registers, B n-contiguous (transposed): lane l of
+// warp w holds rows w * 16 + l / 4 (+ 8 in a[1], a[3]), columns 2 (l % 4) and + 1 (+ 8 in a[2],
+// a[3]), two halves a register, the lower first; a warp's rows need only its own lanes
+template <int N> static void saturn_wgmma_ra(float* d, const uint32_t* a, uint64_t db, int one, float (*cv)(uint16_t)) {
+  const unsigned me = saturn_current, lane = me & 31, base = me - lane;
+  for (int i = 0; i < 4; ++i) saturn_words[me][i] = a[i];
+  saturn_wait(SATURN_AT_WARP);
+  auto addr = [](uint64_t x) { return (uint32_t)(x & 0x3FFF) << 4; };
+  auto lbo = [](uint64_t x) { return (uint32_t)((x >> 16) & 0x3FFF) << 4; };
+  auto sbo = [](uint64_t x) { return (uint32_t)((x >> 32) & 0x3FFF) << 4; };
+  auto at = [&](uint32_t b) { uint16_t v; std::memcpy(&v, saturn_smem + saturn_swizzle(b), 2); return cv(v); };
+  auto av = [&](uint32_t r, uint32_t k) {
+    const uint32_t w = saturn_words[base + (r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
+    return cv((uint16_t)(k % 2 ? w >> 16 : w & 0xFFFFu)); };
+  for (int h = 0; h < 2; ++h)
+    for (int j = 0; j < N / 8; ++j)
+      for (int c = 0; c < 2; ++c) {
+        const uint32_t r = lane / 4 + 8 * h, n = j * 8 + (lane % 4) * 2 + c;
+        float s = one ? d[j * 4 + 2 * h + c] : 0.f;
+        for (uint32_t k = 0; k < 16; ++k)
+          s += av(r, k) * at(addr(db) + (n / 64) * lbo(db) + (k / 8) * sbo(db) + (k % 8) * 128 + (n % 64) * 2);
+        d[j * 4 + 2 * h + c] = s;
+      }
+  saturn_wait(SATURN_AT_WARP);
+}
+#define SATURN_WGMMA_RA(N, TY) \
+  static void wgmma_ra_n##N##_##TY(float* d, const uint32_t* a, uint64_t b, int one) { saturn_wgmma_ra<N>(d, a, b, one, saturn_##TY); }
 
 // Runs one block of `n` threads (a cluster of `cluster` blocks: together); 0, 1 where they
 // deadlock (some wait at a barrier that the others never reach), 2 where they cannot start
@@ -388,7 +416,9 @@ static inline int max(int a, int b) { return a > b ? a : b; }
 static inline int min(int a, int b) { return a < b ? a : b; }
 """ + THREADS + "".join(    # each wgmma helper the templates render, and its device definition's guard
     f"SATURN_WGMMA({n}, {ty}, {tb})\n#define SATURN_WGMMA_N{n}_{ty}_T{tb}\n"
-    for n in (64, 128, 192, 256) for ty in ("f16", "bf16") for tb in (0, 1)) + REDUCTIONS + FLOAT_TO_INT
+    for n in (64, 128, 192, 256) for ty in ("f16", "bf16") for tb in (0, 1)) + "".join(
+    f"SATURN_WGMMA_RA({n}, {ty})\n#define SATURN_WGMMA_RA_N{n}_{ty}\n" for n in (64, 128, 192, 256) for ty in ("f16", "bf16")) \
+    + REDUCTIONS + FLOAT_TO_INT
 
 
 def cuda_include() -> str | None:
@@ -528,11 +558,10 @@ def run_kernel_ir(graph, args, row_threads: int = 0) -> list[np.ndarray]:
 
 # kinds whose kernels run over THREADS (stage: an elementwise copy; gemm_tc and the mma.sync
 # flash attention: cp.async, ldmatrix, mma.sync and ex2 emulated; Hopper's products: wgmma,
-# TMA copies and stores, mbarriers, named barriers and clusters of two blocks emulated); the wgmma
-# flash attention (register-A wgmma) needs a GPU
+# TMA copies and stores, mbarriers, named barriers and clusters of two blocks emulated; the wgmma
+# flash attention: wgmma with A in registers too)
 EMULATED_KINDS = ("elementwise", "generic", "stage", "row", "gemm_simt", "gemm_tc", "attention", "gemm_wgmma",
                   "gemm_tma", "transpose")
-HOPPER_ONLY = ("wgmma_ra_",)
 
 
 def host_map(m, buffer: np.ndarray) -> np.ndarray:
@@ -563,9 +592,6 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
     kinds = {l.kind for l in launches}
     if not kinds <= set(EMULATED_KINDS) | {"cublas"}:
         raise ValueError(f"kernels of kinds {sorted(kinds - set(EMULATED_KINDS))} need a GPU")
-    hopper = [w for w in HOPPER_ONLY if w in _strip_prelude(src)]
-    if hopper:
-        raise ValueError(f"kernels with {', '.join(hopper)} need a GPU")
     kernels = [l for l in launches if l.library is None]
     finished = {l.output for l in launches if l.name.endswith("_epilogue")}
     run = build(src, [(l.name, 1 + len(l.inputs), l.grid, l.block[0], len(l.tensor_maps)) for l in kernels])
