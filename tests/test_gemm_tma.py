@@ -33,6 +33,18 @@ def _programs():
     }
 
 
+def _gpu_programs():
+    """Products too big to run on the host: a decoder's down projection, k-contiguous B, 88
+    k-steps (where a 64x256 ping-pong tile once computed wrong products on the GPU and right
+    ones at every smaller test program)."""
+    return {"nt_long_k_f16": trace(lambda x, w: x @ w.transpose(-1, -2), spec((1024, 5632), "f16"),
+                                   spec((2048, 5632), "f16"))}
+
+
+def _any_program(name):
+    return _programs()[name] if name in _programs() else _gpu_programs()[name]
+
+
 def _tma_launches(g, cfg):
     from backends.cuda import render
     src, launches = render(g, Schedule(tma=cfg, gemm="wgmma", arch="sm_90a"))
@@ -46,7 +58,8 @@ def test_products_whose_rows_are_16_byte_aligned_get_the_tma_kernel(name):
         _, tma = _tma_launches(g, cfg)
         assert len(tma) == 1, name
         maps = tma[0].tensor_maps
-        assert [len(m.dims) == len(m.box) == len(m.strides) + 1 for m in maps] == [True, True]
+        assert len(maps) == 2 or len(maps) == 3 and cfg.tma_store      # A, B (and the output's)
+        assert all(len(m.dims) == len(m.box) == len(m.strides) + 1 for m in maps)
         assert all(m.box[0] * m.dtype.itemsize == 128 for m in maps)      # one swizzle span per row
 
 
@@ -88,13 +101,15 @@ def _close(got, want, k):
     want = np.asarray(want, np.float64)
     scale = max(float(np.abs(want).max()), 1.0)
     err = float(np.abs(np.asarray(got, np.float64) - want).max()) / scale
-    assert err < 1e-2 * max(1.0, np.sqrt(k / 64)), err
+    # (f32 accumulation: the error is the output's rounding and grows slowly with k; a bound
+    # growing as sqrt(k / 64) let an error of 0.11 pass at k = 5632)
+    assert err < 1e-2 * max(1.0, (k / 64) ** 0.25), err
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", list(_programs()))
+@pytest.mark.parametrize("name", list(_programs()) + list(_gpu_programs()))
 def test_gpu_tma_products_match_the_interpreter(cuda_backend, name):
-    g = _programs()[name]
+    g = _any_program(name)
     args = _inputs(g, 0)
     want = evaluate(g, args)[0]
     k = g.inputs[0].shape[-1]
@@ -221,11 +236,11 @@ def test_experimental_tma_kernels_compile_without_spills_and_persistent_ones_lau
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", list(_programs()))
+@pytest.mark.parametrize("name", list(_programs()) + list(_gpu_programs()))
 def test_gpu_experimental_tma_tiles_match_the_interpreter(cuda_backend, name):
-    """The tiles not yet searched (persistent, staged epilogue); last in this file, so that a
-    kernel that never finishes costs only this test's time."""
-    g = _programs()[name]
+    """The tiles not searched (experimental); last in this file, so that a kernel that never
+    finishes costs only this test's time."""
+    g = _any_program(name)
     args = _inputs(g, 0)
     want = evaluate(g, args)[0]
     for cfg in TMA_EXPERIMENTAL_CONFIGS:

@@ -4,7 +4,10 @@ One fixed tile for every product leaves most of an H200 idle on some shapes (102
 tiles of 128x128 for 132 SMs) and quantizes others badly (1024x5632: 2.67 waves). The prior
 estimates each candidate's time as
 
-    waves * (resident * 2*bm*bn*k / rate_per_sm + per_wave_overhead)  (+ a B transpose for wgmma)
+    waves * (resident * (2*bm*bn*k / rate_per_sm + 2*bm*bn / copy_rate_per_sm) + per_wave_overhead)
+
+(+ a B transpose for wgmma), where a tile whose outputs leave by TMA stores overlaps the store
+with the next tile's math: max of the two instead of their sum,
 
 with `waves = ceil(tiles / (SMs * resident))`, `resident` the blocks one SM holds (shared
 memory, threads), and each template's sustained rate measured on the H200 at 4096^3
@@ -39,7 +42,13 @@ WGMMA_MN = [(WGConfig(128, 256, 4, 1, True), 472.0, 1), (WGConfig(128, 128, 5, 1
 # H200/H100 ratio of the cp.async kernel's 128x256 tile in that run, to this table's H200 terms
 TMA = [(TMAConfig(128, 256, 3, True, True), 675.0, 1), (TMAConfig(128, 256, 3, False, True), 653.0, 1),
        (TMAConfig(128, 128, 5, True, True), 628.0, 1), (TMAConfig(128, 256, 4, True), 623.0, 1),
-       (TMAConfig(128, 128, 6, False, True), 522.0, 1), (TMAConfig(128, 128, 6, True), 484.0, 1)]
+       (TMAConfig(128, 128, 6, False, True), 522.0, 1), (TMAConfig(128, 128, 6, True), 484.0, 1),
+       # TMA stores: 0.87 of the staged tile's rate where the math dominates (H100, 1024x2048x5632
+       # and 1024x5632x2048: 0.54x / 0.50x cuBLAS against 0.62x / 0.57x), ahead where the stores do
+       # (16384x4096x1024 0.95x against 0.89x, 64 x 4096x4096x128 1.03x against 0.73x;
+       # results/h100-product-kernels-tma-experimental-2026-12-06-session29-919075c.txt)
+       (TMAConfig(128, 256, 3, True, True, tma_store=True), 587.0, 1),
+       (TMAConfig(128, 128, 5, True, True, tma_store=True), 546.0, 1)]
 
 
 @dataclass(frozen=True)
@@ -62,11 +71,13 @@ def _resident(smem: int, threads: int, reg_cap: int) -> int:
     return max(1, min(SMEM_PER_SM // (smem + 1024), THREADS_PER_SM // threads, reg_cap))
 
 
-def estimate(m: int, n: int, k: int, batch: int, bm: int, bn: int, tflops: float, resident: int) -> float:
+def estimate(m: int, n: int, k: int, batch: int, bm: int, bn: int, tflops: float, resident: int,
+             overlap_store: bool = False) -> float:
     tiles = math.ceil(m / bm) * math.ceil(n / bn) * batch
     waves = math.ceil(tiles / (SMS * resident))
-    per_sm = tflops * 1e12 / SMS
-    return waves * (resident * 2 * bm * bn * k / per_sm + WAVE_OVERHEAD_S)
+    math_s = resident * 2 * bm * bn * k / (tflops * 1e12 / SMS)
+    store_s = resident * 2 * bm * bn / (COPY_BYTES_PER_S / SMS)      # half outputs
+    return waves * ((max(math_s, store_s) if overlap_store else math_s + store_s) + WAVE_OVERHEAD_S)
 
 
 def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmma_mn: bool,
@@ -95,5 +106,5 @@ def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmm
             # a persistent block's waves are its rounds of tiles; its gain (the next tile's
             # loads under this one's epilogue) is in its measured rate, not modelled apart
             res = _resident(cfg.smem_bytes, cfg.threads, regs)
-            out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
+            out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res, cfg.tma_store)))
     return sorted(out, key=lambda c: c.estimate_s)

@@ -135,24 +135,29 @@ class TMAConfig:
 # per output (16384x4096x1024: 0.82x cuBLAS against 0.66x), a persistent walk (p) wide ones, and
 # both (pe: a tile of their own, stored while the producer fills the ring) most: 4096^3 0.93x,
 # 2048x11008x4096 1.06x, batched 4096x4096x128 0.70x against 0.39x
-# (results/h100-product-kernels-tma-2026-12-06-session25-788f819.txt)
+# (results/h100-product-kernels-tma-2026-12-06-session25-788f819.txt); outputs stored by TMA
+# (pt: the consumers multiply on while the copy engine stores) won the store-bound products:
+# 64 x 4096x4096x128 1.03x (128x256) and 1.00x (128x128) against 0.73x, 16384x4096x1024 0.95x
+# against 0.89x (results/h100-product-kernels-tma-experimental-2026-12-06-session29-919075c.txt)
 TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False, True), TMAConfig(128, 128, 5, True, True),
                TMAConfig(128, 256, 4, True), TMAConfig(128, 128, 6, False, True), TMAConfig(128, 128, 6, True),
-               TMAConfig(128, 256, 4)]
-# not searched (never the best in those runs, or not yet run on a GPU: the 192-wide tiles, for
-# products whose n leaves a 256-wide last wave mostly idle, e.g. 1024x5632: 176 tiles of 128x256
-# are 2 rounds of 256 columns on 132 SMs, 240 of 128x192 2 rounds of 192; the ping-pong tiles, for
-# products of few k-steps per tile, such as 64 x 4096x4096x128, whose stores weigh most; split K,
-# for products of fewer tiles than SMs and long K, such as 1024x2048x5632);
-# benchmarks/product_kernels.py --experimental times them
+               TMAConfig(128, 256, 4), TMAConfig(128, 256, 3, True, True, tma_store=True),
+               TMAConfig(128, 128, 5, True, True, tma_store=True)]
+# not searched (never the best in those runs): the 192-wide tiles, for products whose n leaves a
+# 256-wide last wave mostly idle (1024x5632: 176 tiles of 128x256 are 2 rounds of 256 columns on
+# 132 SMs, 240 of 128x192 2 rounds of 192); the ping-pong tiles, for products of few k-steps per
+# tile (64 x 4096x4096x128: 1.00x with 128x128 tiles, where TMA stores reach 1.03x); clusters of
+# two sharing B (0.25-0.63x on the H100: kept for their host-checked protocol); split K, for
+# products of fewer tiles than SMs and long K (1024x2048x5632: 0.80x against the default's 0.82x).
+# The 64x256 ping-pong tile with staged outputs computed wrong products on the H100 at
+# 1024x2048x5632 and 16384x4096x1024 (k-contiguous B; max error 0.11-0.22 of the output's
+# largest value) and is not listed. benchmarks/product_kernels.py --experimental times these.
 TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
                             TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True),
                             TMAConfig(128, 128, 5, True, True, True), TMAConfig(128, 128, 5, True, False, True),
-                            TMAConfig(64, 256, 3, True, True, True), TMAConfig(64, 256, 5, True, False, True),
-                            TMAConfig(128, 256, 3, True, True, tma_store=True), TMAConfig(128, 128, 5, True, True, tma_store=True),
+                            TMAConfig(64, 256, 5, True, False, True),
                             TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
-                            TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 256, 3, True, True, tma_store=True, cluster=2),
-                            TMAConfig(128, 128, 5, True, True, cluster=2),
+                            TMAConfig(128, 256, 3, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
