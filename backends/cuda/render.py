@@ -509,7 +509,8 @@ def simt_only(step: Step) -> bool:
 
 def simt_default(step: Step) -> gemm_simt.SimtConfig:
     """The SIMT tile a product takes when the schedule names none: 128x128 where the output
-    fills the device (132 SMs) with such tiles (128 threads of 16x8 outputs), else 64x64."""
+    fills the device (132 SMs) with such tiles (128 threads of 16x8 outputs, 16-byte loads where
+    the operands allow them), else 64x64."""
     g = step.gemm
     sizes = g.mul.shape
     outputs = math.prod(sizes[a] for a in g.m_axes + g.n_axes + g.batch_axes)

@@ -37,19 +37,21 @@ class SimtConfig:
                 + ("v" if self.vector_loads else ""))
 
 
-# The searched tiles, the default for large products first (H100, 4096^3 f32, 2026-12-06: 0.84x
-# cuBLAS for 128x128 by 128 threads of 16x8, for 128x256 by 256 threads of 8x16 and for
-# 128x128x16 by 256 threads of 8x8 one block an SM; 0.74x for 256 threads of 8x8 two blocks an
-# SM, whose 128-register cap leaves no room for the next tile's loads).
-SIMT_CONFIGS = [SimtConfig(128, 128, 8, 16, 8, 2), SimtConfig(128, 256, 8, 8, 16, 1),
-                SimtConfig(128, 128, 16, 8, 8, 1), SimtConfig(128, 128, 8, 8, 16, 2),
+# The searched tiles, the default for large products first: 128x128 by 128 threads of 16x8 with
+# 16-byte register loads where the operands allow them (H100, 4096^3 f32, 2026-12-06: 0.93x
+# cuBLAS against 0.84x element by element; results/h100-product-kernels-simt-2026-12-06-session29-
+# 919075c.txt); 0.84x for 128x256 by 256 threads of 8x16 and for 128x128x16 by 256 threads of 8x8
+# one block an SM (the same with vector loads); 0.74x for 256 threads of 8x8 two blocks an SM,
+# whose 128-register cap leaves no room for the next tile's loads.
+SIMT_CONFIGS = [SimtConfig(128, 128, 8, 16, 8, 2, vector_loads=True), SimtConfig(128, 128, 8, 16, 8, 2),
+                SimtConfig(128, 256, 8, 8, 16, 1), SimtConfig(128, 128, 16, 8, 8, 1), SimtConfig(128, 128, 8, 8, 16, 2),
                 SimtConfig(64, 128, 8, 8, 8, 3), SimtConfig(128, 64, 8, 8, 8, 3),
                 SimtConfig(64, 64, 8, 4, 4), SimtConfig(128, 64, 8, 8, 4)]
 # timed by `benchmarks.product_kernels --experimental`, not searched: the async-copy tiles and
-# 256 threads of 8x8 two blocks an SM (never the fastest there: 0.68-0.74x); the fastest tiles
-# with 16-byte register loads (not timed yet)
+# 256 threads of 8x8 two blocks an SM (never the fastest there: 0.68-0.82x); the other tiles with
+# 16-byte register loads (0.82-0.84x)
 SIMT_EXPERIMENTAL_CONFIGS = [SimtConfig(128, 128, 8, 8, 8, 2), SimtConfig(128, 128, 8, 8, 8, 2, True),
-                             SimtConfig(128, 128, 8, 8, 16, 2, True), SimtConfig(128, 128, 8, 16, 8, 2, vector_loads=True),
+                             SimtConfig(128, 128, 8, 8, 16, 2, True),
                              SimtConfig(128, 256, 8, 8, 16, 1, vector_loads=True),
                              SimtConfig(128, 128, 16, 8, 8, 1, vector_loads=True)]
 
