@@ -199,6 +199,7 @@ static void named_sync(int id, int n) { saturn_named_sync(saturn_named_bars[satu
 static uint32_t cluster_rank() { return saturn_rank; }
 static void cluster_sync() { saturn_named_sync(saturn_named_bars[0][16], (int)saturn_nthreads); }
 static void mbar_arrive_cta(uint32_t bar, uint32_t cta) { saturn_mbar& b = saturn_bar(bar, cta); b.pending--; saturn_bar_step(b); }
+static void mbar_arrive_cta_release(uint32_t bar, uint32_t cta) { mbar_arrive_cta(bar, cta); }
 static void mbar_wait_cluster(uint32_t bar, uint32_t parity) { mbar_wait(bar, parity); }
 static void st_shared_f4(uint32_t at, float a, float b, float c, float d) {
   const float v[4] = {a, b, c, d}; std::memcpy(saturn_smem + at, v, 16); }

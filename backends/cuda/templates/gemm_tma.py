@@ -260,8 +260,15 @@ DEV void tma_load_3d_mc(uint32_t dst, const void* map, int x, int y, int z, uint
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3, %4}], [%5], %6;"
                :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(z), "r"(bar), "h"(mask) : "memory");
 }
-// arrive on the barrier at `bar` of the cluster's block `cta`
+// arrive on the barrier at `bar` of the cluster's block `cta`: to free a stage this thread only
+// read (release at the block's scope: no fence over the cluster's memory at every k-step)
 DEV void mbar_arrive_cta(uint32_t bar, uint32_t cta) {
+  asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+               "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" :: "r"(bar), "r"(cta) : "memory");
+}
+// the same, and what this thread wrote or read across the cluster before is done for the block
+// that waits (mbar_wait_cluster): a hand-over of shared memory between blocks
+DEV void mbar_arrive_cta_release(uint32_t bar, uint32_t cta) {
   asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
                "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" :: "r"(bar), "r"(cta) : "memory");
 }
@@ -479,7 +486,7 @@ def _split_reduce(cfg: TMAConfig) -> str:
     #pragma unroll
     for (int q = 0; q < {cfg.bn // 8}; ++q)
       st_shared_f4(base + (q * {n} + ct) * 16, acc[4 * q], acc[4 * q + 1], acc[4 * q + 2], acc[4 * q + 3]);
-    mbar_arrive_cta(bars + {SPLIT_READY}, 0);
+    mbar_arrive_cta_release(bars + {SPLIT_READY}, 0);
     mbar_wait(bars + {SPLIT_DONE}, 0);        // block 0 has read them
     return;
   }}
@@ -491,7 +498,7 @@ def _split_reduce(cfg: TMAConfig) -> str:
       ld_cluster_f4(base + (q * {n} + ct) * 16, 1, v);
       acc[4 * q] += v[0]; acc[4 * q + 1] += v[1]; acc[4 * q + 2] += v[2]; acc[4 * q + 3] += v[3];
     }}
-    mbar_arrive_cta(bars + {SPLIT_DONE}, 1);
+    mbar_arrive_cta_release(bars + {SPLIT_DONE}, 1);
   }}"""
 
 
