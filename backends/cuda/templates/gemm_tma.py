@@ -147,8 +147,9 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 # 256-wide last wave mostly idle (1024x5632: 176 tiles of 128x256 are 2 rounds of 256 columns on
 # 132 SMs, 240 of 128x192 2 rounds of 192); the ping-pong tiles, for products of few k-steps per
 # tile (64 x 4096x4096x128: 1.00x with 128x128 tiles, where TMA stores reach 1.03x); clusters of
-# two sharing B (0.60-0.82x on the H100, about the unclustered tile's time since their stage
-release stopped fencing the cluster's memory: 0.25-0.63x before); split K, for
+# two sharing B (0.60-0.82x on the H100 in 128x256 tiles, about the unclustered tile's time
+# since their stage release stopped fencing the cluster's memory: 0.25-0.63x before; 128x128
+# tiles, for the products whose L2 traffic the pair halves, not yet timed since); split K, for
 # products of fewer tiles than SMs and long K (1024x2048x5632: 0.80x against the default's 0.82x).
 # The 64x256 ping-pong tile with staged outputs computed wrong products on the H100 at
 # 1024x2048x5632 and 16384x4096x1024 (k-contiguous B; max error 0.11-0.22 of the output's
@@ -158,7 +159,7 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 128, 5, True, True, True), TMAConfig(128, 128, 5, True, False, True),
                             TMAConfig(64, 256, 5, True, False, True),
                             TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
-                            TMAConfig(128, 256, 3, True, True, cluster=2),
+                            TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
