@@ -17,7 +17,9 @@ Ping-pong: each consumer warpgroup owns every other tile of its block whole, and
 loops take turns (two named barriers hand the turn over), so one warpgroup stores its tile while
 the other multiplies: the tensor cores stay busy through the epilogues, which matters where a
 tile has few k-steps (short K, batched products). Outputs may also leave by TMA stores, and
-cooperative blocks may pair up in clusters that share B by multicast (`TMAConfig`).
+cooperative blocks may pair up in clusters that share B by multicast, or one-tile blocks split the
+tiles of a sparse last wave along K, a cluster's two blocks summing through distributed shared
+memory (`TMAConfig`).
 
 The tensor maps (CUtensorMap) are kernel parameters encoded on the host for each binding of
 buffers (backends/cuda/tensor_map.py); this module renders the kernel and names the maps it
