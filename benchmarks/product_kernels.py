@@ -1,6 +1,7 @@
 """Every generated matrix-product schedule of the CUDA backend against cuBLAS, at model shapes.
 
-    python -m benchmarks.product_kernels [--quick] [--repeat N] [--json FILE] [--only PREFIX,...] [--experimental]
+    python -m benchmarks.product_kernels [--quick] [--repeat N] [--json FILE] [--cases PART,...] [--only PREFIX,...]
+        [--experimental] [--tiles NAME,...]
 
 For each case (M x N x K, batch, layout, dtype) the traced product is built under every schedule
 the backend offers except the library ones (cuBLAS, and the generic kernel-IR rendering, which
@@ -43,6 +44,7 @@ def _program(m, n, k, batch, layout, dtype):
 
 ONLY: tuple[str, ...] = ()      # --only: schedule name prefixes to time (empty: all)
 EXPERIMENTAL = False            # --experimental: also the TMA and SIMT tiles the search does not offer
+TILES: tuple = ()               # --tiles: TMA tiles by name, listed or not
 
 
 def generated_schedules(be, g) -> list:
@@ -57,7 +59,11 @@ def generated_schedules(be, g) -> list:
         from backends.cuda.render import Schedule
         from backends.cuda.templates.gemm_simt import SIMT_EXPERIMENTAL_CONFIGS
         out += [Schedule(simt=c, name=c.name) for c in SIMT_EXPERIMENTAL_CONFIGS]
-    return [s for s in out if not ONLY or s.name.startswith(ONLY)]
+    out = [s for s in out if not ONLY or s.name.startswith(ONLY)]
+    if TILES and any(s.tma is not None for s in be.schedules(g)):
+        from backends.cuda.render import Schedule
+        out += [Schedule(tma=c, gemm="wgmma", name=c.name) for c in TILES if c.name not in {s.name for s in out}]
+    return out
 
 
 def label(case) -> str:
@@ -153,11 +159,18 @@ def _options(ap):
     ap.add_argument("--only", help="comma-separated schedule name prefixes to time (default: all)")
     ap.add_argument("--experimental", action="store_true",
                     help="also the TMA tiles the search does not offer (not yet run on a GPU, or never the best)")
+    ap.add_argument("--tiles", help="comma-separated TMA tile names to time besides (e.g. tma64x256s3ppe), "
+                                    "listed anywhere or not")
 
     def apply(a):
-        global ONLY, EXPERIMENTAL
+        global ONLY, EXPERIMENTAL, TILES
+        from backends.cuda.templates.gemm_tma import TMAConfig
         ONLY = tuple(a.only.split(",")) if a.only else ()
         EXPERIMENTAL = a.experimental
+        try:
+            TILES = tuple(TMAConfig.from_name(n) for n in a.tiles.split(",")) if a.tiles else ()
+        except ValueError as e:
+            ap.error(str(e))
     return apply
 
 

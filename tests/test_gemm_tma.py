@@ -186,6 +186,14 @@ def test_long_products_take_the_tma_kernel_by_default_and_staged_operands_are_it
                     assert 0 <= m.arg <= len(l.inputs), (name, l)
 
 
+def test_a_tma_tile_is_found_again_by_its_name():
+    for cfg in TMA_CONFIGS + TMA_EXPERIMENTAL_CONFIGS + [TMAConfig(64, 256, 3, True, True, True)]:
+        assert TMAConfig.from_name(cfg.name) == cfg
+    for bad in ("tma7x256s3", "tma128x256s3q", "tma128x256s9", "tma128x256s3ppek2", "gemm"):
+        with pytest.raises(ValueError):
+            TMAConfig.from_name(bad)
+
+
 def test_every_tma_tile_fits_the_shared_memory_of_a_hopper_block():
     assert all(c.smem_bytes <= 227 * 1024 for c in TMA_CONFIGS + TMA_EXPERIMENTAL_CONFIGS)
 

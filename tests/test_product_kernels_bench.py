@@ -79,3 +79,21 @@ def test_cases_picks_the_cases_whose_names_contain_one_of_the_parts(monkeypatch,
     assert [pk.label(c) for c in ran] == ["1024x2048x5632 nt f16", "4096x4096x128 b64 nn bf16"]
     assert schedule_tables.main(pk.__doc__, pk.CASES, None, None, ["--cases", "7x7x7"], label=pk.label) == 1
     assert "no case name contains any of ['7x7x7']" in capsys.readouterr().out
+
+
+def test_tiles_times_tma_tiles_by_name_listed_or_not(monkeypatch):
+    import argparse
+    from backends.cuda.templates.gemm_tma import TMA_CONFIGS, TMAConfig
+    monkeypatch.setattr(CUDABackend, "_has_wgmma", staticmethod(lambda: True))
+    ap = argparse.ArgumentParser()
+    apply = pk._options(ap)
+    monkeypatch.setattr(pk, "TILES", ())
+    apply(ap.parse_args(["--only", "default", "--tiles", f"tma64x256s3ppe,{TMA_CONFIGS[1].name}"]))
+    assert pk.TILES == (TMAConfig(64, 256, 3, True, True, True), TMA_CONFIGS[1])
+    g = pk._program(4096, 4096, 4096, 1, "nn", "f16")
+    names = [s.name for s in pk.generated_schedules(CUDABackend(), g)]
+    assert names == ["default", "tma64x256s3ppe", TMA_CONFIGS[1].name]
+    with pytest.raises(SystemExit):
+        apply(ap.parse_args(["--tiles", "tma128x256s9"]))       # 9 stages: no such tile
+    apply(ap.parse_args([]))
+    assert pk.TILES == ()

@@ -79,6 +79,24 @@ class TMAConfig:
         return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + staged + (f"c{self.cluster}" if self.cluster > 1 else "") \
             + (f"k{self.split_k}" if self.split_k > 1 else "")
 
+    @classmethod
+    def from_name(cls, name: str) -> "TMAConfig":
+        """The config `name` names (`tma128x256s3pe`, `tma128x128s5ek2`, ...: the inverse of
+        .name), for timing a tile that no list holds; ValueError if it names none."""
+        import re
+        m = re.fullmatch(r"tma(\d+)x(\d+)s(\d+)(pp|p)?(t|e)?(?:c(\d))?(?:k(\d))?", name)
+        if m is None:
+            raise ValueError(f"{name!r} is not a TMA tile name (e.g. tma128x256s3pe)")
+        bm, bn, stages, walk, staged, cluster, split = m.groups()
+        try:
+            cfg = cls(int(bm), int(bn), int(stages), walk is not None, staged is not None, walk == "pp",
+                      staged == "t", int(cluster or 1), int(split or 1))
+        except AssertionError:
+            raise ValueError(f"{name!r} names no valid TMA tile") from None
+        if cfg.name != name:
+            raise ValueError(f"{name!r} is not a TMA tile name (it reads as {cfg.name})")
+        return cfg
+
     @property
     def clustered(self) -> bool:
         """Whether the kernel runs in clusters of two blocks (B multicast or split K)."""
