@@ -2,8 +2,9 @@
 the host (backends/cuda/hostsim.py: a block's threads as fibers where kernels sync), against
 the reference interpreter on the same inputs: the CUDA templates' index arithmetic, masks,
 casts and reductions for every op, checked where no GPU is (programs the templates cannot plan
-through the kernel IR's rendering, as the backend does). Ops whose kernels need a GPU (wgmma,
-TMA) are skipped, saying so."""
+through the kernel IR's rendering, as the backend does). A kernel kind the host does not
+emulate (hostsim.EMULATED_KINDS) would be skipped, saying so; every kind the templates render
+today is emulated."""
 from __future__ import annotations
 
 import numpy as np
