@@ -284,10 +284,13 @@ def test_tile_prior_ranks_by_waves():
 
 def test_tile_prior_stores_by_tma_where_the_stores_outweigh_the_math():
     """Short products (k 128 in 64 batches; k 1024 over many tiles) get the TMA-store tile first,
-    long ones (k 2048 and more) a tile that stores from registers or shared memory."""
+    long ones (k 2048 and more) a tile that stores from registers or shared memory, and so do
+    products of one wave (1024x1024x1024: 64 tiles), whose blocks have no next tile to
+    multiply while their stores drain."""
     from backends.cuda.tiles import rank_tiles
     for m, n, k, batch, stores in [(4096, 4096, 128, 64, True), (16384, 4096, 1024, 1, True),
-                                   (4096, 4096, 4096, 1, False), (1024, 5632, 2048, 1, False)]:
+                                   (4096, 4096, 4096, 1, False), (1024, 5632, 2048, 1, False),
+                                   (1024, 1024, 1024, 1, False), (1024, 3072, 1024, 1, False)]:
         best = rank_tiles(m, n, k, batch, False, True, True, True)[0]
         assert best.kind == "tma" and best.config.tma_store == stores, (m, n, k, batch, best.name)
 

@@ -7,7 +7,8 @@ estimates each candidate's time as
     waves * (resident * (2*bm*bn*k / rate_per_sm + 2*bm*bn / copy_rate_per_sm) + per_wave_overhead)
 
 (+ a B transpose for wgmma), where a tile whose outputs leave by TMA stores overlaps the store
-with the next tile's math: max of the two instead of their sum,
+with the next tile's math (where a block has a next tile: more than one wave): max of the two
+instead of their sum,
 
 with `waves = ceil(tiles / (SMs * resident))`, `resident` the blocks one SM holds (shared
 memory, threads), and each template's sustained rate measured on the H200 at 4096^3
@@ -77,7 +78,9 @@ def estimate(m: int, n: int, k: int, batch: int, bm: int, bn: int, tflops: float
     waves = math.ceil(tiles / (SMS * resident))
     math_s = resident * 2 * bm * bn * k / (tflops * 1e12 / SMS)
     store_s = resident * 2 * bm * bn / (COPY_BYTES_PER_S / SMS)      # half outputs
-    return waves * ((max(math_s, store_s) if overlap_store else math_s + store_s) + WAVE_OVERHEAD_S)
+    # a tile's TMA stores overlap the math of the block's next tile: only where blocks have one
+    overlap = overlap_store and waves > 1
+    return waves * ((max(math_s, store_s) if overlap else math_s + store_s) + WAVE_OVERHEAD_S)
 
 
 def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmma_mn: bool,
