@@ -49,21 +49,20 @@ TILES: tuple = ()               # --tiles: TMA tiles by name, listed or not
 
 def generated_schedules(be, g) -> list:
     """The backend's schedules for `g` whose products are generated kernels (those named by
-    --only), and with --experimental the TMA and SIMT tiles not yet searched."""
+    --only), with --experimental the TMA and SIMT tiles not yet searched, and the TMA tiles
+    --tiles names (where the backend offers TMA tiles for `g`)."""
+    from backends.cuda.render import Schedule
     out = [s for s in be.schedules(g) if s.gemm != "cublas" and s.lowering != "kernel_ir"]
-    if EXPERIMENTAL and any(s.tma is not None for s in out):
-        from backends.cuda.render import Schedule
+    tma = any(s.tma is not None for s in out)
+    if EXPERIMENTAL and tma:
         from backends.cuda.templates.gemm_tma import TMA_EXPERIMENTAL_CONFIGS
         out += [Schedule(tma=c, gemm="wgmma", name=c.name) for c in TMA_EXPERIMENTAL_CONFIGS]
     if EXPERIMENTAL and any(s.simt is not None for s in out):
-        from backends.cuda.render import Schedule
         from backends.cuda.templates.gemm_simt import SIMT_EXPERIMENTAL_CONFIGS
         out += [Schedule(simt=c, name=c.name) for c in SIMT_EXPERIMENTAL_CONFIGS]
     out = [s for s in out if not ONLY or s.name.startswith(ONLY)]
-    if TILES and any(s.tma is not None for s in be.schedules(g)):
-        from backends.cuda.render import Schedule
-        out += [Schedule(tma=c, gemm="wgmma", name=c.name) for c in TILES if c.name not in {s.name for s in out}]
-    return out
+    named = {s.name for s in out}
+    return out + [Schedule(tma=c, gemm="wgmma", name=c.name) for c in TILES if tma and c.name not in named]
 
 
 def label(case) -> str:

@@ -27,6 +27,7 @@ needs. Needs sm_90a.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from backends.cuda.templates import batched_grid, block_coords
@@ -83,7 +84,6 @@ class TMAConfig:
     def from_name(cls, name: str) -> "TMAConfig":
         """The config `name` names (`tma128x256s3pe`, `tma128x128s5ek2`, ...: the inverse of
         .name), for timing a tile that no list holds; ValueError if it names none."""
-        import re
         m = re.fullmatch(r"tma(\d+)x(\d+)s(\d+)(pp|p)?(t|e)?(?:c(\d))?(?:k(\d))?", name)
         if m is None:
             raise ValueError(f"{name!r} is not a TMA tile name (e.g. tma128x256s3pe)")
