@@ -250,24 +250,30 @@ static void wg_fence() {}
 static void wg_commit() {}
 template <int N> static void wg_wait() {}
 static void fence_proxy_async() {}
+// a matrix descriptor's start address and leading / stride byte offsets (14 bits of 16 bytes)
+static inline uint32_t saturn_desc_addr(uint64_t x) { return (uint32_t)(x & 0x3FFF) << 4; }
+static inline uint32_t saturn_desc_lbo(uint64_t x) { return (uint32_t)((x >> 16) & 0x3FFF) << 4; }
+static inline uint32_t saturn_desc_sbo(uint64_t x) { return (uint32_t)((x >> 32) & 0x3FFF) << 4; }
+// the shared address of B's element (k, n) through its descriptor: k-contiguous, or with TB
+// n-contiguous (read through the transpose bit); the 128-byte swizzle applied on reading
+template <int TB> static inline uint32_t saturn_b_at(uint64_t db, uint32_t k, uint32_t n) {
+  return TB ? saturn_desc_addr(db) + (n / 64) * saturn_desc_lbo(db) + (k / 8) * saturn_desc_sbo(db) + (k % 8) * 128 + (n % 64) * 2
+            : saturn_desc_addr(db) + (n / 8) * saturn_desc_sbo(db) + (n % 8) * 128 + k * 2;
+}
+static inline float saturn_half_at(uint32_t a, float (*cv)(uint16_t)) {
+  uint16_t v; std::memcpy(&v, saturn_smem + saturn_swizzle(a), 2); return cv(v); }
 // d (this thread's part of a warpgroup's m64 x N accumulator: value j * 4 + 2 h + c is row
 // warp * 16 + lane / 4 + 8 h, column j * 8 + 2 (lane % 4) + c) += A (64 x 16, K-major) B (16 x N)
 template <int N, int TB> static void saturn_wgmma(float* d, uint64_t da, uint64_t db, int one, float (*cv)(uint16_t)) {
   const unsigned t = saturn_current % 128, warp = t / 32, lane = t % 32;
-  auto addr = [](uint64_t x) { return (uint32_t)(x & 0x3FFF) << 4; };
-  auto lbo = [](uint64_t x) { return (uint32_t)((x >> 16) & 0x3FFF) << 4; };
-  auto sbo = [](uint64_t x) { return (uint32_t)((x >> 32) & 0x3FFF) << 4; };
-  auto at = [&](uint32_t a) { uint16_t v; std::memcpy(&v, saturn_smem + saturn_swizzle(a), 2); return cv(v); };
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < N / 8; ++j)
       for (int c = 0; c < 2; ++c) {
         const uint32_t r = warp * 16 + lane / 4 + 8 * h, n = j * 8 + (lane % 4) * 2 + c;
         float s = one ? d[j * 4 + 2 * h + c] : 0.f;
         for (uint32_t k = 0; k < 16; ++k) {
-          const uint32_t a = addr(da) + (r / 8) * sbo(da) + (r % 8) * 128 + k * 2;
-          const uint32_t b = TB ? addr(db) + (n / 64) * lbo(db) + (k / 8) * sbo(db) + (k % 8) * 128 + (n % 64) * 2
-                                : addr(db) + (n / 8) * sbo(db) + (n % 8) * 128 + k * 2;
-          s += at(a) * at(b);
+          const uint32_t a = saturn_desc_addr(da) + (r / 8) * saturn_desc_sbo(da) + (r % 8) * 128 + k * 2;
+          s += saturn_half_at(a, cv) * saturn_half_at(saturn_b_at<TB>(db, k, n), cv);
         }
         d[j * 4 + 2 * h + c] = s;
       }
@@ -281,10 +287,6 @@ template <int N> static void saturn_wgmma_ra(float* d, const uint32_t* a, uint64
   const unsigned me = saturn_current, lane = me & 31, base = me - lane;
   for (int i = 0; i < 4; ++i) saturn_words[me][i] = a[i];
   saturn_wait(SATURN_AT_WARP);
-  auto addr = [](uint64_t x) { return (uint32_t)(x & 0x3FFF) << 4; };
-  auto lbo = [](uint64_t x) { return (uint32_t)((x >> 16) & 0x3FFF) << 4; };
-  auto sbo = [](uint64_t x) { return (uint32_t)((x >> 32) & 0x3FFF) << 4; };
-  auto at = [&](uint32_t b) { uint16_t v; std::memcpy(&v, saturn_smem + saturn_swizzle(b), 2); return cv(v); };
   auto av = [&](uint32_t r, uint32_t k) {
     const uint32_t w = saturn_words[base + (r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
     return cv((uint16_t)(k % 2 ? w >> 16 : w & 0xFFFFu)); };
@@ -294,7 +296,7 @@ template <int N> static void saturn_wgmma_ra(float* d, const uint32_t* a, uint64
         const uint32_t r = lane / 4 + 8 * h, n = j * 8 + (lane % 4) * 2 + c;
         float s = one ? d[j * 4 + 2 * h + c] : 0.f;
         for (uint32_t k = 0; k < 16; ++k)
-          s += av(r, k) * at(addr(db) + (n / 64) * lbo(db) + (k / 8) * sbo(db) + (k % 8) * 128 + (n % 64) * 2);
+          s += av(r, k) * saturn_half_at(saturn_b_at<1>(db, k, n), cv);
         d[j * 4 + 2 * h + c] = s;
       }
   saturn_wait(SATURN_AT_WARP);
