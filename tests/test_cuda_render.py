@@ -614,11 +614,7 @@ def test_random_half_products_under_the_cublas_schedule_match_the_interpreter():
         g = trace(fn, *[spec(s, dtype) for s in shapes])
         rng = np.random.default_rng(0)
         args = [rng.standard_normal(s).astype(x.dtype.np) for s, x in zip(shapes, g.inputs)]
-        try:
-            got = hostsim.run_templates(g, args, Schedule(gemm="cublas"))[0].astype(np.float64)
-        except ValueError as e:          # a generated tensor-core kernel: needs a GPU
-            assert "need a GPU" in str(e)
-            return
+        got = hostsim.run_templates(g, args, Schedule(gemm="cublas"))[0].astype(np.float64)
         want = np.asarray(evaluate(g, args)[0]).astype(np.float64)
         np.testing.assert_allclose(got, want, rtol=2e-2, atol=2e-2)
 
