@@ -97,3 +97,16 @@ def test_tiles_times_tma_tiles_by_name_listed_or_not(monkeypatch):
         apply(ap.parse_args(["--tiles", "tma128x256s9"]))       # 9 stages: no such tile
     apply(ap.parse_args([]))
     assert pk.TILES == ()
+
+
+def test_product_profile_reads_cases_and_names_schedules():
+    from benchmarks import product_profile as pp
+    assert pp.parse_case("1024x5632x2048 nt f16") == (1024, 5632, 2048, 1, "nt", "f16")
+    assert pp.parse_case("4096x4096x128 b64 nn bf16") == (4096, 4096, 128, 64, "nn", "bf16")
+    with pytest.raises(ValueError, match="not a product case"):
+        pp.parse_case("1024x5632 nt f16")
+    g, be = pk._program(64, 64, 64, 1, "nt", "f16"), CUDABackend()
+    assert pp.schedule_for(be, g, None).name == be.schedules(g)[0].name
+    assert pp.schedule_for(be, g, "tma64x256s3ppe").tma.bn == 256      # any TMA tile by name
+    with pytest.raises(ValueError, match="no schedule 'nope'"):
+        pp.schedule_for(be, g, "nope")
