@@ -4,7 +4,8 @@ experimental, on products at odd shapes, batched, with either B layout and an ep
 persistent, ping-pong and cluster walks over more tiles than SMs; split K across a cluster;
 the cp.async-fed wgmma tiles. Then that the emulation is not forgiving: a wrong operand layout
 gives wrong products, a barrier that never fills is a deadlock (within a block and across a
-cluster). (The wgmma flash attention runs on the host in tests/test_flash_attention.py.)"""
+cluster), a stage freed before its products retire and a staged tile written again before its
+TMA stores read it give wrong products. (The wgmma flash attention runs on the host in tests/test_flash_attention.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -115,3 +116,34 @@ def test_a_split_k_tile_that_drops_the_second_blocks_sums_is_wrong_on_host(monke
     _patched(monkeypatch, "acc[4 * q] += v[0];", "acc[4 * q] += 0.f * v[0];")
     with pytest.raises(AssertionError):
         _close(_run(g, cfg, args), evaluate(g, args)[0], 128)
+
+
+@pytest.mark.parametrize("walk", ["cooperative", "pingpong"])
+def test_a_stage_released_before_its_products_retire_gives_wrong_products_on_host(monkeypatch, walk):
+    """wgmma reads its stage until a wait retires its group: waiting with two groups in flight
+    instead of one frees a stage still being read, which the producer refills at once. The
+    emulation runs each wgmma at the wait that retires it and lets the producer run when a
+    release completes a phase, so the product is wrong here as it would be on the GPU."""
+    g = trace(lambda a, b: a @ b, spec((130, 512), "f16"), spec((512, 264), "f16"))
+    args = _inputs(g, 0)
+    want = evaluate(g, args)[0]
+    cfg = next(c for c in ON_HOST if c.pingpong == (walk == "pingpong") and c.persistent and not c.clustered)
+    assert 512 // 64 > cfg.stages       # (the ring wraps: a stage is refilled)
+    _close(_run(g, cfg, args), want, 512)
+    _patched(monkeypatch, "wg_wait<1>();", "wg_wait<2>();")
+    with pytest.raises(AssertionError):
+        _close(_run(g, cfg, args), want, 512)
+
+
+def test_a_tma_store_region_written_again_before_its_stores_read_it_is_wrong_on_host(monkeypatch):
+    """180 tiles of 128x128 on 132 blocks: a block's second tile is staged where its first one
+    was. A TMA store reads the region until a bulk wait; leaving that wait out lets the second
+    tile's values reach the first one's place (the emulated stores read at the wait)."""
+    g = trace(lambda a, b: a @ b, spec((20, 257, 64), "f16"), spec((20, 64, 264), "f16"))
+    args = _inputs(g, 0)
+    want = evaluate(g, args)[0]
+    cfg = next(c for c in ON_HOST if c.tma_store and c.bn == 128 and not c.pingpong)
+    _close(_run(g, cfg, args), want, 64)
+    _patched(monkeypatch, "if (leader) bulk_wait_read();", "if (leader) (void)0;")
+    with pytest.raises(AssertionError):
+        _close(_run(g, cfg, args), want, 64)

@@ -37,6 +37,7 @@ THREADS = r"""
 #include <csetjmp>
 #include <cstdio>
 #include <cstdlib>
+#include <vector>
 #define __shared__ static
 #define __syncthreads() saturn_wait(SATURN_AT_BARRIER)
 #define __syncwarp(...) saturn_wait(SATURN_AT_WARP)
@@ -61,8 +62,10 @@ static void saturn_wait(saturn_state s) {
   if (!_setjmp(f.resume)) _longjmp(saturn_scheduler, 1);
 }
 static void saturn_spin() { saturn_wait(SATURN_SPIN); }   // poll again in the next round
+static void saturn_thread_ends();     // (a thread's TMA stores still queued are stored)
 static void saturn_trampoline() {
   saturn_body();
+  saturn_thread_ends();
   saturn_fibers[saturn_current].state = SATURN_DONE;
   _longjmp(saturn_scheduler, 1);
 }
@@ -162,8 +165,10 @@ template <class T> static T atomicMax(T* p, T v) { T old = *p; *p = old > v ? ol
 // definitions sit behind these guards. mbarriers are a table beside the arena (by address);
 // a TMA copy moves its box at once (128-byte swizzle, zeros past the edges) and completes its
 // bytes on the barrier; wgmma computes each thread's accumulators from the descriptors (K-major
-// or, transposed, MN-major operands, 128-byte swizzle) when it is issued. A tensor map here is
-// the host's own: base, rank, element size, dims, byte strides of the outer dims, box.
+// or, transposed, MN-major operands, 128-byte swizzle) at the wait that retires it, and a TMA
+// store reads its tile at the bulk wait after it: as late as the GPU may, so an operand freed or
+// overwritten too early gives wrong values. A tensor map here is the host's own: base, rank,
+// element size, dims, byte strides of the outer dims, box.
 #define SATURN_MBAR
 #define SATURN_WGMMA_COMMON
 #define __grid_constant__
@@ -179,13 +184,22 @@ static void saturn_bar_step(saturn_mbar& b) {
 static void mbar_init(uint32_t bar, int count) { saturn_bar(bar) = {count, count, 0, 0}; saturn_progress++; }
 static void mbar_fence_init() {}
 static void mbar_expect_tx(uint32_t bar, uint32_t bytes) { saturn_mbar& b = saturn_bar(bar); b.tx += (int)bytes; b.pending--; saturn_bar_step(b); }
-static void mbar_arrive(uint32_t bar) { saturn_mbar& b = saturn_bar(bar); b.pending--; saturn_bar_step(b); }
+// an arrival that completes a phase hands over at once: the threads waiting for it (a producer
+// refilling the stage) run before this one goes on, as they may on the GPU
+static void mbar_arrive(uint32_t bar) {
+  saturn_mbar& b = saturn_bar(bar); const unsigned phase = b.phase;
+  b.pending--; saturn_bar_step(b);
+  if (b.phase != phase) saturn_spin();
+}
 // returns once the phase of this parity has completed (the current phase is incomplete)
 static void mbar_wait(uint32_t bar, uint32_t parity) { while ((saturn_bar(bar).phase & 1u) == parity) saturn_spin(); }
-struct saturn_named { int arrived; unsigned generation; };
+// a barrier's threads must name one count (undefined on the GPU otherwise): the largest named
+// in a generation is what completes it, so a mismatch is a deadlock here in any order of arrival
+struct saturn_named { int arrived, count; unsigned generation; };
 static saturn_named saturn_named_bars[2][17];     // a block's 16, then the cluster's (at rank 0)
 static void saturn_named_arrive(saturn_named& b, int n) {
-  if (++b.arrived == n) { b.arrived = 0; b.generation++; }
+  b.count = n > b.count ? n : b.count;
+  if (++b.arrived == b.count) { b.arrived = 0; b.count = 0; b.generation++; }
   saturn_progress++;
 }
 static void saturn_named_sync(saturn_named& b, int n) {
@@ -198,7 +212,11 @@ static void named_sync(int id, int n) { saturn_named_sync(saturn_named_bars[satu
 #define __cluster_dims__(...)
 static uint32_t cluster_rank() { return saturn_rank; }
 static void cluster_sync() { saturn_named_sync(saturn_named_bars[0][16], (int)saturn_nthreads); }
-static void mbar_arrive_cta(uint32_t bar, uint32_t cta) { saturn_mbar& b = saturn_bar(bar, cta); b.pending--; saturn_bar_step(b); }
+static void mbar_arrive_cta(uint32_t bar, uint32_t cta) {
+  saturn_mbar& b = saturn_bar(bar, cta); const unsigned phase = b.phase;
+  b.pending--; saturn_bar_step(b);
+  if (b.phase != phase) saturn_spin();
+}
 static void mbar_arrive_cta_release(uint32_t bar, uint32_t cta) { mbar_arrive_cta(bar, cta); }
 static void mbar_wait_cluster(uint32_t bar, uint32_t parity) { mbar_wait(bar, parity); }
 static void st_shared_f4(uint32_t at, float a, float b, float c, float d) {
@@ -241,14 +259,20 @@ static void tma_load_3d_mc(uint32_t dst, const void* map, int x, int y, int z, u
 static void saturn_tma_store(const void* map, uint32_t src, const int* c) {
   saturn_box((const TensorMap*)map, src, c, [&](unsigned char* g, uint32_t s, int size) { if (g) std::memcpy(g, saturn_smem + s, size); });
 }
-static void tma_store_2d(const void* map, uint32_t src, int x, int y) { int c[3] = {x, y, 0}; saturn_tma_store(map, src, c); }
-static void tma_store_3d(const void* map, uint32_t src, int x, int y, int z) { int c[3] = {x, y, z}; saturn_tma_store(map, src, c); }
+// a TMA store reads shared memory until a bulk wait: each thread's stores wait in its queue and
+// read the staged tile there (or when the thread ends), so a tile written again too early is
+// stored wrong here as on the GPU
+struct saturn_store_op { const void* map; uint32_t src; int c[3]; };
+static std::vector<saturn_store_op>* saturn_store_queue = nullptr;   // per fiber
+static void saturn_stores_done() {
+  for (const saturn_store_op& op : saturn_store_queue[saturn_current]) saturn_tma_store(op.map, op.src, op.c);
+  saturn_store_queue[saturn_current].clear();
+}
+static void tma_store_2d(const void* map, uint32_t src, int x, int y) { saturn_store_queue[saturn_current].push_back({map, src, {x, y, 0}}); }
+static void tma_store_3d(const void* map, uint32_t src, int x, int y, int z) { saturn_store_queue[saturn_current].push_back({map, src, {x, y, z}}); }
 static void bulk_commit() {}
-static void bulk_wait_read() {}
-static void bulk_wait() {}
-static void wg_fence() {}
-static void wg_commit() {}
-template <int N> static void wg_wait() {}
+static void bulk_wait_read() { saturn_stores_done(); }
+static void bulk_wait() { saturn_stores_done(); }
 static void fence_proxy_async() {}
 // a matrix descriptor's start address and leading / stride byte offsets (14 bits of 16 bytes)
 static inline uint32_t saturn_desc_addr(uint64_t x) { return (uint32_t)(x & 0x3FFF) << 4; }
@@ -262,47 +286,91 @@ template <int TB> static inline uint32_t saturn_b_at(uint64_t db, uint32_t k, ui
 }
 static inline float saturn_half_at(uint32_t a, float (*cv)(uint16_t)) {
   uint16_t v; std::memcpy(&v, saturn_smem + saturn_swizzle(a), 2); return cv(v); }
+// wgmma is asynchronous: it reads its operands (shared memory; A's registers) until a
+// wgmma.wait_group retires its group. Each thread's wgmmas wait in its queue (A's registers as
+// issued) and run, in order, at the wg_wait that retires them, so a stage released or refilled
+// before then gives wrong products here as on the GPU.
+struct saturn_wgmma_op {
+  void (*run)(const saturn_wgmma_op&);
+  int group;                   // the thread's commits before it: its wgmma.commit_group
+  float* d; uint64_t a, b; int one; float (*cv)(uint16_t);
+  uint32_t words[32][4];       // (A in registers) the warp's fragments
+};
+static std::vector<saturn_wgmma_op>* saturn_wgmma_queue = nullptr;   // per fiber
+static int* saturn_wgmma_groups = nullptr;                           // per fiber: commits so far
+static void saturn_wgmma_issue(saturn_wgmma_op& op) {
+  op.group = saturn_wgmma_groups[saturn_current];
+  saturn_wgmma_queue[saturn_current].push_back(op);
+}
+static void wg_fence() {}
+static void wg_commit() { saturn_wgmma_groups[saturn_current]++; }
+// runs the queued wgmmas of every committed group but the newest N
+template <int N> static void wg_wait() {
+  std::vector<saturn_wgmma_op>& q = saturn_wgmma_queue[saturn_current];
+  const int last = saturn_wgmma_groups[saturn_current] - N;
+  size_t i = 0;
+  for (; i < q.size() && q[i].group < last; ++i) q[i].run(q[i]);
+  q.erase(q.begin(), q.begin() + i);
+}
 // d (this thread's part of a warpgroup's m64 x N accumulator: value j * 4 + 2 h + c is row
 // warp * 16 + lane / 4 + 8 h, column j * 8 + 2 (lane % 4) + c) += A (64 x 16, K-major) B (16 x N)
-template <int N, int TB> static void saturn_wgmma(float* d, uint64_t da, uint64_t db, int one, float (*cv)(uint16_t)) {
+template <int N, int TB> static void saturn_wgmma_run(const saturn_wgmma_op& op) {
+  float* d = op.d;
   const unsigned t = saturn_current % 128, warp = t / 32, lane = t % 32;
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < N / 8; ++j)
       for (int c = 0; c < 2; ++c) {
         const uint32_t r = warp * 16 + lane / 4 + 8 * h, n = j * 8 + (lane % 4) * 2 + c;
-        float s = one ? d[j * 4 + 2 * h + c] : 0.f;
+        float s = op.one ? d[j * 4 + 2 * h + c] : 0.f;
         for (uint32_t k = 0; k < 16; ++k) {
-          const uint32_t a = saturn_desc_addr(da) + (r / 8) * saturn_desc_sbo(da) + (r % 8) * 128 + k * 2;
-          s += saturn_half_at(a, cv) * saturn_half_at(saturn_b_at<TB>(db, k, n), cv);
+          const uint32_t a = saturn_desc_addr(op.a) + (r / 8) * saturn_desc_sbo(op.a) + (r % 8) * 128 + k * 2;
+          s += saturn_half_at(a, op.cv) * saturn_half_at(saturn_b_at<TB>(op.b, k, n), op.cv);
         }
         d[j * 4 + 2 * h + c] = s;
       }
+}
+template <int N, int TB> static void saturn_wgmma(float* d, uint64_t da, uint64_t db, int one, float (*cv)(uint16_t)) {
+  saturn_wgmma_op op;
+  op.run = saturn_wgmma_run<N, TB>; op.d = d; op.a = da; op.b = db; op.one = one; op.cv = cv;
+  saturn_wgmma_issue(op);
 }
 #define SATURN_WGMMA(N, TY, TB) \
   static void wgmma_n##N##_##TY##_t##TB(float* d, uint64_t a, uint64_t b, int one) { saturn_wgmma<N, TB>(d, a, b, one, saturn_##TY); }
 // the same with A (64 x 16) in the warpgroup's registers, B n-contiguous (transposed): lane l of
 // warp w holds rows w * 16 + l / 4 (+ 8 in a[1], a[3]), columns 2 (l % 4) and + 1 (+ 8 in a[2],
 // a[3]), two halves a register, the lower first; a warp's rows need only its own lanes
-template <int N> static void saturn_wgmma_ra(float* d, const uint32_t* a, uint64_t db, int one, float (*cv)(uint16_t)) {
-  const unsigned me = saturn_current, lane = me & 31, base = me - lane;
-  for (int i = 0; i < 4; ++i) saturn_words[me][i] = a[i];
-  saturn_wait(SATURN_AT_WARP);
+template <int N> static void saturn_wgmma_ra_run(const saturn_wgmma_op& op) {
+  float* d = op.d;
+  const unsigned lane = saturn_current & 31;
   auto av = [&](uint32_t r, uint32_t k) {
-    const uint32_t w = saturn_words[base + (r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
-    return cv((uint16_t)(k % 2 ? w >> 16 : w & 0xFFFFu)); };
+    const uint32_t w = op.words[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
+    return op.cv((uint16_t)(k % 2 ? w >> 16 : w & 0xFFFFu)); };
   for (int h = 0; h < 2; ++h)
     for (int j = 0; j < N / 8; ++j)
       for (int c = 0; c < 2; ++c) {
         const uint32_t r = lane / 4 + 8 * h, n = j * 8 + (lane % 4) * 2 + c;
-        float s = one ? d[j * 4 + 2 * h + c] : 0.f;
+        float s = op.one ? d[j * 4 + 2 * h + c] : 0.f;
         for (uint32_t k = 0; k < 16; ++k)
-          s += av(r, k) * saturn_half_at(saturn_b_at<1>(db, k, n), cv);
+          s += av(r, k) * saturn_half_at(saturn_b_at<1>(op.b, k, n), op.cv);
         d[j * 4 + 2 * h + c] = s;
       }
+}
+template <int N> static void saturn_wgmma_ra(float* d, const uint32_t* a, uint64_t db, int one, float (*cv)(uint16_t)) {
+  const unsigned me = saturn_current, lane = me & 31, base = me - lane;
+  for (int i = 0; i < 4; ++i) saturn_words[me][i] = a[i];
   saturn_wait(SATURN_AT_WARP);
+  saturn_wgmma_op op;
+  op.run = saturn_wgmma_ra_run<N>; op.d = d; op.a = 0; op.b = db; op.one = one; op.cv = cv;
+  for (int l = 0; l < 32; ++l)
+    for (int i = 0; i < 4; ++i) op.words[l][i] = saturn_words[base + l][i];
+  saturn_wait(SATURN_AT_WARP);     // (no lane writes its words again before every lane has read)
+  saturn_wgmma_issue(op);
 }
 #define SATURN_WGMMA_RA(N, TY) \
   static void wgmma_ra_n##N##_##TY(float* d, const uint32_t* a, uint64_t b, int one) { saturn_wgmma_ra<N>(d, a, b, one, saturn_##TY); }
+
+// a thread that ends: its queued stores are stored; queued wgmmas would write registers it no longer has
+static void saturn_thread_ends() { saturn_stores_done(); saturn_wgmma_queue[saturn_current].clear(); }
 
 // Runs one block of `n` threads (a cluster of `cluster` blocks: together); 0, 1 where they
 // deadlock (some wait at a barrier that the others never reach), 2 where they cannot start
@@ -316,8 +384,13 @@ static int saturn_run_block(unsigned n, unsigned cluster = 1) {
     std::free(saturn_fibers);
     saturn_fibers = (saturn_fiber*)std::calloc(n, sizeof(saturn_fiber));
     for (unsigned i = 0; i < n; ++i) saturn_fibers[i].stack = (char*)std::malloc(SATURN_STACK);
+    delete[] saturn_wgmma_queue; delete[] saturn_wgmma_groups; delete[] saturn_store_queue;
+    saturn_wgmma_queue = new std::vector<saturn_wgmma_op>[n];
+    saturn_wgmma_groups = new int[n];
+    saturn_store_queue = new std::vector<saturn_store_op>[n];
     saturn_capacity = n;
   }
+  for (unsigned i = 0; i < n; ++i) { saturn_wgmma_queue[i].clear(); saturn_wgmma_groups[i] = 0; saturn_store_queue[i].clear(); }
   saturn_nthreads = n;
   std::memset(saturn_named_bars, 0, sizeof(saturn_named_bars));
   saturn_rank = 0;
