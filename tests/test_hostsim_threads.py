@@ -228,3 +228,26 @@ def test_flash_attention_runs_on_host(shape, masked, dtype):
         sched = Schedule(attn=cfg, arch="sm_80")
         assert [l.kind for l in render(g, sched)[1]] == ["attention"]
         assert_close(hostsim.run_templates(g, args, sched)[0], want, scale=8.0, graph=g, args=args, err_msg=str(cfg))
+
+
+def test_a_stage_read_before_its_async_copies_land_is_wrong_on_host(monkeypatch):
+    """cp.async lands at the wait that retires its group: the tensor-core product waiting with
+    one group too many in flight reads a stage whose copies have not landed (its previous
+    contents), so the product is wrong here as it may be on the GPU; as rendered it is right."""
+    import re
+    from backends.cuda.templates import gemm_tc
+    from tests.tolerances import assert_close
+    g = _product((64, 256), (256, 64), "nn", "f16")
+    args = host_inputs(g, 4)
+    want = evaluate(g, args)[0]
+    assert_close(hostsim.run_templates(g, args, Schedule())[0], want, scale=8.0, graph=g, args=args)
+    render_tc = gemm_tc.render
+
+    def one_group_early(*a, **kw):
+        src, n = re.subn(r"cp_async_wait<(\d+)>\(\);\n    __syncthreads\(\);",
+                         lambda m: f"cp_async_wait<{int(m.group(1)) + 1}>();\n    __syncthreads();", render_tc(*a, **kw))
+        assert n == 1
+        return src
+    monkeypatch.setattr(gemm_tc, "render", one_group_early)
+    with pytest.raises(AssertionError):
+        assert_close(hostsim.run_templates(g, args, Schedule())[0], want, scale=8.0, graph=g, args=args)

@@ -7,8 +7,10 @@ products and wgmma flash attention (wgmma from shared memory or register fragmen
 mbarriers, named barriers, two-block clusters) are compiled with the host
 compiler against CUDA's half-precision headers. Kernels without barriers, shared memory or
 shuffles run thread by thread, one block after another; the others run a block's threads as
-fibers that meet at barriers and exchange values at shuffles (THREADS). Not a timing tool; a
-semantics check.
+fibers that meet at barriers and exchange values at shuffles (THREADS). Asynchronous operations
+complete as late as the GPU allows (cp.async copies and wgmma at the waits that retire their
+groups, TMA stores at the bulk wait), so a kernel that reads or frees their memory too early
+computes wrong values here too. Not a timing tool; a semantics check.
 """
 from __future__ import annotations
 
@@ -87,11 +89,30 @@ template <class T> static T __shfl_down_sync(unsigned, T v, unsigned d, int = 32
   int l = (int)(saturn_current & 31) + (int)d; return saturn_shuffle(v, l < 32 ? l : (int)(saturn_current & 31)); }
 template <class T> static T __shfl_up_sync(unsigned, T v, unsigned d, int = 32) {
   int l = (int)(saturn_current & 31) - (int)d; return saturn_shuffle(v, l >= 0 ? l : (int)(saturn_current & 31)); }
-// cp.async done at once: its group waits have nothing left to wait for
-static void cp_async4(void* dst, const void* src, int src_bytes) {
-  if (src_bytes) std::memcpy(dst, src, 4); else std::memset(dst, 0, 4); }
-static void cp_async_commit() {}
-template <int N> static void cp_async_wait() {}
+// cp.async lands when a wait retires its group: a thread's copies wait in its queue (their group:
+// the thread's commits before them) and land at the cp.async.wait_group that retires them (or
+// when the thread ends), so a tile read before its wait holds what was there before, as it may
+// on the GPU. Kernels run thread by thread (no fibers) copy at once.
+static bool saturn_fibered = false;
+struct saturn_copy_op { unsigned char* dst; const void* src; int bytes, width, group; };
+static std::vector<saturn_copy_op>* saturn_copy_queue = nullptr;    // per fiber
+static int* saturn_copy_groups = nullptr;                           // per fiber: commits so far
+static void saturn_copy_land(const saturn_copy_op& op) {
+  if (op.bytes) std::memcpy(op.dst, op.src, op.bytes);
+  if (op.bytes < op.width) std::memset(op.dst + op.bytes, 0, op.width - op.bytes); }
+static void saturn_copy(unsigned char* dst, const void* src, int bytes, int width) {
+  saturn_copy_op op{dst, src, bytes, width, 0};
+  if (!saturn_fibered) { saturn_copy_land(op); return; }
+  op.group = saturn_copy_groups[saturn_current];
+  saturn_copy_queue[saturn_current].push_back(op); }
+static void saturn_copies_land(int upto) {      // the copies of groups before `upto`, in order
+  std::vector<saturn_copy_op>& q = saturn_copy_queue[saturn_current];
+  size_t i = 0;
+  for (; i < q.size() && q[i].group < upto; ++i) saturn_copy_land(q[i]);
+  q.erase(q.begin(), q.begin() + i); }
+static void cp_async4(void* dst, const void* src, int src_bytes) { saturn_copy((unsigned char*)dst, src, src_bytes ? 4 : 0, 4); }
+static void cp_async_commit() { if (saturn_fibered) saturn_copy_groups[saturn_current]++; }
+template <int N> static void cp_async_wait() { if (saturn_fibered) saturn_copies_land(saturn_copy_groups[saturn_current] - N); }
 // The tensor-core product's helpers: dynamic shared memory is one arena (smem_u32 gives an
 // offset into it); ldmatrix and mma.sync are warp-collective: every lane posts its address or
 // fragments, then each takes what the instruction gives it (PTX ISA, m8n8 matrices and the
@@ -100,9 +121,7 @@ alignas(1024) static unsigned char saturn_arenas[2][232448];
 #define saturn_smem (saturn_arenas[saturn_rank])
 static uint32_t saturn_words[2048][6];
 static inline uint32_t smem_u32(const void* p) { return (uint32_t)((const unsigned char*)p - saturn_smem); }
-static void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  if (src_bytes) std::memcpy(saturn_smem + dst, src, src_bytes);
-  if (src_bytes < 16) std::memset(saturn_smem + dst + src_bytes, 0, 16 - src_bytes); }
+static void cp_async16(uint32_t dst, const void* src, int src_bytes) { saturn_copy(saturn_smem + dst, src, src_bytes, 16); }
 static void saturn_ldsm(uint32_t* r, uint32_t addr, bool trans) {
   unsigned me = saturn_current, lane = me & 31, base = me - lane;
   saturn_words[me][0] = addr;
@@ -370,12 +389,16 @@ template <int N> static void saturn_wgmma_ra(float* d, const uint32_t* a, uint64
   static void wgmma_ra_n##N##_##TY(float* d, const uint32_t* a, uint64_t b, int one) { saturn_wgmma_ra<N>(d, a, b, one, saturn_##TY); }
 
 // a thread that ends: its queued stores are stored; queued wgmmas would write registers it no longer has
-static void saturn_thread_ends() { saturn_stores_done(); saturn_wgmma_queue[saturn_current].clear(); }
+static void saturn_thread_ends() {
+  saturn_stores_done();
+  saturn_wgmma_queue[saturn_current].clear();
+  saturn_copies_land(1 << 30);
+}
 
 // Runs one block of `n` threads (a cluster of `cluster` blocks: together); 0, 1 where they
 // deadlock (some wait at a barrier that the others never reach), 2 where they cannot start
 // (more than 1024 a block, no context).
-static int saturn_run_block(unsigned n, unsigned cluster = 1) {
+static int saturn_run_fibers(unsigned n, unsigned cluster) {
   if (n > 1024 || cluster > 2) return 2;
   saturn_block = n; saturn_cluster = cluster;
   n *= cluster;
@@ -385,12 +408,18 @@ static int saturn_run_block(unsigned n, unsigned cluster = 1) {
     saturn_fibers = (saturn_fiber*)std::calloc(n, sizeof(saturn_fiber));
     for (unsigned i = 0; i < n; ++i) saturn_fibers[i].stack = (char*)std::malloc(SATURN_STACK);
     delete[] saturn_wgmma_queue; delete[] saturn_wgmma_groups; delete[] saturn_store_queue;
+    delete[] saturn_copy_queue; delete[] saturn_copy_groups;
     saturn_wgmma_queue = new std::vector<saturn_wgmma_op>[n];
     saturn_wgmma_groups = new int[n];
     saturn_store_queue = new std::vector<saturn_store_op>[n];
+    saturn_copy_queue = new std::vector<saturn_copy_op>[n];
+    saturn_copy_groups = new int[n];
     saturn_capacity = n;
   }
-  for (unsigned i = 0; i < n; ++i) { saturn_wgmma_queue[i].clear(); saturn_wgmma_groups[i] = 0; saturn_store_queue[i].clear(); }
+  for (unsigned i = 0; i < n; ++i) {
+    saturn_wgmma_queue[i].clear(); saturn_wgmma_groups[i] = 0; saturn_store_queue[i].clear();
+    saturn_copy_queue[i].clear(); saturn_copy_groups[i] = 0;
+  }
   saturn_nthreads = n;
   std::memset(saturn_named_bars, 0, sizeof(saturn_named_bars));
   saturn_rank = 0;
@@ -459,6 +488,12 @@ static int saturn_run_block(unsigned n, unsigned cluster = 1) {
     if (polling && (moved || saturn_progress != before)) continue;
     return 1;       // threads wait at a barrier or shuffle the others never reach, or poll in vain
   }
+}
+static int saturn_run_block(unsigned n, unsigned cluster = 1) {
+  saturn_fibered = true;
+  const int r = saturn_run_fibers(n, cluster);
+  saturn_fibered = false;
+  return r;
 }
 """
 
