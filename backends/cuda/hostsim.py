@@ -64,7 +64,7 @@ static void saturn_wait(saturn_state s) {
   if (!_setjmp(f.resume)) _longjmp(saturn_scheduler, 1);
 }
 static void saturn_spin() { saturn_wait(SATURN_SPIN); }   // poll again in the next round
-static void saturn_thread_ends();     // (a thread's TMA stores still queued are stored)
+static void saturn_thread_ends();     // (what a thread left queued: its stores are stored, its copies land)
 static void saturn_trampoline() {
   saturn_body();
   saturn_thread_ends();
@@ -105,11 +105,12 @@ static void saturn_copy(unsigned char* dst, const void* src, int bytes, int widt
   if (!saturn_fibered) { saturn_copy_land(op); return; }
   op.group = saturn_copy_groups[saturn_current];
   saturn_copy_queue[saturn_current].push_back(op); }
-static void saturn_copies_land(int upto) {      // the copies of groups before `upto`, in order
-  std::vector<saturn_copy_op>& q = saturn_copy_queue[saturn_current];
+// runs (in order) and drops a queue's operations of the groups before `upto`
+template <class Op, class F> static void saturn_retire(std::vector<Op>& q, int upto, F run) {
   size_t i = 0;
-  for (; i < q.size() && q[i].group < upto; ++i) saturn_copy_land(q[i]);
+  for (; i < q.size() && q[i].group < upto; ++i) run(q[i]);
   q.erase(q.begin(), q.begin() + i); }
+static void saturn_copies_land(int upto) { saturn_retire(saturn_copy_queue[saturn_current], upto, saturn_copy_land); }
 static void cp_async4(void* dst, const void* src, int src_bytes) { saturn_copy((unsigned char*)dst, src, src_bytes ? 4 : 0, 4); }
 static void cp_async_commit() { if (saturn_fibered) saturn_copy_groups[saturn_current]++; }
 template <int N> static void cp_async_wait() { if (saturn_fibered) saturn_copies_land(saturn_copy_groups[saturn_current] - N); }
@@ -205,11 +206,12 @@ static void mbar_fence_init() {}
 static void mbar_expect_tx(uint32_t bar, uint32_t bytes) { saturn_mbar& b = saturn_bar(bar); b.tx += (int)bytes; b.pending--; saturn_bar_step(b); }
 // an arrival that completes a phase hands over at once: the threads waiting for it (a producer
 // refilling the stage) run before this one goes on, as they may on the GPU
-static void mbar_arrive(uint32_t bar) {
-  saturn_mbar& b = saturn_bar(bar); const unsigned phase = b.phase;
+static void saturn_arrive(saturn_mbar& b) {
+  const unsigned phase = b.phase;
   b.pending--; saturn_bar_step(b);
   if (b.phase != phase) saturn_spin();
 }
+static void mbar_arrive(uint32_t bar) { saturn_arrive(saturn_bar(bar)); }
 // returns once the phase of this parity has completed (the current phase is incomplete)
 static void mbar_wait(uint32_t bar, uint32_t parity) { while ((saturn_bar(bar).phase & 1u) == parity) saturn_spin(); }
 // a barrier's threads must name one count (undefined on the GPU otherwise): the largest named
@@ -231,11 +233,7 @@ static void named_sync(int id, int n) { saturn_named_sync(saturn_named_bars[satu
 #define __cluster_dims__(...)
 static uint32_t cluster_rank() { return saturn_rank; }
 static void cluster_sync() { saturn_named_sync(saturn_named_bars[0][16], (int)saturn_nthreads); }
-static void mbar_arrive_cta(uint32_t bar, uint32_t cta) {
-  saturn_mbar& b = saturn_bar(bar, cta); const unsigned phase = b.phase;
-  b.pending--; saturn_bar_step(b);
-  if (b.phase != phase) saturn_spin();
-}
+static void mbar_arrive_cta(uint32_t bar, uint32_t cta) { saturn_arrive(saturn_bar(bar, cta)); }
 static void mbar_arrive_cta_release(uint32_t bar, uint32_t cta) { mbar_arrive_cta(bar, cta); }
 static void mbar_wait_cluster(uint32_t bar, uint32_t parity) { mbar_wait(bar, parity); }
 static void st_shared_f4(uint32_t at, float a, float b, float c, float d) {
@@ -325,11 +323,8 @@ static void wg_fence() {}
 static void wg_commit() { saturn_wgmma_groups[saturn_current]++; }
 // runs the queued wgmmas of every committed group but the newest N
 template <int N> static void wg_wait() {
-  std::vector<saturn_wgmma_op>& q = saturn_wgmma_queue[saturn_current];
-  const int last = saturn_wgmma_groups[saturn_current] - N;
-  size_t i = 0;
-  for (; i < q.size() && q[i].group < last; ++i) q[i].run(q[i]);
-  q.erase(q.begin(), q.begin() + i);
+  saturn_retire(saturn_wgmma_queue[saturn_current], saturn_wgmma_groups[saturn_current] - N,
+                [](const saturn_wgmma_op& op) { op.run(op); });
 }
 // d (this thread's part of a warpgroup's m64 x N accumulator: value j * 4 + 2 h + c is row
 // warp * 16 + lane / 4 + 8 h, column j * 8 + 2 (lane % 4) + c) += A (64 x 16, K-major) B (16 x N)
