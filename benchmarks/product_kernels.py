@@ -76,18 +76,32 @@ def _torch_time(fn, repeat: int) -> float:
     return float(np.median(time_calls(fn, 5, repeat)))
 
 
-def run_case(be, case, repeat: int, out=print) -> list[dict]:
+def operands(case, g):
+    """The case's seeded random operands on the device: (cuBLAS's product of them as a
+    callable, that product in float32, the operands as host arrays of `g`'s input dtypes)."""
     import torch
-    m, n, k, batch, layout, dtype = case
-    g = _program(*case)
+    dtype, layout = case[5], case[4]
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
     gen = torch.Generator(device="cuda").manual_seed(0)
     a, b = [torch.randn(tuple(x.shape), generator=gen, device="cuda", dtype=tdt) for x in g.inputs]
     torch.backends.cuda.matmul.allow_tf32 = False      # f32 means f32, for cuBLAS as for Saturn
     prod = (lambda: a @ b.transpose(-1, -2)) if layout == "nt" else (lambda: a @ b)
     want = (a.float() @ (b.float().transpose(-1, -2) if layout == "nt" else b.float()))
-    scale = float(want.abs().max())
     args = [x.cpu().float().numpy().astype(gi.dtype.np) for x, gi in zip((a, b), g.inputs)]
+    return prod, want, args
+
+
+def max_error(exe, args, want) -> float:
+    """The executable's largest error over the product's largest magnitude."""
+    import torch
+    got = torch.from_numpy(np.asarray(exe(*args)[0], np.float32)).cuda()
+    return float((got - want).abs().max()) / float(want.abs().max())
+
+
+def run_case(be, case, repeat: int, out=print) -> list[dict]:
+    m, n, k, batch, layout, dtype = case
+    g = _program(*case)
+    prod, want, args = operands(case, g)
     flops = 2 * batch * m * n * k
     name = label(case)
     rows = [{"case": name, "kernel": "torch.matmul (cuBLAS)", "ms": _torch_time(prod, repeat) * 1e3}]
@@ -101,15 +115,13 @@ def run_case(be, case, repeat: int, out=print) -> list[dict]:
         if exe is None:
             rows.append({"case": name, "kernel": sched.name, "error": why[:200]})
             continue
-        got = torch.from_numpy(np.asarray(exe(*args)[0], np.float32)).cuda()
-        err = float((got - want).abs().max()) / scale
+        err = max_error(exe, args, want)
         t = float(np.median(exe.benchmark(args, warmup=5, repeat=repeat)))
         kinds = [l.kind for l in exe.launches]
         detail = [l.detail for l in exe.launches if l.kind.startswith("gemm")]
         rows.append({"case": name, "kernel": sched.name, "ms": t * 1e3, "max_rel_err": err,
                      "launches": kinds, "detail": detail[0] if detail else ""})
         exe.close()
-        del got
     lib = rows[0]["ms"]
     timed = [r for r in rows[1:] if "ms" in r]
     schedule_tables.report(rows, name, flops, lib, "cuBLAS", out, 24,

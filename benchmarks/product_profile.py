@@ -55,8 +55,7 @@ def main(argv=None) -> int:
     import numpy as np
     import torch
     from backends.cuda import CUDABackend
-    from benchmarks.product_kernels import _program
-    m, n, k, batch, layout, dtype = case
+    from benchmarks.product_kernels import _program, max_error, operands
     g = _program(*case)
     be = CUDABackend()
     try:
@@ -64,25 +63,18 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
-    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x, w = [torch.randn(tuple(i.shape), generator=gen, device="cuda", dtype=tdt) for i in g.inputs]
-    want = x.float() @ (w.float().transpose(-1, -2) if layout == "nt" else w.float())
-    args = [t.cpu().float().numpy().astype(i.dtype.np) for t, i in zip((x, w), g.inputs)]
+    prod, want, args = operands(case, g)
     exe, why = be.try_build(g, sched)
     if exe is None:
         print(f"{sched.name}: not built: {why}", file=sys.stderr)
         return 1
-    got = torch.from_numpy(np.asarray(exe(*args)[0], np.float32)).cuda()
-    err = float((got - want).abs().max()) / float(want.abs().max())
-    print(f"{a.case} {sched.name}: max error {err:.2e} of the largest output; launches "
+    print(f"{a.case} {sched.name}: max error {max_error(exe, args, want):.2e} of the largest output; launches "
           f"{', '.join(l.kind for l in exe.launches)}")
     if a.calls > 0:
         times = exe.benchmark(args, warmup=0, repeat=a.calls)
         print(f"{sched.name}: {1e3 * float(np.median(times)):.4f} ms (median of {a.calls})")
     exe.close()
     if not a.no_cublas:
-        prod = (lambda: x @ w.transpose(-1, -2)) if layout == "nt" else (lambda: x @ w)
         for _ in range(a.calls):
             prod()
         torch.cuda.synchronize()
