@@ -41,6 +41,16 @@ def _gpu_programs():
                                    spec((2048, 5632), "f16"))}
 
 
+# the programs whose B is k-contiguous: the only ones a tile narrower than 64-column multiples
+# reads (gemm_tma.refuses; test_narrow_tiles_read_only_k_contiguous_b checks this set)
+K_CONTIGUOUS_B = {"nt_odd_f16", "shared_weight_bf16", "nt_long_k_f16"}
+
+
+def _reads(name, cfg):
+    """Whether tile `cfg` takes program `name`'s product."""
+    return cfg.bn % 64 == 0 or name in K_CONTIGUOUS_B
+
+
 def _any_program(name):
     return _programs()[name] if name in _programs() else _gpu_programs()[name]
 
@@ -186,6 +196,20 @@ def test_long_products_take_the_tma_kernel_by_default_and_staged_operands_are_it
                     assert 0 <= m.arg <= len(l.inputs), (name, l)
 
 
+def test_narrow_tiles_read_only_k_contiguous_b():
+    """A tile whose width is no multiple of 64 (176: 5632 = 32 x 176 columns) takes a product
+    whose B is k-contiguous and leaves one whose B is n-contiguous (read in 64-column boxes) to
+    the cp.async kernel."""
+    narrow = [c for c in TMA_EXPERIMENTAL_CONFIGS if c.bn % 64]
+    assert narrow
+    for name, g in list(_programs().items()) + list(_gpu_programs().items()):
+        for cfg in narrow:
+            src, launches = _tma_launches(g, cfg)
+            assert bool(launches) == (name in K_CONTIGUOUS_B), (name, cfg.name)
+    with pytest.raises(AssertionError):
+        TMAConfig(128, 176, 3, True, True, tma_store=True)     # TMA stores write 64-column boxes
+
+
 def test_a_tma_tile_is_found_again_by_its_name():
     for cfg in TMA_CONFIGS + TMA_EXPERIMENTAL_CONFIGS + [TMAConfig(64, 256, 3, True, True, True)]:
         assert TMAConfig.from_name(cfg.name) == cfg
@@ -244,7 +268,7 @@ COMPILED = ["nt_odd_f16", "batched_bias_relu_f16", "many_tiles_f16"]
 def test_experimental_tma_kernels_compile_without_spills_and_persistent_ones_launch_one_block_per_sm_at_most(names):
     from backends.cuda.templates.gemm_tma import SMS, TMA_EXPERIMENTAL_CONFIGS
     for name, g in [(n, _programs()[n]) for n in names]:
-        for cfg in TMA_EXPERIMENTAL_CONFIGS:
+        for cfg in [c for c in TMA_EXPERIMENTAL_CONFIGS if _reads(name, c)]:
             src, launches = _tma_launches(g, cfg)
             assert not cfg.persistent or (launches[0].grid[0] <= SMS and launches[0].grid[1:] == (1, 1))
             res = compile_source(src, "sm_90a")
@@ -260,6 +284,6 @@ def test_gpu_experimental_tma_tiles_match_the_interpreter(cuda_backend, name):
     g = _any_program(name)
     args = _inputs(g, 0)
     want = _reference(name, g, args)
-    for cfg in TMA_EXPERIMENTAL_CONFIGS:
+    for cfg in [c for c in TMA_EXPERIMENTAL_CONFIGS if _reads(name, c)]:
         _check_tile(cuda_backend, g, cfg, args, want, g.inputs[0].shape[-1])
 

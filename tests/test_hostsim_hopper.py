@@ -18,7 +18,7 @@ from backends.cuda.templates.gemm_tma import TMA_CONFIGS, TMA_EXPERIMENTAL_CONFI
 from backends.cuda.templates.gemm_wgmma import WG_CONFIGS, WG_MN_CONFIGS
 from compiler.trace import spec, trace
 from ir.interpreter import evaluate
-from test_gemm_tma import _close, _inputs, _programs
+from test_gemm_tma import _close, _inputs, _programs, _reads
 
 pytestmark = pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
 
@@ -37,8 +37,23 @@ def test_every_tma_tile_runs_on_host(name):
     g = _programs()[name]
     args = _inputs(g, 0)
     want = evaluate(g, args)[0]
-    for cfg in ON_HOST:
+    for cfg in [c for c in ON_HOST if _reads(name, c)]:
         _close(_run(g, cfg, args), want, g.inputs[0].shape[-1])
+
+
+def test_narrow_tiles_run_on_host():
+    """The 176-wide tiles (k-contiguous B only), one tile per block and persistent with staged
+    outputs, on a product of a partial last column tile and 8 row tiles, and batched with an
+    epilogue."""
+    narrow = [c for c in ON_HOST if c.bn % 64]
+    assert {c.persistent for c in narrow} == {True, False}
+    for g in (_programs()["nt_odd_f16"],
+              trace(lambda a, w, c: (a @ w.transpose(-1, -2) + c).relu(), spec((2, 130, 72), "bf16"),
+                    spec((360, 72), "bf16"), spec((360,), "bf16"))):
+        args = _inputs(g, 4)
+        want = evaluate(g, args)[0]
+        for cfg in narrow:
+            _close(_run(g, cfg, args), want, 72)
 
 
 def test_persistent_walks_over_more_tiles_than_sms_run_on_host():

@@ -520,11 +520,17 @@ static inline long long __float2ll_rz(float x) { return saturn_sat64(x); }
 static inline long long __double2ll_rz(double x) { return saturn_sat64(x); }
 static inline int max(int a, int b) { return a > b ? a : b; }
 static inline int min(int a, int b) { return a < b ? a : b; }
-""" + THREADS + "".join(    # each wgmma helper the templates render, and its device definition's guard
-    f"SATURN_WGMMA({n}, {ty}, {tb})\n#define SATURN_WGMMA_N{n}_{ty}_T{tb}\n"
-    for n in (64, 128, 192, 256) for ty in ("f16", "bf16") for tb in (0, 1)) + "".join(
-    f"SATURN_WGMMA_RA({n}, {ty})\n#define SATURN_WGMMA_RA_N{n}_{ty}\n" for n in (64, 128, 192, 256) for ty in ("f16", "bf16")) \
-    + REDUCTIONS + FLOAT_TO_INT
+""" + THREADS + REDUCTIONS + FLOAT_TO_INT
+
+
+def wgmma_helpers(body: str) -> str:
+    """The host's definition of each wgmma helper `body` calls (any width N), and the guard that
+    keeps out its device definition."""
+    out = [f"SATURN_WGMMA({n}, {ty}, {tb})\n#define SATURN_WGMMA_N{n}_{ty}_T{tb}\n"
+           for n, ty, tb in sorted(set(re.findall(r"\bwgmma_n(\d+)_(f16|bf16)_t([01])\b", body)))]
+    out += [f"SATURN_WGMMA_RA({n}, {ty})\n#define SATURN_WGMMA_RA_N{n}_{ty}\n"
+            for n, ty in sorted(set(re.findall(r"\bwgmma_ra_n(\d+)_(f16|bf16)\b", body)))]
+    return "".join(out)
 
 
 def cuda_include() -> str | None:
@@ -614,7 +620,7 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
                 f"    for (unsigned t = 0; t < {block}u; ++t) {{ threadIdx.x = t; {call} }}\n  }}\n  return 0;\n}}\n")
     # dynamic shared memory: the host's arena (blocks run one after another)
     body = re.sub(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];", r"unsigned char* \1 = saturn_smem;", body)
-    text = HOST_PRELUDE + body + "\n" + "\n".join(wrappers)
+    text = HOST_PRELUDE + wgmma_helpers(body) + body + "\n" + "\n".join(wrappers)
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
     tmp = tempfile.mkdtemp(prefix="saturn_host_")
     so = os.path.join(tmp, f"k{key}.so")

@@ -1362,7 +1362,8 @@ def _render_tma(name: str, step: Step, cfg: gemm_tma.TMAConfig, tc, extra, param
     maps do not fit the operands (the cp.async kernel takes those)."""
     from backends.cuda.tensor_map import TensorMap
     shape, acc_a, acc_b, _, _, dt, _ = tc
-    if gemm_tma.fits(shape, dt.value) or (shape.b_layout == "kn" and not wgmma_mn_allowed()):
+    if gemm_tma.fits(shape, dt.value) or gemm_tma.refuses(shape, cfg) \
+            or (shape.b_layout == "kn" and not wgmma_mn_allowed()):
         return None
     o = step.output
     pair = _pair_store(shape, o.dtype)

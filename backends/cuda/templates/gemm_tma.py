@@ -41,7 +41,8 @@ BARRIER_BYTES = 128     # full/empty mbarriers of up to 8 stages; a persistent s
 @dataclass(frozen=True)
 class TMAConfig:
     bm: int = 128          # 64 rows per consumer warpgroup
-    bn: int = 256          # wgmma N (<= 256, multiple of 64)
+    bn: int = 256          # wgmma N (<= 256, multiple of 8; of 64 to read an n-contiguous B or store by TMA,
+                           # both in 64-column boxes)
     stages: int = 4
     persistent: bool = False   # one block per SM looping over output tiles (grouped 8 m-tiles at a
                                # time for L2 reuse); the producer copies the next tile's stages
@@ -64,10 +65,10 @@ class TMAConfig:
                                # 128x256 on 128 SMs; 1024x5632x2048: 176 tiles, the last 44 split)
 
     def __post_init__(self):
-        assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 64 == 0 and self.bn <= 256
+        assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 8 == 0 and self.bn <= 256
         # ping-pong: a warpgroup holds a whole tile's accumulators (at most 128 registers a thread)
         assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 128)
-        assert not self.tma_store or (self.persistent and self.smem_epilogue)
+        assert not self.tma_store or (self.persistent and self.smem_epilogue and self.bn % 64 == 0)
         assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 128 == 0)
         # split-K: the partial sums of a tile fit the drained ring; its two barriers follow the stages'
         assert self.split_k == 1 or (self.split_k == 2 and not self.persistent and self.cluster == 1
@@ -184,7 +185,8 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(64, 256, 5, True, False, True),
                             TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
-                            TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2)]
+                            TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2),
+                            TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
@@ -205,6 +207,14 @@ def fits(shape: GemmShape, dtype: str) -> str | None:
         return "more than one batch axis"
     if axes and (axes[0][1] % 8 or axes[0][2] % 8):
         return "a batch stride is not 16-byte aligned"
+    return None
+
+
+def refuses(shape: GemmShape, cfg: TMAConfig) -> str | None:
+    """Why the tile `cfg` cannot run this product (None: it can): an n-contiguous B is read in
+    boxes of 64 columns, so a tile of another width reads only k-contiguous ones."""
+    if shape.b_layout == "kn" and cfg.bn % 64:
+        return f"an n-contiguous B is read in 64-column boxes: a {cfg.bn}-wide tile reads only k-contiguous B"
     return None
 
 
