@@ -282,6 +282,22 @@ def test_tile_prior_ranks_by_waves():
         assert launches[-1].kind.startswith("gemm")
 
 
+def test_tile_prior_offers_176_wide_tiles_only_to_k_contiguous_b():
+    """1024x5632 (a Llama MLP's up projection) makes 256 tiles of 128x176, two even rounds on
+    132 SMs: the prior offers that tile among its first two for a k-contiguous B (a weight used
+    as x @ w.T) and never for an n-contiguous one, which the TMA kernel reads in 64-column
+    boxes; the tile it names renders as the TMA kernel."""
+    from backends.cuda.render import Schedule
+    from backends.cuda.tiles import rank_tiles
+    nk = [c.name for c in rank_tiles(1024, 5632, 2048, 1, False, True, True, True)]
+    assert "tma128x176s4p" in nk[:2], nk[:4]
+    assert not any(c.config.bn % 64 for c in rank_tiles(1024, 5632, 2048, 1, True, True, True, True) if c.kind == "tma")
+    g = compiler.trace(lambda x, w: x @ w.transpose(-1, -2), spec((1024, 2048), "f16"), spec((5632, 2048), "f16"))
+    r = nk.index("tma128x176s4p")
+    src, launches = render(g, Schedule(gemm="prior", tile_rank=r, arch="sm_90a"))
+    assert launches[-1].kind == "gemm_tma" and "tile=128x176x64" in launches[-1].detail, launches[-1]
+
+
 def test_tile_prior_stores_by_tma_where_the_stores_outweigh_the_math():
     """Short products (k 128 in 64 batches; k 1024 over many tiles) get the TMA-store tile first,
     long ones (k 2048 and more) a tile that stores from registers or shared memory, and so do

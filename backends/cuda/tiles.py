@@ -49,7 +49,12 @@ TMA = [(TMAConfig(128, 256, 3, True, True), 675.0, 1), (TMAConfig(128, 256, 3, F
        # (16384x4096x1024 0.95x against 0.89x, 64 x 4096x4096x128 1.03x against 0.73x;
        # results/h100-product-kernels-tma-experimental-2026-12-06-session29-919075c.txt)
        (TMAConfig(128, 256, 3, True, True, tma_store=True), 587.0, 1),
-       (TMAConfig(128, 128, 5, True, True, tma_store=True), 546.0, 1)]
+       (TMAConfig(128, 128, 5, True, True, tma_store=True), 546.0, 1),
+       # 176 columns (k-contiguous B only): 1024x5632 is 256 tiles of 128x176, two even rounds on
+       # 132 SMs, where 128x256 leaves the second round a third idle; 0.88x and 0.98x the 128x256
+       # tile's time at 1024x5632x2048 in two H100 runs, which this rate reproduces
+       # (results/h100-product-kernels-tiles176-2026-12-07-session31-305c53c-run*.txt)
+       (TMAConfig(128, 176, 4, True), 500.0, 1)]
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,8 @@ def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmm
                 out.append(TileChoice("wgmma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
     if wgmma and tma and (wgmma_mn or not b_kn):      # (a batched n-contiguous B too: 3-d maps)
         for cfg, rate, regs in TMA:
+            if b_kn and cfg.bn % 64:        # (gemm_tma.refuses: n-contiguous B comes in 64-column boxes)
+                continue
             # a persistent block's waves are its rounds of tiles; its gain (the next tile's
             # loads under this one's epilogue) is in its measured rate, not modelled apart
             res = _resident(cfg.smem_bytes, cfg.threads, regs)

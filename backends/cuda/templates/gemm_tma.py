@@ -178,6 +178,13 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 # right at all three, and the staged one is right when run under compute-sanitizer (which
 # finds no hazard), so it is an ordering fault of the staged ping-pong epilogue at this width
 # that the host runner does not reproduce (its 4- and 5-stage forms exceed shared memory).
+# The 64x176 ping-pong tiles were wrong on the H100 at 1024x5632x2048 (0.16-0.17), storing
+# directly (6 and 7 stages) and staged (5), and right at 1024x2048x5632 and 16384x4096x1024
+# (results/h100-product-kernels-tiles176-2026-12-07-session31-305c53c-run2.txt): so the fault is
+# in the ping-pong walk itself, not its staged epilogue; neither is listed.
+# 128x176 (k-contiguous B): 0.72-0.74x cuBLAS at 1024x5632x2048 against 0.61-0.67x for the
+# default in two H100 runs (the same 256 tiles as cuBLAS's 176x128; ncu: 42 us against 34, 2.3x
+# the instructions), behind the 128x256 tiles elsewhere; in the tile prior (tiles.TMA).
 # benchmarks/product_kernels.py --experimental times these.
 TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
                             TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True),
@@ -186,7 +193,7 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2),
-                            TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True)]
+                            TMAConfig(128, 176, 4, True), TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
