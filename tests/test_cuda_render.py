@@ -311,6 +311,30 @@ def test_tile_prior_stores_by_tma_where_the_stores_outweigh_the_math():
         assert best.kind == "tma" and best.config.tma_store == stores, (m, n, k, batch, best.name)
 
 
+def test_a_product_is_rounded_once_and_a_product_cast_up_keeps_its_rounding():
+    """A plain f16 product's epilogue hands the f32 accumulator to the store, whose conversion is
+    the one rounding (the epilogue rounded first and the store again: 5 conversions per output
+    pair); a product cast up to f32 afterwards still holds f16 values, on the host runner."""
+    import numpy as np
+    from backends.cuda import hostsim
+    from backends.cuda.render import Schedule
+    plain = compiler.trace(lambda a, b: a @ b, spec((70, 96), "f16"), spec((96, 40), "f16"))
+    src, _ = render(plain, Schedule(arch="sm_90a"))
+    epi = src[src.index("DEV float epi_"):]
+    assert "__float2half_rn" not in epi[:epi.index("\n}")], epi[:300]
+    if hostsim.available() is not None:
+        pytest.skip(hostsim.available())
+    up = compiler.trace(lambda a, b: (a @ b).astype("f32"), spec((70, 96), "f16"), spec((96, 40), "f16"))
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((70, 96)).astype(np.float16), rng.standard_normal((96, 40)).astype(np.float16)]
+    for g in (plain, up):
+        got = np.asarray(hostsim.run_templates(g, args)[0])
+        assert np.array_equal(got.astype(np.float16).astype(got.dtype), got)
+        want = args[0].astype(np.float64) @ args[1].astype(np.float64)
+        assert np.abs(got.astype(np.float64) - want).max() < 2e-2 * np.abs(want).max()
+    assert got.dtype == np.float32
+
+
 def test_views_of_layouts_past_2_31_index_in_64_bits():
     """A view composed through a broadcast layout of 2^32 elements (as a rewritten decoder's
     split products read their operands) forms its offsets in 64 bits: in 32 bits they wrapped

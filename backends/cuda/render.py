@@ -455,17 +455,19 @@ def _epilogue(name: str, step: Step, M: set[Node], params: str, names: dict[Node
     """epi_<name>(params, flat, acc): the output's compute value at `flat` given the product."""
     o, r = step.output, step.gemm.reduce
     em = Emitter(names, indent="  ")
+    # every caller converts the value to the output's dtype, rounding to nearest: a rounding
+    # to that dtype as the epilogue's last step (the product itself, or a cast of an f32 product
+    # to f16) is that conversion done twice. Left out, a plain f16 product's epilogue converts
+    # once per output pair instead of five times.
     if o is r:
-        # every caller converts the value to the output's dtype (round to nearest): rounding
-        # here first gave each element two f32 -> f16 conversions and one back (4 of every 5
-        # conversion instructions of a plain product's epilogue)
         val = "acc"
     else:
+        last = o.srcs[0] if o.op == Op.CAST and o.dtype.is_float and o.srcs[0].dtype.is_float else o
         t = tree(o, M, stop=frozenset({r}))
         views = [n for n in t if n.op == Op.VIEW and n.srcs[0] is r]
         for v in views:
             em.hooks[v] = (lambda idx: em.tmp("float", round_to("acc", r.dtype)))
-        val = em.value(o, unflatten("flat", o.shape))
+        val = em.value(last, unflatten("flat", o.shape))
     body = "\n".join(em.lines)
     return f"DEV float epi_{name}({params}, long long flat, float acc) {{\n{body}\n  return {val};\n}}"
 
