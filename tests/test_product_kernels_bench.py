@@ -1,6 +1,7 @@
 """benchmarks/product_kernels.py without a GPU: its cases trace to one product each, its
 schedules leave out the library ones, and its summary pairs each case with cuBLAS; the rows'
 report it shares with benchmarks/attention_kernels.py (benchmarks/schedule_tables.py)."""
+import numpy as np
 import pytest
 
 from backends.cuda import CUDABackend
@@ -110,3 +111,26 @@ def test_product_profile_reads_cases_and_names_schedules():
     assert pp.schedule_for(be, g, "tma64x256s3ppe").tma.bn == 256      # any TMA tile by name
     with pytest.raises(ValueError, match="no schedule 'nope'"):
         pp.schedule_for(be, g, "nope")
+
+
+def test_wrong_tiles_names_the_tiles_and_what_they_hold():
+    """`product_profile.wrong_tiles` on a product with one tile missing its third k-step and
+    another holding a third tile's values: both found, by walk index and index in their block,
+    the first's missing k-step named, and a right product reports no tile."""
+    from backends.cuda.templates.gemm_tma import TMAConfig
+    from benchmarks import product_profile as pp
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((256, 256)), rng.standard_normal((352, 256))
+    want = a @ b.T
+    cfg = TMAConfig(64, 176, 5, True, pingpong=True)         # 4 x 2 tiles
+    assert pp.wrong_tiles(want, want, a, b, cfg)[0].startswith("0 of 8 tiles wrong")
+    got = want.copy()
+    got[64:128, 0:176] -= a[64:128, 128:192] @ b[0:176, 128:192].T       # walk index 1: k-step 2 missing
+    got[0:64, 176:352] = want[128:192, 176:352]                            # walk index 4 holds tile 6's
+    lines = pp.wrong_tiles(got, want, a, b, cfg)
+    assert lines[0].startswith("2 of 8 tiles wrong"), lines
+    assert "tile 1 at (64, 0): block 1, index 0" in lines[1] and "tile 4 at (0, 176): block 4" in lines[2], lines
+    assert any("-(k-step 2's partial product)" in l for l in lines), lines
+    got = want.copy()
+    got[0:64, 176:352] = want[128:192, 176:352]
+    assert any("tile 4 holds tile 6's values" in l for l in pp.wrong_tiles(got, want, a, b, cfg)), lines
