@@ -361,12 +361,14 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     load_a = _load("tmA", a_dims, "sa", "k0", "m0", "bz")
     pair, split = cfg.cluster == 2, cfg.split_k == 2
     if tb:   # n-contiguous B: BN/64 boxes of 64 n x 64 k, 8192 bytes apart (a cluster's blocks: half each)
-        b_desc = "wg_desc2(sb + kk * 2048, 8192, 1024)"
+        b_desc = "db + kk * 128"      # (each k16 step 2048 bytes on: 128 in the descriptor's address field)
+        b_base = "wg_desc2(sb, 8192, 1024)"
         boxes = (f"int j = rank * {BN // 128}; j < rank * {BN // 128} + {BN // 128}; ++j" if pair
                  else f"int j = 0; j < {BN // 64}; ++j")
         load_b = f"for ({boxes}) " + _load("tmB", b_dims, "sb + j * 8192", "n0 + j * 64", "k0", "bz", pair) + ";"
     else:
-        b_desc = "wg_desc(sb + kk * 32)"
+        b_desc = "db + kk * 2"
+        b_base = "wg_desc(sb)"
         load_b = (_load("tmB", b_dims, f"sb + rank * {BN // 2 * 128}", "k0", f"n0 + rank * {BN // 2}", "bz", True)
                   if pair else _load("tmB", b_dims, "sb", "k0", "n0", "bz")) + ";"
     counter = "it" if cfg.persistent else "kt"
@@ -386,9 +388,10 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     mbar_wait(bars + 16 * s, ({counter} / {S}) & 1);
     const uint32_t sa = base + s * {cfg.stage_bytes} + wg * {64 * 128};
     const uint32_t sb = base + s * {cfg.stage_bytes} + {A_ST};
+    const uint64_t da = wg_desc(sa), db = {b_base};      // a k16 step on: + 32 bytes, + 2 in the address field
     wg_fence();
     #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, wg_desc(sa + kk * 32), {b_desc}, 1);
+    for (int kk = 0; kk < 4; ++kk) wgmma_n{BN}_{ty}_t{tb}(acc, da + kk * 2, {b_desc}, 1);
     wg_commit();
     wg_wait<1>();
     if (kt > 0) {release.format(bar=f"bars + 16 * (({counter} - 1) % {S}) + 8")}   // tile kt-1's stage may be refilled"""
@@ -435,7 +438,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 {produce}
       }}
       }}{tail}"""
-        consumer = _pingpong(name, shape, cfg, b_desc, ty, tb, call_args, out_type, pair_store, by_tma) \
+        consumer = _pingpong(name, shape, cfg, b_base, b_desc, ty, tb, call_args, out_type, pair_store, by_tma) \
             if cfg.pingpong else f"""  int it = 0;
   for ({walk}) {{
     {coords}
@@ -553,7 +556,7 @@ def tile_coords(mt: int, nt: int, bm: int, bn: int, m0: str = "m0") -> str:
       const int {m0} = (first + (r % {GROUP_M * nt}) % rows) * {bm}, n0 = ((r % {GROUP_M * nt}) / rows) * {bn};"""
 
 
-def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_desc: str, ty: str, tb: int,
+def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: str, ty: str, tb: int,
               call_args: str, out_type: str, pair_store: bool, by_tma: bool) -> str:
     """The consumers' code of the ping-pong walk. The producer copies the block's tiles
     i = 0, 1, 2, ... (t = blockIdx.x + i * gridDim.x) in order; consumer warpgroup `cw` takes the
@@ -584,7 +587,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_desc: str, ty: str,
     float (&acc)[{BN // 2}] = accs[{r}];
 {store}
   }}""" for r in range(R))
-    mma = "\n      ".join(f"wgmma_n{BN}_{ty}_t{tb}(accs[{r}], wg_desc(sa + {r * 64 * 128} + kk * 32), {b_desc}, 1);"
+    mma = "\n      ".join(f"wgmma_n{BN}_{ty}_t{tb}(accs[{r}], da + {r * 64 * 128 // 16} + kk * 2, {b_desc}, 1);"
                           for r in range(R))
     return f"""  const int cw = wg;
   for (int i = cw; blockIdx.x + i * gridDim.x < {tiles}; i += 2) {{
@@ -602,6 +605,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_desc: str, ty: str,
       const int s = it % {S};
       mbar_wait(bars + 16 * s, (it / {S}) & 1);
       const uint32_t sa = base + s * {cfg.stage_bytes}, sb = sa + {BM * 128};
+      const uint64_t da = wg_desc(sa), db = {b_base};
       wg_fence();
       #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {{

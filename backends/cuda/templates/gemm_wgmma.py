@@ -79,7 +79,9 @@ def register_a_helper(n: int, dtype: str) -> str:
 COMMON = r"""
 #ifndef SATURN_WGMMA_DESCRIPTORS
 #define SATURN_WGMMA_DESCRIPTORS
-// K-major operand, 128-byte swizzle: 8 rows x 128 B per core-matrix group (stride 1024 B)
+// K-major operand, 128-byte swizzle: 8 rows x 128 B per core-matrix group (stride 1024 B). The
+// address field (bits 0-13) holds addr >> 4; shared addresses stay below 2^18, so a descriptor
+// plus (n >> 4) describes the operand n bytes further on (no carry into the next field)
 DEV uint64_t wg_desc(uint32_t addr) {
   return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
 }
