@@ -456,13 +456,15 @@ def _epilogue(name: str, step: Step, M: set[Node], params: str, names: dict[Node
     o, r = step.output, step.gemm.reduce
     em = Emitter(names, indent="  ")
     # every caller converts the value to the output's dtype, rounding to nearest: a rounding
-    # to that dtype as the epilogue's last step (the product itself, or a cast of an f32 product
-    # to f16) is that conversion done twice. Left out, a plain f16 product's epilogue converts
-    # once per output pair instead of five times.
+    # to that dtype as the epilogue's last step (the product itself as the output, or a cast
+    # between float dtypes, as an f32 product's to f16) is that conversion done twice. Left
+    # out, a plain f16 product's epilogue converts once per output pair instead of five times.
+    last = o.srcs[0] if o.op == Op.CAST and o.dtype.is_float and o.srcs[0].dtype.is_float else o
     if o is r:
         val = "acc"
+    elif last is r:
+        val = round_to("acc", r.dtype)
     else:
-        last = o.srcs[0] if o.op == Op.CAST and o.dtype.is_float and o.srcs[0].dtype.is_float else o
         t = tree(o, M, stop=frozenset({r}))
         views = [n for n in t if n.op == Op.VIEW and n.srcs[0] is r]
         for v in views:

@@ -111,7 +111,7 @@ def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmm
                 out.append(TileChoice("wgmma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res)))
     if wgmma and tma and (wgmma_mn or not b_kn):      # (a batched n-contiguous B too: 3-d maps)
         for cfg, rate, regs in TMA:
-            if b_kn and cfg.bn % 64:        # (gemm_tma.refuses: n-contiguous B comes in 64-column boxes)
+            if b_kn and not cfg.whole_boxes:        # (gemm_tma.refuses)
                 continue
             # a persistent block's waves are its rounds of tiles; its gain (the next tile's
             # loads under this one's epilogue) is in its measured rate, not modelled apart

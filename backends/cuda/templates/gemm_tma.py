@@ -68,7 +68,7 @@ class TMAConfig:
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 8 == 0 and self.bn <= 256
         # ping-pong: a warpgroup holds a whole tile's accumulators (at most 128 registers a thread)
         assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 128)
-        assert not self.tma_store or (self.persistent and self.smem_epilogue and self.bn % 64 == 0)
+        assert not self.tma_store or (self.persistent and self.smem_epilogue and self.whole_boxes)
         assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 128 == 0)
         # split-K: the partial sums of a tile fit the drained ring; its two barriers follow the stages'
         assert self.split_k == 1 or (self.split_k == 2 and not self.persistent and self.cluster == 1
@@ -97,6 +97,12 @@ class TMAConfig:
         if cfg.name != name:
             raise ValueError(f"{name!r} is not a TMA tile name (it reads as {cfg.name})")
         return cfg
+
+    @property
+    def whole_boxes(self) -> bool:
+        """Whether the tile's width is a whole number of 64-column boxes, the boxes an
+        n-contiguous B is read in and TMA stores write (a k-contiguous B is one box of any width)."""
+        return self.bn % 64 == 0
 
     @property
     def clustered(self) -> bool:
@@ -220,7 +226,7 @@ def fits(shape: GemmShape, dtype: str) -> str | None:
 def refuses(shape: GemmShape, cfg: TMAConfig) -> str | None:
     """Why the tile `cfg` cannot run this product (None: it can): an n-contiguous B is read in
     boxes of 64 columns, so a tile of another width reads only k-contiguous ones."""
-    if shape.b_layout == "kn" and cfg.bn % 64:
+    if shape.b_layout == "kn" and not cfg.whole_boxes:
         return f"an n-contiguous B is read in 64-column boxes: a {cfg.bn}-wide tile reads only k-contiguous B"
     return None
 
