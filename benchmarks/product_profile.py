@@ -51,17 +51,14 @@ def wrong_tiles(got, want, a, b, cfg, tol: float = 1e-2) -> list[str]:
     its block (t % SMS) and its index within the block (t // SMS, the ping-pong warpgroup's turn is
     that index's parity); then, for the first, whether it misses or doubles one 64-wide k-step, or
     holds another tile's values."""
-    from backends.cuda.templates.gemm_tma import GROUP_M, SMS
-    want = np.asarray(want, np.float64)
-    err = np.abs(np.asarray(got, np.float64) - want) / max(float(np.abs(want).max()), 1e-30)
+    from backends.cuda.templates.gemm_tma import SMS, tile_corner
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    err = np.abs(got - want) / max(float(np.abs(want).max()), 1e-30)
     m, n = want.shape
     mt, nt = -(-m // cfg.bm), -(-n // cfg.bn)
 
-    def corner(t):          # gemm_tma.tile_coords, in Python
-        first = (t // (GROUP_M * nt)) * GROUP_M
-        rows = min(mt - first, GROUP_M)
-        r = t % (GROUP_M * nt)
-        return (first + r % rows) * cfg.bm, (r // rows) * cfg.bn
+    def corner(t):
+        return tile_corner(t, mt, nt, cfg.bm, cfg.bn)
 
     def box(x, t):
         m0, n0 = corner(t)
@@ -79,7 +76,7 @@ def wrong_tiles(got, want, a, b, cfg, tol: float = 1e-2) -> list[str]:
         lines.append(f"  wrong tiles by index in their block: {dict(sorted(by_turn.items()))}")
         t = bad[0]
         m0, n0 = corner(t)
-        diff = box(np.asarray(got, np.float64), t) - box(want, t)
+        diff = box(got, t) - box(want, t)
         scale = float(np.abs(want).max())
         a64, b64 = np.asarray(a, np.float64)[m0:m0 + cfg.bm], np.asarray(b, np.float64)[n0:n0 + cfg.bn]
         steps = [(float(np.abs(diff - sign * a64[:, s:s + 64] @ b64[:, s:s + 64].T).max()) / scale, s // 64, sign)
@@ -88,7 +85,7 @@ def wrong_tiles(got, want, a, b, cfg, tol: float = 1e-2) -> list[str]:
         lines.append(f"  tile {t} differs from the product by {'+' if sign > 0 else '-'}(k-step {step}'s partial "
                      f"product) up to {res:.3g}")
         same = [u for u in range(mt * nt) if u != t and box(want, u).shape == diff.shape
-                and float(np.abs(box(np.asarray(got, np.float64), t) - box(want, u)).max()) / scale < tol]
+                and float(np.abs(box(got, t) - box(want, u)).max()) / scale < tol]
         if same:
             lines.append(f"  tile {t} holds tile {same[0]}'s values")
     return lines

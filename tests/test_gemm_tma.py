@@ -226,9 +226,9 @@ def test_every_tma_tile_fits_the_shared_memory_of_a_hopper_block():
 @pytest.mark.parametrize("mt,nt,batch", [(1, 1, 1), (32, 16, 1), (13, 7, 3), (8, 1, 2), (9, 22, 1)])
 def test_a_persistent_block_walk_covers_every_tile_once(mt, nt, batch, tmp_path):
     """The rendered tile walk (run on the host) maps t = 0..tiles-1 onto every (batch, m-tile,
-    n-tile) exactly once, GROUP_M m-tiles at a time."""
+    n-tile) exactly once, GROUP_M m-tiles at a time, as `tile_corner` computes it in Python."""
     import subprocess
-    from backends.cuda.templates.gemm_tma import GROUP_M, tile_coords
+    from backends.cuda.templates.gemm_tma import GROUP_M, tile_coords, tile_corner
     src = tmp_path / "walk.cpp"
     src.write_text("#include <cstdio>\n#include <algorithm>\nusing std::min;\nint main() {\n"
                    f"  for (int t = 0; t < {mt * nt * batch}; ++t) {{\n      {tile_coords(mt, nt, 128, 256)}\n"
@@ -238,6 +238,7 @@ def test_a_persistent_block_walk_covers_every_tile_once(mt, nt, batch, tmp_path)
     got = [tuple(map(int, line.split())) for line in subprocess.run([str(exe)], capture_output=True, text=True,
                                                                       check=True).stdout.splitlines()]
     assert sorted(got) == [(b, i * 128, j * 256) for b in range(batch) for i in range(mt) for j in range(nt)]
+    assert got == [(t // (mt * nt), *tile_corner(t % (mt * nt), mt, nt, 128, 256)) for t in range(mt * nt * batch)]
     assert all(got[t][1] // 128 // GROUP_M == got[t + 1][1] // 128 // GROUP_M or got[t + 1][2] == 0
                for t in range(len(got) - 1) if got[t][0] == got[t + 1][0])
 

@@ -562,6 +562,14 @@ def tile_coords(mt: int, nt: int, bm: int, bn: int, m0: str = "m0") -> str:
       const int {m0} = (first + (r % {GROUP_M * nt}) % rows) * {bm}, n0 = ((r % {GROUP_M * nt}) / rows) * {bn};"""
 
 
+def tile_corner(t: int, mt: int, nt: int, bm: int, bn: int) -> tuple[int, int]:
+    """(m0, n0) of tile t of one batch element, as `tile_coords` computes it on the device."""
+    first = (t // (GROUP_M * nt)) * GROUP_M
+    rows = min(mt - first, GROUP_M)
+    r = t % (GROUP_M * nt)
+    return (first + r % rows) * bm, (r // rows) * bn
+
+
 def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: str, ty: str, tb: int,
               call_args: str, out_type: str, pair_store: bool, by_tma: bool) -> str:
     """The consumers' code of the ping-pong walk. The producer copies the block's tiles
