@@ -326,6 +326,7 @@ template <int N> static void wg_wait() {
   saturn_retire(saturn_wgmma_queue[saturn_current], saturn_wgmma_groups[saturn_current] - N,
                 [](const saturn_wgmma_op& op) { op.run(op); });
 }
+template <int N> static void wg_hold(float (&)[N]) {}
 // d (this thread's part of a warpgroup's m64 x N accumulator: value j * 4 + 2 h + c is row
 // warp * 16 + lane / 4 + 8 h, column j * 8 + 2 (lane % 4) + c) += A (64 x 16, K-major) B (16 x N)
 template <int N, int TB> static void saturn_wgmma_run(const saturn_wgmma_op& op) {

@@ -150,6 +150,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
                           wg_desc(k_s + (kk >> 2) * {BKV * 128} + (kk & 3) * 32), kk > 0);
     wg_commit();
     wg_wait<0>();
+    wg_hold(s);
     const int j0 = t * {BKV};
     const bool ragged = j0 + {BKV} > {shape.skv};
     {"const bool full = t >= f_lo && t < f_hi;" if keep is not None else ""}
@@ -193,6 +194,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
       wgmma_ra_n{DV}_{ty}(o, pa[kt], wg_desc2(v_s + kt * 2048, {BKV * 128}, 1024), 1);
     wg_commit();
     wg_wait<0>();
+    wg_hold(o);
     __syncthreads();           // every warpgroup is done with this stage: it may be refilled
   }}
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);

@@ -453,6 +453,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 {consume}
   }}
   wg_wait<0>();
+  wg_hold(acc);
   {release.format(bar=f"bars + 16 * ((it - 1) % {S}) + 8")}                 // and this tile's last
 {store}
   }}{_LAST_STORES if by_tma else ""}"""
@@ -481,7 +482,8 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
   for (int kt = 0; kt < {steps}; ++kt) {{
 {consume}
   }}
-  wg_wait<0>();{_split_reduce(cfg) if split else ""}
+  wg_wait<0>();
+  wg_hold(acc);{_split_reduce(cfg) if split else ""}
 {store}"""
     rank = "\n  const uint32_t rank = cluster_rank();" if pair else ""
     ready = "cluster_sync();                     // both blocks' barriers are ready" if cfg.clustered else "__syncthreads();"
@@ -615,6 +617,9 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: 
       for (int j = 0; j < {BN // 2}; ++j) accs[r][j] = 0.f;
     if (i > 0) named_sync(2 + cw, 256);                 // my turn
     int it = i * {KT};
+    // not unrolled: ptxas (CUDA 13.0) scheduled the staged epilogue's conversions of a main
+    // loop unrolled twice above its last wait, and the tile lost its last k-step (sass.py)
+    #pragma unroll 1
     for (int kt = 0; kt < {KT}; ++kt, ++it) {{
       const int s = it % {S};
       mbar_wait(bars + 16 * s, (it / {S}) & 1);
@@ -632,6 +637,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: 
     if (blockIdx.x + (i + 1) * gridDim.x < {tiles})
       named_arrive(3 - cw, 256);                        // the other's turn
     wg_wait<0>();
+    {" ".join(f"wg_hold(accs[{r}]);" for r in range(R))}
     mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
 {stores}
   }}{_LAST_STORES if by_tma else ""}"""

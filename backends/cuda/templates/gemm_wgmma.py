@@ -95,6 +95,12 @@ DEV uint64_t wg_desc2(uint32_t addr, uint32_t lbo, uint32_t sbo) {
 DEV void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 DEV void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N> DEV void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory"); }
+// after a wait, before the accumulators are read: the compiler sees a wgmma's outputs written
+// when it is issued, so without this it may read them (convert, scale, store) before the wait
+template <int N> DEV void wg_hold(float (&d)[N]) {
+  #pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i]) :: "memory");
+}
 DEV void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 #endif
 """
@@ -211,6 +217,7 @@ extern "C" __global__ void __launch_bounds__({NT}, 1) {name}({params}) {{
     cp_async_commit();
   }}
   wg_wait<0>();
+  wg_hold(acc);
 {epilogue_code}
 }}
 """
