@@ -6,9 +6,10 @@ estimates each candidate's time as
 
     waves * (resident * (2*bm*bn*k / rate_per_sm + 2*bm*bn / copy_rate_per_sm) + per_wave_overhead)
 
-(+ a B transpose for wgmma), where a tile whose outputs leave by TMA stores overlaps the store
-with the next tile's math (where a block has a next tile: more than one wave): max of the two
-instead of their sum,
+(+ a B transpose for wgmma), where a tile whose outputs leave by TMA stores, or a ping-pong
+tile (one consumer's epilogue under the other's main loop), overlaps the store with the next
+tile's math (where a block has a next tile: more than one wave): max of the two instead of
+their sum,
 
 with `waves = ceil(tiles / (SMs * resident))`, `resident` the blocks one SM holds (shared
 memory, threads), and each template's sustained rate measured on the H200 at 4096^3
@@ -54,7 +55,15 @@ TMA = [(TMAConfig(128, 256, 3, True, True), 675.0, 1), (TMAConfig(128, 256, 3, F
        # 132 SMs, where 128x256 leaves the second round a third idle; 0.88x and 0.98x the 128x256
        # tile's time at 1024x5632x2048 in two H100 runs, which this rate reproduces
        # (results/h100-product-kernels-tiles176-2026-12-07-session31-305c53c-run*.txt)
-       (TMAConfig(128, 176, 4, True), 500.0, 1)]
+       (TMAConfig(128, 176, 4, True), 500.0, 1),
+       # ping-pong (two consumer warpgroups, each with whole tiles, taking turns at the tensor
+       # cores): one warpgroup's epilogue runs under the other's main loop, modelled as the TMA
+       # stores' overlap at the cooperative tile's rate; with one tile per block one warpgroup
+       # works alone (PINGPONG_LONE). H100, one run: 1024x5632x2048 0.0622 ms against 0.0688 for
+       # the cooperative 128x128 tile, 1024x2048x5632 0.0817 against 0.0582
+       # (results/raw/h100-2026-12-07-session32-product-pp-d3f9cf0.txt)
+       (TMAConfig(128, 128, 5, True, True, True), 628.0, 1)]
+PINGPONG_LONE = 0.71
 
 
 @dataclass(frozen=True)
@@ -116,5 +125,8 @@ def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmm
             # a persistent block's waves are its rounds of tiles; its gain (the next tile's
             # loads under this one's epilogue) is in its measured rate, not modelled apart
             res = _resident(cfg.smem_bytes, cfg.threads, regs)
-            out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res, cfg.tma_store)))
+            if cfg.pingpong and math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * batch <= SMS:
+                rate *= PINGPONG_LONE
+            overlap = cfg.tma_store or cfg.pingpong
+            out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res, overlap)))
     return sorted(out, key=lambda c: c.estimate_s)

@@ -178,16 +178,15 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 # since their stage release stopped fencing the cluster's memory: 0.25-0.63x before; 128x128
 # tiles, for the products whose L2 traffic the pair halves, not yet timed since); split K, for
 # products of fewer tiles than SMs and long K (1024x2048x5632: 0.80x against the default's 0.82x).
-# The 64x256 ping-pong tile with staged outputs computed wrong products on the H100 at
-# 1024x2048x5632 and 16384x4096x1024 (k-contiguous B; max error 0.11-0.22 of the output's
-# largest value; right at 1024x5632x2048) and is not listed: the same tile storing directly is
-# right at all three, and the staged one is right when run under compute-sanitizer (which
-# finds no hazard), so it is an ordering fault of the staged ping-pong epilogue at this width
-# that the host runner does not reproduce (its 4- and 5-stage forms exceed shared memory).
-# The 64x176 ping-pong tiles were wrong on the H100 at 1024x5632x2048 (0.16-0.17), storing
-# directly (6 and 7 stages) and staged (5), and right at 1024x2048x5632 and 16384x4096x1024
-# (results/h100-product-kernels-tiles176-2026-12-07-session31-305c53c-run2.txt): so the fault is
-# in the ping-pong walk itself, not its staged epilogue; neither is listed.
+# The ping-pong tiles computed wrong products on the H100 until d3f9cf0 (64x256s3ppe at
+# 1024x2048x5632 and 16384x4096x1024, 64x176 at 1024x5632x2048, 128x128s5ppe at 1024x2048x5632;
+# each tile missing its last k-step): ptxas had scheduled the staged epilogue's conversions of a
+# main loop unrolled twice above its last wait (sass.py; tests/test_wgmma_order.py). Right since,
+# H100 (results/raw/h100-2026-12-07-session32-product-pp-d3f9cf0.txt): 128x128s5ppe 0.97x cuBLAS
+# at 1024x5632x2048 against 0.88x for the cooperative 128x128 tile (in the tile prior), 0.59x at
+# 1024x2048x5632 (one tile per block: one consumer works) and 0.61x at 16384x4096x1024; the
+# 64-row ping-pong tiles 0.50-0.82x, not listed (64x256s5pp, listed before, spills 20 bytes of
+# registers under a bias epilogue since its main loop is not unrolled).
 # 128x176 (k-contiguous B): 0.72-0.74x cuBLAS at 1024x5632x2048 against 0.61-0.67x for the
 # default in two H100 runs (the same 256 tiles as cuBLAS's 176x128; ncu: 42 us against 34, 2.3x
 # the instructions), behind the 128x256 tiles elsewhere; in the tile prior (tiles.TMA).
@@ -195,7 +194,6 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 256, 3, True), TMAConfig(128, 128, 6),
                             TMAConfig(64, 256, 5), TMAConfig(128, 192, 4, True, True), TMAConfig(128, 192, 4, False, True),
                             TMAConfig(128, 128, 5, True, True, True), TMAConfig(128, 128, 5, True, False, True),
-                            TMAConfig(64, 256, 5, True, False, True),
                             TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2),
