@@ -302,11 +302,14 @@ def test_tile_prior_offers_176_wide_tiles_only_to_k_contiguous_b():
 def test_tile_prior_offers_the_ping_pong_tile_where_blocks_have_several_tiles():
     """1024x5632x2048 (352 tiles of 128x128, about three per block): the ping-pong tile, whose
     epilogues run under the other warpgroup's main loop, first; 1024x2048x5632 (128 tiles, one
-    per block: one warpgroup would work alone) not among the first three."""
+    per block: one warpgroup would work alone) not among the first three; the 128x176 one first
+    at 2048x11008x4096 (1008 tiles) and not at 1024x5632x2048 (256: two per block)."""
     from backends.cuda.render import Schedule
     from backends.cuda.tiles import rank_tiles
-    assert rank_tiles(1024, 5632, 2048, 1, False, True, True, True)[0].name == "tma128x128s5ppe"
-    assert "tma128x128s5ppe" not in [c.name for c in rank_tiles(1024, 2048, 5632, 1, False, True, True, True)[:3]]
+    first3 = lambda m, n, k: [c.name for c in rank_tiles(m, n, k, 1, False, True, True, True)[:3]]
+    assert first3(1024, 5632, 2048)[0] == "tma128x128s5ppe" and "tma128x176s4ppe" not in first3(1024, 5632, 2048)
+    assert "tma128x128s5ppe" not in first3(1024, 2048, 5632)
+    assert first3(2048, 11008, 4096)[0] == "tma128x176s4ppe"
     g = compiler.trace(lambda x, w: x @ w.transpose(-1, -2), spec((1024, 2048), "f16"), spec((5632, 2048), "f16"))
     src, launches = render(g, Schedule(gemm="prior", tile_rank=0, arch="sm_90a"))
     assert launches[-1].kind == "gemm_tma" and "named_arrive(3 - cw" in src, launches[-1]

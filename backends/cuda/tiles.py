@@ -58,11 +58,15 @@ TMA = [(TMAConfig(128, 256, 3, True, True), 675.0, 1), (TMAConfig(128, 256, 3, F
        (TMAConfig(128, 176, 4, True), 500.0, 1),
        # ping-pong (two consumer warpgroups, each with whole tiles, taking turns at the tensor
        # cores): one warpgroup's epilogue runs under the other's main loop, modelled as the TMA
-       # stores' overlap at the cooperative tile's rate; with one tile per block one warpgroup
-       # works alone (PINGPONG_LONE). H100, one run: 1024x5632x2048 0.0622 ms against 0.0688 for
-       # the cooperative 128x128 tile, 1024x2048x5632 0.0817 against 0.0582
-       # (results/raw/h100-2026-12-07-session32-product-pp-d3f9cf0.txt)
-       (TMAConfig(128, 128, 5, True, True, True), 628.0, 1)]
+       # stores' overlap; where blocks have two tiles or fewer, each warpgroup has at most one
+       # and the turns hide little (PINGPONG_LONE). H100: 128x128 at 1024x5632x2048 (3 rounds)
+       # 0.0609-0.0622 ms against 0.0619-0.0688 for the cooperative tile, at 1024x2048x5632
+       # (1 round) 0.082 against 0.057; 128x176 (a warpgroup holds 176 accumulators a thread)
+       # 1.06x cuBLAS at 2048x11008x4096 against 0.98-1.01x for 128x256s3pe, 0.89x at
+       # 16384x4096x1024 (the default 0.86-0.88x), 0.65x at 1024x5632x2048 (2 rounds) against
+       # 0.78x (results/raw/h100-2026-12-07-session32-product-{pp-d3f9cf0,default-23b2b46}.txt,
+       # h100-2026-12-07-session32-product-176pp-console.txt)
+       (TMAConfig(128, 128, 5, True, True, True), 628.0, 1), (TMAConfig(128, 176, 4, True, True, True), 640.0, 1)]
 PINGPONG_LONE = 0.71
 
 
@@ -125,7 +129,7 @@ def rank_tiles(m: int, n: int, k: int, batch: int, b_kn: bool, wgmma: bool, wgmm
             # a persistent block's waves are its rounds of tiles; its gain (the next tile's
             # loads under this one's epilogue) is in its measured rate, not modelled apart
             res = _resident(cfg.smem_bytes, cfg.threads, regs)
-            if cfg.pingpong and math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * batch <= SMS:
+            if cfg.pingpong and math.ceil(m / cfg.bm) * math.ceil(n / cfg.bn) * batch <= 2 * SMS:
                 rate *= PINGPONG_LONE
             overlap = cfg.tma_store or cfg.pingpong
             out.append(TileChoice("tma", cfg, estimate(m, n, k, batch, cfg.bm, cfg.bn, rate, res, overlap)))

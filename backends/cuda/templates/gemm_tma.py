@@ -66,8 +66,9 @@ class TMAConfig:
 
     def __post_init__(self):
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 8 == 0 and self.bn <= 256
-        # ping-pong: a warpgroup holds a whole tile's accumulators (at most 128 registers a thread)
-        assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 128)
+        # ping-pong: a warpgroup holds a whole tile's accumulators (at most 176 registers a thread
+        # of its 232; 128x176 staged compiles without spills, storing directly it spills)
+        assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 176)
         assert not self.tma_store or (self.persistent and self.smem_epilogue and self.whole_boxes)
         assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 128 == 0)
         # split-K: the partial sums of a tile fit the drained ring; its two barriers follow the stages'
@@ -197,7 +198,8 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 128, 5, True, True, True, True), TMAConfig(64, 256, 4, True, True, True, True),
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2),
-                            TMAConfig(128, 176, 4, True), TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True)]
+                            TMAConfig(128, 176, 4, True), TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True),
+                            TMAConfig(128, 176, 4, True, True, True)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
