@@ -63,9 +63,6 @@ class TMAConfig:
                                # cluster share such a tile, the second handing its partial sums to the
                                # first through distributed shared memory (1024x2048x5632: 64 tiles of
                                # 128x256 on 128 SMs; 1024x5632x2048: 176 tiles, the last 44 split)
-    mma_groups: int = 1        # (ping-pong) wgmma groups a consumer leaves in flight: 2 keeps a
-                               # warpgroup working alone two k-steps ahead, releasing each stage
-                               # a k-step later
 
     def __post_init__(self):
         assert 16 * self.stages <= BARRIER_BYTES and self.bm % 64 == 0 and self.bn % 8 == 0 and self.bn <= 256
@@ -73,7 +70,6 @@ class TMAConfig:
         # of its 232; 128x176 staged compiles without spills, storing directly it spills)
         assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 176)
         assert not self.tma_store or (self.persistent and self.smem_epilogue and self.whole_boxes)
-        assert self.mma_groups == 1 or (self.mma_groups == 2 and self.pingpong and self.stages >= 3)
         assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 128 == 0)
         # split-K: the partial sums of a tile fit the drained ring; its two barriers follow the stages'
         assert self.split_k == 1 or (self.split_k == 2 and not self.persistent and self.cluster == 1
@@ -84,19 +80,19 @@ class TMAConfig:
         walk = "pp" if self.pingpong else ("p" if self.persistent else "")
         staged = "t" if self.tma_store else ("e" if self.smem_epilogue else "")
         return f"tma{self.bm}x{self.bn}s{self.stages}" + walk + staged + (f"c{self.cluster}" if self.cluster > 1 else "") \
-            + (f"k{self.split_k}" if self.split_k > 1 else "") + (f"g{self.mma_groups}" if self.mma_groups > 1 else "")
+            + (f"k{self.split_k}" if self.split_k > 1 else "")
 
     @classmethod
     def from_name(cls, name: str) -> "TMAConfig":
         """The config `name` names (`tma128x256s3pe`, `tma128x128s5ek2`, ...: the inverse of
         .name), for timing a tile that no list holds; ValueError if it names none."""
-        m = re.fullmatch(r"tma(\d+)x(\d+)s(\d+)(pp|p)?(t|e)?(?:c(\d))?(?:k(\d))?(?:g(\d))?", name)
+        m = re.fullmatch(r"tma(\d+)x(\d+)s(\d+)(pp|p)?(t|e)?(?:c(\d))?(?:k(\d))?", name)
         if m is None:
             raise ValueError(f"{name!r} is not a TMA tile name (e.g. tma128x256s3pe)")
-        bm, bn, stages, walk, staged, cluster, split, groups = m.groups()
+        bm, bn, stages, walk, staged, cluster, split = m.groups()
         try:
             cfg = cls(int(bm), int(bn), int(stages), walk is not None, staged is not None, walk == "pp",
-                      staged == "t", int(cluster or 1), int(split or 1), int(groups or 1))
+                      staged == "t", int(cluster or 1), int(split or 1))
         except AssertionError:
             raise ValueError(f"{name!r} names no valid TMA tile") from None
         if cfg.name != name:
@@ -203,8 +199,7 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2),
                             TMAConfig(128, 176, 4, True), TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True),
-                            TMAConfig(128, 176, 4, True, True, True), TMAConfig(128, 128, 5, True, True, True, mma_groups=2),
-                            TMAConfig(128, 176, 4, True, True, True, mma_groups=2)]
+                            TMAConfig(128, 176, 4, True, True, True)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
@@ -586,7 +581,7 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: 
     for all its stages, so a stage's full barrier is never waited on two phases early (a
     parity wait cannot tell those apart). The epilogue runs 64 rows at a time, through the
     same code as the cooperative walk's (`wg` 0 and `m0` that block's first row)."""
-    BM, BN, S, R, G = cfg.bm, cfg.bn, cfg.stages, cfg.row_blocks, cfg.mma_groups
+    BM, BN, S, R = cfg.bm, cfg.bn, cfg.stages, cfg.row_blocks
     KT = (shape.k + 63) // 64
     mt, nt = -(-shape.m // BM), -(-shape.n // BN)
     tiles = mt * nt * shape.batch_count
@@ -636,14 +631,14 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: 
       {mma}
       }}
       wg_commit();
-      wg_wait<{G}>();
-      if (kt >= {G}) mbar_arrive(bars + 16 * ((it - {G}) % {S}) + 8);   // k-step kt-{G}'s stage may be refilled
+      wg_wait<1>();
+      if (kt > 0) mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
     }}
     if (blockIdx.x + (i + 1) * gridDim.x < {tiles})
       named_arrive(3 - cw, 256);                        // the other's turn
     wg_wait<0>();
     {" ".join(f"wg_hold(accs[{r}]);" for r in range(R))}
-    for (int j = {max(0, KT - G)}; j < {KT}; ++j) mbar_arrive(bars + 16 * ((i * {KT} + j) % {S}) + 8);
+    mbar_arrive(bars + 16 * ((it - 1) % {S}) + 8);
 {stores}
   }}{_LAST_STORES if by_tma else ""}"""
 
