@@ -187,7 +187,12 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 # at 1024x5632x2048 against 0.88x for the cooperative 128x128 tile (in the tile prior), 0.59x at
 # 1024x2048x5632 (one tile per block: one consumer works) and 0.61x at 16384x4096x1024; the
 # 64-row ping-pong tiles 0.50-0.82x, not listed (64x256s5pp, listed before, spills 20 bytes of
-# registers under a bias epilogue since its main loop is not unrolled).
+# registers under a bias epilogue since its main loop is not unrolled). 128x176 ping-pong (a
+# warpgroup holds 176 accumulators; staged, as storing directly spills): 1.02-1.07x at
+# 2048x11008x4096 and 0.89-0.93x at 16384x4096x1024 (the best there) in four H100 runs, 0.65x at
+# 1024x5632x2048 (two tiles a block); in the tile prior. Ping-pong warpgroups leaving two wgmma
+# groups in flight instead of one (each stage released a k-step later) were right and slower at
+# every shape (results/raw/h100-2026-12-07-session32-99faaf5-product-g2-r*.txt): not kept.
 # 128x176 (k-contiguous B): 0.72-0.74x cuBLAS at 1024x5632x2048 against 0.61-0.67x for the
 # default in two H100 runs (the same 256 tiles as cuBLAS's 176x128; ncu: 42 us against 34, 2.3x
 # the instructions), behind the 128x256 tiles elsewhere; in the tile prior (tiles.TMA).
