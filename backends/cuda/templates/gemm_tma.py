@@ -70,7 +70,9 @@ class TMAConfig:
         # of its 232; 128x176 staged compiles without spills, storing directly it spills)
         assert not self.pingpong or (self.persistent and self.bm * self.bn <= 128 * 176)
         assert not self.tma_store or (self.persistent and self.smem_epilogue and self.whole_boxes)
-        assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 128 == 0)
+        # a cluster's blocks copy half of B each: whole 8-row swizzle atoms of a k-contiguous B (an
+        # n-contiguous one in whole 64-column boxes: `refuses`)
+        assert self.cluster == 1 or (self.cluster == 2 and self.persistent and not self.pingpong and self.bn % 16 == 0)
         # split-K: the partial sums of a tile fit the drained ring; its two barriers follow the stages'
         assert self.split_k == 1 or (self.split_k == 2 and not self.persistent and self.cluster == 1
                                      and self.stages <= 7 and self.partial_bytes <= self.stages * self.stage_bytes)
@@ -204,7 +206,7 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2),
                             TMAConfig(128, 176, 4, True), TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True),
-                            TMAConfig(128, 176, 4, True, True, True)]
+                            TMAConfig(128, 176, 4, True, True, True), TMAConfig(128, 176, 4, True, True, cluster=2)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
@@ -230,9 +232,12 @@ def fits(shape: GemmShape, dtype: str) -> str | None:
 
 def refuses(shape: GemmShape, cfg: TMAConfig) -> str | None:
     """Why the tile `cfg` cannot run this product (None: it can): an n-contiguous B is read in
-    boxes of 64 columns, so a tile of another width reads only k-contiguous ones."""
+    boxes of 64 columns, so a tile of another width (or a cluster's half of one) reads only
+    k-contiguous ones."""
     if shape.b_layout == "kn" and not cfg.whole_boxes:
         return f"an n-contiguous B is read in 64-column boxes: a {cfg.bn}-wide tile reads only k-contiguous B"
+    if shape.b_layout == "kn" and cfg.cluster == 2 and cfg.bn % 128:
+        return f"a cluster's blocks copy half of an n-contiguous B each, in 64-column boxes: {cfg.bn} columns do not halve so"
     return None
 
 
