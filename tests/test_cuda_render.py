@@ -284,34 +284,34 @@ def test_tile_prior_ranks_by_waves():
 
 def test_tile_prior_offers_176_wide_tiles_only_to_k_contiguous_b():
     """1024x5632 (a Llama MLP's up projection) makes 256 tiles of 128x176, two even rounds on
-    132 SMs: the prior offers that tile among its first three (after the 128x128 tiles, ping-pong
-    and cooperative) for a k-contiguous B (a weight used as x @ w.T) and never for an
-    n-contiguous one, which the TMA kernel reads in 64-column boxes; the tile it names renders
-    as the TMA kernel."""
+    132 SMs: the prior offers that tile first, in clusters of two blocks sharing B, for a
+    k-contiguous B (a weight used as x @ w.T) and never for an n-contiguous one, which the TMA
+    kernel reads in 64-column boxes; the tile it names renders as the clustered TMA kernel."""
     from backends.cuda.render import Schedule
     from backends.cuda.tiles import rank_tiles
     nk = [c.name for c in rank_tiles(1024, 5632, 2048, 1, False, True, True, True)]
-    assert "tma128x176s4p" in nk[:3], nk[:4]
+    assert nk[0] == "tma128x176s4pec2" and "tma128x176s4p" in nk, nk[:4]
     assert not any(c.config.bn % 64 for c in rank_tiles(1024, 5632, 2048, 1, True, True, True, True) if c.kind == "tma")
     g = compiler.trace(lambda x, w: x @ w.transpose(-1, -2), spec((1024, 2048), "f16"), spec((5632, 2048), "f16"))
-    r = nk.index("tma128x176s4p")
-    src, launches = render(g, Schedule(gemm="prior", tile_rank=r, arch="sm_90a"))
+    src, launches = render(g, Schedule(gemm="prior", tile_rank=0, arch="sm_90a"))
     assert launches[-1].kind == "gemm_tma" and "tile=128x176x64" in launches[-1].detail, launches[-1]
+    assert "__cluster_dims__(2, 1, 1)" in src
 
 
 def test_tile_prior_offers_the_ping_pong_tile_where_blocks_have_several_tiles():
     """1024x5632x2048 (352 tiles of 128x128, about three per block): the ping-pong tile, whose
-    epilogues run under the other warpgroup's main loop, first; 1024x2048x5632 (128 tiles, one
-    per block: one warpgroup would work alone) not among the first three; the 128x176 one first
-    at 2048x11008x4096 (1008 tiles) and not at 1024x5632x2048 (256: two per block)."""
+    epilogues run under the other warpgroup's main loop, second (after the clustered 128x176
+    tile); 1024x2048x5632 (128 tiles, one per block: one warpgroup would work alone) not among
+    the first three; the 128x176 one first at 2048x11008x4096 (1008 tiles) and not at
+    1024x5632x2048 (256: two per block)."""
     from backends.cuda.render import Schedule
     from backends.cuda.tiles import rank_tiles
     first3 = lambda m, n, k: [c.name for c in rank_tiles(m, n, k, 1, False, True, True, True)[:3]]
-    assert first3(1024, 5632, 2048)[0] == "tma128x128s5ppe" and "tma128x176s4ppe" not in first3(1024, 5632, 2048)
+    assert first3(1024, 5632, 2048)[1] == "tma128x128s5ppe" and "tma128x176s4ppe" not in first3(1024, 5632, 2048)
     assert "tma128x128s5ppe" not in first3(1024, 2048, 5632)
     assert first3(2048, 11008, 4096)[0] == "tma128x176s4ppe"
     g = compiler.trace(lambda x, w: x @ w.transpose(-1, -2), spec((1024, 2048), "f16"), spec((5632, 2048), "f16"))
-    src, launches = render(g, Schedule(gemm="prior", tile_rank=0, arch="sm_90a"))
+    src, launches = render(g, Schedule(gemm="prior", tile_rank=1, arch="sm_90a"))
     assert launches[-1].kind == "gemm_tma" and "named_arrive(3 - cw" in src, launches[-1]
 
 

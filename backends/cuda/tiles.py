@@ -66,7 +66,14 @@ TMA = [(TMAConfig(128, 256, 3, True, True), 675.0, 1), (TMAConfig(128, 256, 3, F
        # 16384x4096x1024 (the default 0.86-0.88x), 0.65x at 1024x5632x2048 (2 rounds) against
        # 0.78x (results/raw/h100-2026-12-07-session32-product-{pp-d3f9cf0,default-23b2b46}.txt,
        # h100-2026-12-07-session32-product-176pp-console.txt)
-       (TMAConfig(128, 128, 5, True, True, True), 628.0, 1), (TMAConfig(128, 176, 4, True, True, True), 640.0, 1)]
+       (TMAConfig(128, 128, 5, True, True, True), 628.0, 1), (TMAConfig(128, 176, 4, True, True, True), 640.0, 1),
+       # clusters of two sharing B (k-contiguous B: 128x176 halves into whole swizzle atoms):
+       # the products whose L2-to-SM traffic binds; H100, two runs: 1024x5632x2048 0.0568-0.0572
+       # ms (0.83x cuBLAS) against 0.0600 for the 128x128 ping-pong tile, behind elsewhere
+       # (1024x2048x5632 0.73x, 16384x4096x1024 0.81x, 2048x11008x4096 0.99x against 1.02x;
+       # results/raw/h100-2026-12-07-session32-80f7696-product-c2-r*.txt): this rate puts it
+       # first at 1024x5632x2048 alone
+       (TMAConfig(128, 176, 4, True, True, cluster=2), 580.0, 1)]
 PINGPONG_LONE = 0.71
 
 
