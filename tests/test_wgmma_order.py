@@ -4,6 +4,10 @@ its last wait, and the tile lost its last k-step on the GPU while the host runne
 compute-sanitizer saw right products. Needs nvcc and nvdisasm, no GPU."""
 from __future__ import annotations
 
+import os
+import subprocess
+import tempfile
+
 import pytest
 
 from backends.cuda import render
@@ -70,3 +74,25 @@ def test_the_check_finds_a_read_before_the_wait():
             "/*0fd0*/ SYNCS.ARRIVE.TRANS64.A1T0 RZ, [R112+URZ+0x25808], RZ", "/*1010*/ F2FP.F16.F32.PACK_AB R16, R111, R110",
             "/*1340*/ WARPGROUP.DEPBAR.LE gsb0, 0x0", "/*1350*/ F2FP.F16.F32.PACK_AB R21, R25, R24"]
     assert early_accumulator_uses(sass) == ["/*1010*/ F2FP.F16.F32.PACK_AB R16, R111, R110"]
+
+
+def test_a_kernel_with_accumulators_used_before_their_wait_is_refused_at_compile_time():
+    """The ping-pong tile with its main loop unrolled again, as it was when ptxas moved the
+    staged epilogue above the last wait: compile_source refuses the cubin (and does not cache
+    it), so no search can time it."""
+    from backends.cuda import sass
+    g = _nt(1024, 2048, 5632)
+    src, _ = render(g, Schedule(tma=TMAConfig.from_name("tma64x256s3ppe"), gemm="wgmma", arch="sm_90a"))
+    assert "#pragma unroll 1\n" in src
+    unrolled = src.replace("#pragma unroll 1\n", "") + "\n// unrolled main loop (test)\n"
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "k.cu"), "w") as f:
+        f.write(unrolled)
+    subprocess.run([find_nvcc(), "-arch=sm_90a", "-cubin", "-o", os.path.join(d, "k.cubin"), os.path.join(d, "k.cu")],
+                   check=True, capture_output=True)
+    with open(os.path.join(d, "k.cubin"), "rb") as f:
+        if not sass.accumulator_hazards(f.read()):
+            pytest.skip("this ptxas keeps the unrolled loop's conversions after the wait")
+    for _ in range(2):          # refused both times: a refused cubin is not cached
+        res = compile_source(unrolled, "sm_90a")
+        assert res.binary is None and not res.cached and "wgmma accumulators before the wait" in res.error, res.error

@@ -33,7 +33,7 @@ def find_nvdisasm() -> str | None:
 
 
 def disassemble(cubin: bytes, nvdisasm: str | None = None) -> list[str]:
-    """The cubin's SASS, one instruction per line."""
+    """The cubin's SASS, one instruction per line, each function's after a `.section` line."""
     tool = nvdisasm or find_nvdisasm()
     if tool is None:
         raise FileNotFoundError("nvdisasm not found (set SATURN_NVDISASM or install nvidia-cuda-nvdisasm)")
@@ -41,7 +41,8 @@ def disassemble(cubin: bytes, nvdisasm: str | None = None) -> list[str]:
         path = Path(tmp) / "k.cubin"
         path.write_bytes(cubin)
         out = subprocess.run([tool, "-c", str(path)], capture_output=True, text=True, check=True).stdout
-    return [line.split(";")[0].strip() for line in out.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]
+    return [line.split(";")[0].strip() for line in out.splitlines()
+            if re.search(r"/\*[0-9a-f]{4,}\*/", line) or line.strip().startswith(".section")]
 
 
 _HGMMA = re.compile(r"HGMMA\.64x(\d+)x\d+\.F32\S* R(\d+),")
@@ -62,9 +63,15 @@ def early_accumulator_uses(sass: list[str]) -> list[str]:
             first, count = int(m.group(2)), int(m.group(1)) // 2
             pending |= set(range(first, first + count))
             continue
-        if _RETIRED in ins:
+        if _RETIRED in ins or ins.startswith(".section"):     # (a new function starts with none)
             pending = set()
             continue
         if pending and {int(r) for r in _REG.findall(ins)} & pending:
             early.append(ins)
     return early
+
+
+def accumulator_hazards(cubin: bytes) -> list[str] | None:
+    """`early_accumulator_uses` of a compiled cubin; None where no nvdisasm is installed."""
+    tool = find_nvdisasm()
+    return None if tool is None else early_accumulator_uses(disassemble(cubin, tool))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from backends import checked
 from backends.base import cache_root
+from backends.cuda import sass
 
 BINARY_MAGIC = b"SATURN-CUDA-BINARY\n"
 NVCC_FLAGS = ("-O3", "-std=c++17")
@@ -99,6 +100,14 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
             return CompileResult(None, log, f"nvcc failed (exit {proc.returncode}): {_first_error(log)}",
                                  seconds=time.perf_counter() - t0)
         binary = out.read_bytes()
+    if kind == "cubin" and "wgmma.mma_async" in source:
+        # a wgmma accumulator used before its wait computes wrong products on the GPU alone
+        # (host runs and a profiler's slower memory hide it): refused, never cached
+        early = sass.accumulator_hazards(binary)
+        if early:
+            return CompileResult(None, log, f"ptxas placed {len(early)} uses of wgmma accumulators before the wait "
+                                 f"that retires them (first: {early[0]}): the kernel would compute wrong values",
+                                 seconds=time.perf_counter() - t0)
     try:   # the log first: a binary in the cache implies its log (written atomically, both)
         checked.write_atomic(logpath, log.encode())
         checked.write(path, BINARY_MAGIC, key, binary)
