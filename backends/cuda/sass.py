@@ -52,9 +52,10 @@ _REG = re.compile(r"\bR(\d+)\b")
 
 def early_accumulator_uses(sass: list[str]) -> list[str]:
     """Instructions that read or write an f32 HGMMA's accumulator registers after it and before
-    the next wait that retires every group, in listing order (each kernel's code is laid out so that a
-    main loop's exit falls through to what follows it; a branch placing a read there that
-    only runs after a wait would be reported too, so a report is to be read, not trusted)."""
+    the next wait that retires every group, in listing order within each function (a main
+    loop's exit falls through to what follows it; a branch placing a use there that only runs
+    after a wait would be reported too: no kernel here has one, and a false report refuses a
+    right kernel, never passes a wrong one)."""
     pending: set[int] = set()
     early = []
     for ins in sass:

@@ -179,7 +179,8 @@ TMA_CONFIGS = [TMAConfig(128, 256, 3, True, True), TMAConfig(128, 256, 3, False,
 # tile (64 x 4096x4096x128: 1.00x with 128x128 tiles, where TMA stores reach 1.03x); clusters of
 # two sharing B (0.60-0.82x on the H100 in 128x256 tiles, about the unclustered tile's time
 # since their stage release stopped fencing the cluster's memory: 0.25-0.63x before; 128x128
-# tiles, for the products whose L2 traffic the pair halves, not yet timed since); split K, for
+# tiles 0.76-0.91x on the Llama products in session 32, behind the unclustered tile; 128x176
+# clustered is in the tile prior, tiles.TMA); split K, for
 # products of fewer tiles than SMs and long K (1024x2048x5632: 0.80x against the default's 0.82x).
 # The ping-pong tiles computed wrong products on the H100 until d3f9cf0 (64x256s3ppe at
 # 1024x2048x5632 and 16384x4096x1024, 64x176 at 1024x5632x2048, 128x128s5ppe at 1024x2048x5632;
