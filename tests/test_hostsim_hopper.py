@@ -43,17 +43,20 @@ def test_every_tma_tile_runs_on_host(name):
 
 def test_narrow_tiles_run_on_host():
     """The 176-wide tiles (k-contiguous B only), one tile per block, persistent with staged
-    outputs and ping-pong, on a product of a partial last column tile and 8 row tiles, batched
-    with an epilogue, and over 180 tiles (blocks with two: the ping-pong warpgroups take turns)."""
+    outputs, ping-pong and clustered, on a product of a partial last column tile and 8 row
+    tiles, batched with an epilogue, and (the ping-pong and cluster walks) over 180 tiles:
+    blocks with two, whose ping-pong warpgroups take turns, and odd row tiles a batch."""
     narrow = [c for c in ON_HOST if c.bn % 64]
     assert {c.persistent for c in narrow} == {True, False} and any(c.pingpong for c in narrow)
-    for g in (_programs()["nt_odd_f16"],
-              trace(lambda a, w, c: (a @ w.transpose(-1, -2) + c).relu(), spec((2, 130, 72), "bf16"),
-                    spec((360, 72), "bf16"), spec((360,), "bf16")),
-              trace(lambda a, w: a @ w.transpose(-1, -2), spec((20, 257, 72), "f16"), spec((520, 72), "f16"))):
+    assert any(c.clustered for c in narrow)
+    many = trace(lambda a, w: a @ w.transpose(-1, -2), spec((20, 257, 72), "f16"), spec((520, 72), "f16"))
+    for g, tiles in ((_programs()["nt_odd_f16"], narrow),
+                     (trace(lambda a, w, c: (a @ w.transpose(-1, -2) + c).relu(), spec((2, 130, 72), "bf16"),
+                            spec((360, 72), "bf16"), spec((360,), "bf16")), narrow),
+                     (many, [c for c in narrow if c.pingpong or c.clustered])):
         args = _inputs(g, 4)
         want = evaluate(g, args)[0]
-        for cfg in narrow:
+        for cfg in tiles:
             _close(_run(g, cfg, args), want, 72)
 
 
