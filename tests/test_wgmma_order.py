@@ -86,11 +86,9 @@ def test_the_check_finds_a_read_before_the_wait():
     assert early_accumulator_uses(sass) == ["/*1010*/ F2FP.F16.F32.PACK_AB R16, R111, R110"]
 
 
-def test_a_kernel_with_accumulators_used_before_their_wait_is_refused_at_compile_time():
-    """The ping-pong tile with its main loop unrolled again, as it was when ptxas moved the
-    staged epilogue above the last wait: compile_source refuses the cubin (and does not cache
-    it), so no search can time it."""
-    from backends.cuda import sass
+def _unrolled_pingpong() -> str:
+    """The ping-pong tile's source with its main loop unrolled again, as it was when ptxas moved
+    the staged epilogue above the last wait; skips where this ptxas keeps the order."""
     g = _nt(1024, 2048, 5632)
     src, _ = render(g, Schedule(tma=TMAConfig.from_name("tma64x256s3ppe"), gemm="wgmma", arch="sm_90a"))
     assert "#pragma unroll 1\n" in src
@@ -101,8 +99,30 @@ def test_a_kernel_with_accumulators_used_before_their_wait_is_refused_at_compile
     subprocess.run([find_nvcc(), "-arch=sm_90a", "-cubin", "-o", os.path.join(d, "k.cubin"), os.path.join(d, "k.cu")],
                    check=True, capture_output=True)
     with open(os.path.join(d, "k.cubin"), "rb") as f:
-        if not sass.accumulator_hazards(f.read()):
+        if not early_accumulator_uses(disassemble(f.read())):
             pytest.skip("this ptxas keeps the unrolled loop's conversions after the wait")
+    return unrolled
+
+
+def test_a_kernel_with_accumulators_used_before_their_wait_is_refused_at_compile_time():
+    """compile_source refuses the unrolled ping-pong tile's cubin (and does not cache it), so no
+    search can time it."""
+    unrolled = _unrolled_pingpong()
     for _ in range(2):          # refused both times: a refused cubin is not cached
         res = compile_source(unrolled, "sm_90a")
         assert res.binary is None and not res.cached and "wgmma accumulators before the wait" in res.error, res.error
+
+
+def test_a_cubin_cached_unchecked_is_checked_once_nvdisasm_is_found(monkeypatch, tmp_path):
+    """Compiled where no nvdisasm was found, the cubin is cached unchecked; once nvdisasm is
+    found, the cached copy is not served: the source is compiled again, checked and refused."""
+    from backends.cuda import sass
+    unrolled = _unrolled_pingpong()
+    monkeypatch.setenv("SATURN_CACHE_DIR", str(tmp_path))
+    found = sass.find_nvdisasm
+    monkeypatch.setattr(sass, "find_nvdisasm", lambda: None)
+    assert compile_source(unrolled, "sm_90a").binary is not None
+    assert compile_source(unrolled, "sm_90a").cached
+    monkeypatch.setattr(sass, "find_nvdisasm", found)
+    res = compile_source(unrolled, "sm_90a")
+    assert res.binary is None and "wgmma accumulators before the wait" in res.error, res.error

@@ -70,9 +70,3 @@ def early_accumulator_uses(sass: list[str]) -> list[str]:
         if pending and {int(r) for r in _REG.findall(ins)} & pending:
             early.append(ins)
     return early
-
-
-def accumulator_hazards(cubin: bytes) -> list[str] | None:
-    """`early_accumulator_uses` of a compiled cubin; None where no nvdisasm is installed."""
-    tool = find_nvdisasm()
-    return None if tool is None else early_accumulator_uses(disassemble(cubin, tool))

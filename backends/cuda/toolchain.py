@@ -74,7 +74,11 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
     if nvcc is None:
         return CompileResult(None, "", "nvcc not found (set SATURN_NVCC or put nvcc on PATH)")
     flags = NVCC_FLAGS + (SPLIT_COMPILE if _splits(nvcc) else ()) + tuple(extra_flags)
-    key = hashlib.sha256("\0".join([source, arch, kind, " ".join(flags), nvcc_version(nvcc), "v2"]).encode()).hexdigest()
+    # a wgmma cubin is cached as checked or unchecked (no nvdisasm): one compiled before the
+    # machine-code check, or where it could not run, is compiled and checked again once it can
+    nvdisasm = sass.find_nvdisasm() if kind == "cubin" and "wgmma.mma_async" in source else None
+    key = hashlib.sha256("\0".join([source, arch, kind, " ".join(flags), nvcc_version(nvcc), "v2",
+                                     "sass-checked" if nvdisasm else ""]).encode()).hexdigest()
     cdir = cache_dir()
     path = cdir / f"{key[:40]}.{kind}"
     logpath = cdir / f"{key[:40]}.log"
@@ -100,10 +104,10 @@ def compile_source(source: str, arch: str, kind: str = "cubin", extra_flags: tup
             return CompileResult(None, log, f"nvcc failed (exit {proc.returncode}): {_first_error(log)}",
                                  seconds=time.perf_counter() - t0)
         binary = out.read_bytes()
-    if kind == "cubin" and "wgmma.mma_async" in source:
+    if nvdisasm:
         # a wgmma accumulator used before its wait computes wrong products on the GPU alone
         # (host runs and a profiler's slower memory hide it): refused, never cached
-        early = sass.accumulator_hazards(binary)
+        early = sass.early_accumulator_uses(sass.disassemble(binary, nvdisasm))
         if early:
             return CompileResult(None, log, f"ptxas placed {len(early)} uses of wgmma accumulators before the wait "
                                  f"that retires them (first: {early[0]}): the kernel would compute wrong values",
