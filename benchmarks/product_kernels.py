@@ -14,6 +14,8 @@ best generated schedule. "nt" cases are linear layers (`x @ w.T`, the weight k-c
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from benchmarks import schedule_tables
@@ -68,6 +70,15 @@ def generated_schedules(be, g) -> list:
 def label(case) -> str:
     m, n, k, batch, layout, dtype = case
     return f"{m}x{n}x{k}" + (f" b{batch}" if batch > 1 else "") + f" {layout} {dtype}"
+
+
+def parse_case(text: str) -> tuple:
+    """The case a label names: '1024x512x2048 nt f16' or '4096x4096x128 b64 nn f32'."""
+    m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)(?: b(\d+))? (nn|nt) (f16|bf16|f32)\s*", text)
+    if m is None:
+        raise ValueError(f"not a product: {text!r} (expected e.g. '1024x512x2048 nt f16')")
+    mm, n, k, b, layout, dtype = m.groups()
+    return int(mm), int(n), int(k), int(b or 1), layout, dtype
 
 
 def _torch_time(fn, repeat: int) -> float:
@@ -172,6 +183,8 @@ def _options(ap):
                     help="also the TMA tiles the search does not offer (not yet run on a GPU, or never the best)")
     ap.add_argument("--tiles", help="comma-separated TMA tile names to time besides (e.g. tma64x256s3ppe), "
                                     "listed anywhere or not")
+    ap.add_argument("--shapes", help="comma-separated products to time instead of the fixed cases, named as "
+                                     "the cases are: 'MxNxK[ bB] nn|nt f16|bf16|f32' (e.g. '1024x512x2048 nt f16')")
 
     def apply(a):
         global ONLY, EXPERIMENTAL, TILES
@@ -182,6 +195,12 @@ def _options(ap):
             TILES = tuple(TMAConfig.from_name(n) for n in a.tiles.split(",")) if a.tiles else ()
         except ValueError as e:
             ap.error(str(e))
+        if a.shapes:
+            try:
+                return [parse_case(t) for t in a.shapes.split(",")]
+            except ValueError as e:
+                ap.error(str(e))
+        return None
     return apply
 
 

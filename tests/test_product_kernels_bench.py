@@ -134,3 +134,13 @@ def test_wrong_tiles_names_the_tiles_and_what_they_hold():
     got = want.copy()
     got[0:64, 176:352] = want[128:192, 176:352]
     assert any("tile 4 holds tile 6's values" in l for l in pp.wrong_tiles(got, want, a, b, cfg)), lines
+
+
+def test_shapes_name_products_as_the_cases_are_labelled():
+    for case in pk.CASES:
+        assert pk.parse_case(pk.label(case)) == case
+    assert pk.parse_case("1024x512x2048 nt f16") == (1024, 512, 2048, 1, "nt", "f16")
+    with pytest.raises(ValueError, match="not a product"):
+        pk.parse_case("1024x512 nt f16")
+    with pytest.raises(SystemExit):
+        pk.main(["--shapes", "1024x512x2048 nt f8"])
