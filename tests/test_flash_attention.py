@@ -58,7 +58,18 @@ def banded_bias(s: int, dtype) -> np.ndarray:
     return np.where(j > i, -np.inf, bias).astype(dtype)
 
 
-MASK_VALUES = {"banded_bias": banded_bias}
+def lone_keys(s: int, dtype) -> np.ndarray:
+    """-inf but for one of the first four keys per row and, on a few rows (a block's first and
+    last among them), one key far off, alone in its key tile for 64-row blocks: that tile is
+    found only if the scan reads that one element."""
+    mask = np.full((s, s), -np.inf)
+    mask[np.arange(s), np.arange(s) % 4] = 0.0
+    for row, key in ((0, s - 10), (63, s - 1), (64, 64), (127, 130), (128, 127), (s - 1, 70)):
+        mask[min(row, s - 1), min(key, s - 1)] = 0.0
+    return mask.astype(dtype)
+
+
+MASK_VALUES = {"banded_bias": banded_bias, "lone_keys": lone_keys, "lone_keys_f32": lone_keys}
 
 
 # name -> (function, input specs, which inputs are masks)
@@ -73,6 +84,9 @@ CASES = {
                                    spec((1, 2, 1000, 64), "f16")], ()),
     "causal": (_masked, [spec((1, 2, 1000, 64), "f16")] * 3 + [spec((1000, 1000), "f16")], (3,)),
     "banded_bias": (_masked, [spec((1, 2, 700, 64), "bf16")] * 3 + [spec((700, 700), "bf16")], (3,)),
+    # a scan over 16-byte runs of half masks, and one element at a time (f32)
+    "lone_keys": (_masked, [spec((1, 2, 200, 64), "f16")] * 3 + [spec((200, 200), "f16")], (3,)),
+    "lone_keys_f32": (_masked, [spec((1, 1, 200, 128), "bf16")] * 3 + [spec((200, 200), "f32")], (3,)),
     "gqa_causal": (_grouped, [spec((1, 4, 333, 128), "bf16"), spec((1, 2, 333, 128), "bf16"),
                               spec((1, 2, 333, 128), "bf16"), spec((333, 333), "f32")], (3,)),
     "is_causal": (_causal, [spec((2, 2, 1000, 64), "f16")] * 3, ()),
@@ -173,8 +187,8 @@ def test_flash_kernels_compile_without_spills(name):
 
 
 # on the host by default: a few rows (bf16), grouped heads with a computed causal mask (d 128),
-# 7 queries against 1000 keys; the others under -m slow
-ON_HOST = ("seven_rows", "gqa_is_causal", "q7_keys1000")
+# 7 queries against 1000 keys, masks whose key tiles hang on one element; the others under -m slow
+ON_HOST = ("seven_rows", "gqa_is_causal", "q7_keys1000", "lone_keys", "lone_keys_f32")
 
 
 @pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))

@@ -177,7 +177,8 @@ def tile_table(plane, bq: int, bkv: int) -> list[tuple[int, int, int, int, int]]
     return sorted(rows, key=lambda r: -(r[2] - r[1]))
 
 
-def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None) -> tuple[str, str, str, str]:
+def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None,
+               threads: int) -> tuple[str, str, str, str]:
     """(file-scope code, block setup defining q0, t_lo, t_hi, f_lo, f_hi and keep(), the scan
     that narrows [t_lo, t_hi) at run time (after the mask's pointer `Mb` exists), the test of
     one score at `row`, `key` inside key tile t) for the attention kernels.
@@ -227,14 +228,24 @@ def keep_parts(name: str, shape: AttnShape, bq: int, bkv: int, keep: Keep | None
             seen.append(f"{_mask_load(mk, 'Mb', 'row', 'key0')} != -__int_as_float(0x7f800000)")
         seen.append("keep(row, key0)")
         check = f"      found |= ({' && '.join(seen)});\n      nonzero = true;"
+    # every thread scans: each takes a column of `vec` keys and every `groups`-th row of the
+    # block (its loads independent, eight in flight), so the scan is bandwidth- not latency-bound
+    chunks = -(-shape.skv // vec)
+    groups = max(1, threads // chunks)
+    if groups > 1:
+        columns = (f"  if (threadIdx.x < {groups * chunks}) {{\n"
+                   f"    const int c = threadIdx.x % {chunks}, g = threadIdx.x / {chunks};\n")
+    else:
+        columns = f"  for (int c = threadIdx.x, g = 0; c < {chunks}; c += {threads}) {{\n"
     scan = f"""  // key tiles some row of this block can see (bit 0), and whose mask is not all zero (bit 1)
   __shared__ int seen_tiles[{ntiles}];
   for (int i = threadIdx.x; i < {ntiles}; i += blockDim.x) seen_tiles[i] = 0;
   __syncthreads();
-  for (int c = threadIdx.x; c < {-(-shape.skv // vec)}; c += blockDim.x) {{
-    const int key0 = c * {vec};
+  const int scan_rows = min({bq}, {shape.sq} - q0);
+{columns}    const int key0 = c * {vec};
     bool found = false, nonzero = false;
-    for (int r = 0; r < {bq} && q0 + r < {shape.sq}; ++r) {{
+    #pragma unroll 8
+    for (int r = g; r < scan_rows; r += {groups}) {{
       const int row = q0 + r;
 {check}
     }}
@@ -272,7 +283,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnConfig, params: str
     sc = repr(float(shape.scale_log2))
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo, keep)
     safe = safe_max(shape, keep)
-    keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep)
+    keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep, NT)
     return f"""
 {keep_scope}extern "C" __global__ void __launch_bounds__({NT}) {name}({params}) {{
   extern __shared__ __align__(16) unsigned char smem_raw[];

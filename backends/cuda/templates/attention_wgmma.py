@@ -65,7 +65,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     sc = repr(float(shape.scale_log2))
     mask_setup, mask_loads, mask_add = _mask_code(shape, mask, mo, keep)
     safe = safe_max(shape, keep)
-    keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep)
+    keep_scope, keep_setup, keep_scan, score_ok = keep_parts(name, shape, BQ, BKV, keep, NT)
     # adjacent output columns: one 2-wide store (aligned: every row and batch start even)
     paired = shape.o_sd == 1 and shape.o_ss % 2 == 0 and all(b[4] % 2 == 0 for b in shape.batch)
     if paired:
@@ -100,16 +100,15 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
   const {T}* Kb = reinterpret_cast<const {T}*>({k}) + ({ko});
   const {T}* Vb = reinterpret_cast<const {T}*>({v}) + ({vo});
   const long long o_base = {oo};
-{mask_setup}{keep_scan}
   // Q, K: rows of 64 halves (128 B), 16-byte chunk c of row r at r * 128 + ((c ^ (r & 7)) * 16),
-  // one such block per 64 head-dim columns
+  // one such block per 64 head-dim columns; Q's copies land while the mask is scanned
   for (int c = tid; c < {BQ * D // 8}; c += {NT}) {{
     const int r = c / {D // 8}, ch = c % {D // 8};
     const bool ok = q0 + r < {shape.sq};
     cp_async16(sQ + (ch >> 3) * {BQ * 128} + r * 128 + (((ch & 7) ^ (r & 7)) << 4),
                ok ? Qb + (long long)(q0 + r) * {shape.q_ss} + ch * 8 : Qb, ok ? 16 : 0);
   }}
-  auto load_kv = [&](int buf, int t) {{
+{mask_setup}{keep_scan}  auto load_kv = [&](int buf, int t) {{
     const int j0 = t * {BKV};
     const uint32_t k_s = sK + buf * {K_BYTES}, v_s = sV + buf * {V_BYTES};
     for (int c = tid; c < {BKV * D // 8}; c += {NT}) {{
