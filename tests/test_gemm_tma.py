@@ -179,6 +179,19 @@ def test_maps_are_encoded_again_only_when_their_buffers_change(monkeypatch):
     assert seen == [(1, 20), (2, 30)]
     args.for_pointers([10, 21, 30])
     assert seen[2:] == [(1, 21), (2, 30)]
+    # back to the first buffers: still encoded; KEEP sets cycled through are encoded once, and
+    # one more set drops the one used longest ago
+    assert args.for_pointers([10, 20, 30]) == [b"\x01" * 128, b"\x02" * 128] and len(seen) == 4
+    keep = tensor_map.MapArgs.KEEP
+    for _ in range(3):
+        for p in range(100, 100 + keep):
+            args.for_pointers([0, p, 30])
+    assert len(seen) == 4 + 2 * keep
+    args.for_pointers([0, 99, 30])
+    args.for_pointers([0, 101, 30])
+    assert len(seen) == 6 + 2 * keep
+    args.for_pointers([0, 100, 30])           # dropped for 99: encoded again
+    assert seen[-2:] == [(1, 100), (2, 30)]
 
 
 def test_long_products_take_the_tma_kernel_by_default_and_staged_operands_are_its_arguments():
