@@ -20,10 +20,12 @@ from backends.cuda.templates.gemm_wgmma import COMMON, NEEDS_ARCH_SPECIFIC, help
 class AttnWGConfig:
     wgs: int = 2          # warpgroups per block, 64 query rows each
     bkv: int = 64         # keys per K/V tile (the n of S = Q K^T)
+    overlap: bool = False  # the next tile's S = Q K^T on the tensor cores during this tile's softmax
+                           # (K copied a tile ahead of V; S in two register sets)
 
     @property
     def name(self) -> str:
-        return f"attn_wg{self.wgs}_kv{self.bkv}"
+        return f"attn_wg{self.wgs}_kv{self.bkv}" + ("o" if self.overlap else "")
 
     @property
     def threads(self) -> int:
@@ -34,7 +36,7 @@ class AttnWGConfig:
         return 64 * self.wgs
 
 
-WG_ATTN_CONFIGS = [AttnWGConfig(2, 64), AttnWGConfig(2, 128), AttnWGConfig(1, 128)]
+WG_ATTN_CONFIGS = [AttnWGConfig(2, 64), AttnWGConfig(2, 128), AttnWGConfig(1, 128), AttnWGConfig(2, 64, True)]
 
 
 def fits_dims(d: int, dv: int) -> bool:
@@ -78,6 +80,75 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
             f"        out[o_base + (long long)row{h} * {shape.o_ss} + col * {shape.o_sd}] = {conv}(o[4 * j + {2 * h}] * r{h});\n"
             f"        out[o_base + (long long)row{h} * {shape.o_ss} + (col + 1) * {shape.o_sd}] = {conv}(o[4 * j + {2 * h + 1}] * r{h});\n"
             f"      }}" for h in range(2))
+    def s_product(dst: str, k_s: str) -> str:
+        return (f"    wg_fence();\n    #pragma unroll\n    for (int kk = 0; kk < {D // 16}; ++kk)\n"
+                f"      wgmma_n{BKV}_{ty}_t0({dst}, wg_desc(sQ + (kk >> 2) * {BQ * 128} + wg * {64 * 128} + (kk & 3) * 32),\n"
+                f"                          wg_desc({k_s} + (kk >> 2) * {BKV * 128} + (kk & 3) * 32), kk > 0);\n"
+                f"    wg_commit();\n")
+    regs = f"""  float o[{DV // 2}], s[{BKV // 2}]{f", s_next[{BKV // 2}]" if cfg.overlap else ""};
+  #pragma unroll
+  for (int i = 0; i < {DV // 2}; ++i) o[i] = 0.f;
+  float m0 = -__int_as_float(0x7f800000), m1 = m0, l0 = 0.f, l1 = 0.f;
+  const int rbase = q0 + wg * 64 + wq * 16 + (lane >> 2);
+"""
+    if not cfg.overlap:
+        loop_head = f"""  load_k(0, t_lo);
+  load_v(0, t_lo);
+  cp_async_commit();
+
+{regs}  for (int t = t_lo; t < t_hi; ++t) {{
+    const int buf = (t - t_lo) & 1;
+    if (t + 1 < t_hi) {{ load_k(buf ^ 1, t + 1); load_v(buf ^ 1, t + 1); }}
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint32_t v_s = sV + buf * {V_BYTES};
+{s_product("s", f"(sK + buf * {K_BYTES})")}    wg_wait<0>();
+    wg_hold(s);
+"""
+        loop_tail = """    wg_hold(o);
+    __syncthreads();           // every warpgroup is done with this stage: it may be refilled"""
+    else:
+        # copy groups, oldest first: (Q, K[t_lo]), V[t_lo], K[t_lo + 1]; then per tile t: V[t + 1]
+        # at its start, K[t + 2] at its end (into K[t]'s buffer, free once both S[t] and the
+        # block's barrier are past), so the wait for all but the newest group finds K[t + 1] and
+        # V[t] landed
+        loop_head = f"""  load_k(0, t_lo);
+  cp_async_commit();
+  load_v(0, t_lo);
+  cp_async_commit();
+  if (t_lo + 1 < t_hi) load_k(1, t_lo + 1);
+  cp_async_commit();
+
+{regs}  if (t_lo < t_hi) {{
+    cp_async_wait<2>();
+    fence_proxy_async();
+    __syncthreads();
+{s_product("s", "sK")}    wg_wait<0>();
+    wg_hold(s);
+  }}
+  for (int t = t_lo; t < t_hi; ++t) {{
+    const int i = t - t_lo;
+    if (t + 1 < t_hi) load_v((i + 1) & 1, t + 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    fence_proxy_async();
+    __syncthreads();
+    const uint32_t v_s = sV + (i & 1) * {V_BYTES};
+    const bool more = t + 1 < t_hi;
+    if (more) {{   // S[t + 1] runs while this warpgroup's softmax of S[t] does
+{s_product("s_next", f"(sK + ((i + 1) & 1) * {K_BYTES})")}    }}
+"""
+        loop_tail = f"""    wg_hold(o);
+    wg_hold(s_next);
+    __syncthreads();           // every warpgroup is done with V[t] and K[t]: they may be refilled
+    if (t + 2 < t_hi) load_k(i & 1, t + 2);
+    cp_async_commit();
+    if (more) {{
+      #pragma unroll
+      for (int j = 0; j < {BKV // 2}; ++j) s[j] = s_next[j];
+    }}"""
     return f"""
 {NEEDS_ARCH_SPECIFIC}
 {COMMON}
@@ -108,17 +179,21 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
     cp_async16(sQ + (ch >> 3) * {BQ * 128} + r * 128 + (((ch & 7) ^ (r & 7)) << 4),
                ok ? Qb + (long long)(q0 + r) * {shape.q_ss} + ch * 8 : Qb, ok ? 16 : 0);
   }}
-{mask_setup}{keep_scan}  auto load_kv = [&](int buf, int t) {{
+{mask_setup}{keep_scan}  auto load_k = [&](int buf, int t) {{
     const int j0 = t * {BKV};
-    const uint32_t k_s = sK + buf * {K_BYTES}, v_s = sV + buf * {V_BYTES};
+    const uint32_t k_s = sK + buf * {K_BYTES};
     for (int c = tid; c < {BKV * D // 8}; c += {NT}) {{
       const int r = c / {D // 8}, ch = c % {D // 8};
       const bool ok = j0 + r < {shape.skv};
       cp_async16(k_s + (ch >> 3) * {BKV * 128} + r * 128 + (((ch & 7) ^ (r & 7)) << 4),
                  ok ? Kb + (long long)(j0 + r) * {shape.k_ss} + ch * 8 : Kb, ok ? 16 : 0);
     }}
-    // V as it is (n-contiguous): atoms of 8 key rows x 64 columns (1024 B, swizzled), key
-    // groups 1024 B apart, 64-column blocks {BKV * 128} B apart
+  }};
+  // V as it is (n-contiguous): atoms of 8 key rows x 64 columns (1024 B, swizzled), key
+  // groups 1024 B apart, 64-column blocks {BKV * 128} B apart
+  auto load_v = [&](int buf, int t) {{
+    const int j0 = t * {BKV};
+    const uint32_t v_s = sV + buf * {V_BYTES};
     for (int c = tid; c < {BKV * DV // 8}; c += {NT}) {{
       const int r = c / {DV // 8}, cn = c % {DV // 8};
       const bool ok = j0 + r < {shape.skv};
@@ -126,31 +201,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
                  ok ? Vb + (long long)(j0 + r) * {shape.v_ss} + cn * 8 : Vb, ok ? 16 : 0);
     }}
   }};
-  load_kv(0, t_lo);
-  cp_async_commit();
-
-  float o[{DV // 2}], s[{BKV // 2}];
-  #pragma unroll
-  for (int i = 0; i < {DV // 2}; ++i) o[i] = 0.f;
-  float m0 = -__int_as_float(0x7f800000), m1 = m0, l0 = 0.f, l1 = 0.f;
-  const int rbase = q0 + wg * 64 + wq * 16 + (lane >> 2);
-  for (int t = t_lo; t < t_hi; ++t) {{
-    const int buf = (t - t_lo) & 1;
-    if (t + 1 < t_hi) load_kv(buf ^ 1, t + 1);
-    cp_async_commit();
-    cp_async_wait<1>();
-    fence_proxy_async();
-    __syncthreads();
-    const uint32_t k_s = sK + buf * {K_BYTES}, v_s = sV + buf * {V_BYTES};
-    wg_fence();
-    #pragma unroll
-    for (int kk = 0; kk < {D // 16}; ++kk)
-      wgmma_n{BKV}_{ty}_t0(s, wg_desc(sQ + (kk >> 2) * {BQ * 128} + wg * {64 * 128} + (kk & 3) * 32),
-                          wg_desc(k_s + (kk >> 2) * {BKV * 128} + (kk & 3) * 32), kk > 0);
-    wg_commit();
-    wg_wait<0>();
-    wg_hold(s);
-    const int j0 = t * {BKV};
+{loop_head}    const int j0 = t * {BKV};
     const bool ragged = j0 + {BKV} > {shape.skv};
     {"const bool full = t >= f_lo && t < f_hi;" if keep is not None else ""}
     {"const bool masked_tile = (seen_tiles[t] & 2) != 0;" if mk is not None and keep is None else ""}
@@ -193,8 +244,7 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
       wgmma_ra_n{DV}_{ty}(o, pa[kt], wg_desc2(v_s + kt * 2048, {BKV * 128}, 1024), 1);
     wg_commit();
     wg_wait<0>();
-    wg_hold(o);
-    __syncthreads();           // every warpgroup is done with this stage: it may be refilled
+{loop_tail}
   }}
   l0 += __shfl_xor_sync(0xffffffffu, l0, 1); l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
   l1 += __shfl_xor_sync(0xffffffffu, l1, 1); l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
