@@ -27,6 +27,11 @@ CASES = [  # (b, h, s, d, dtype, causal): False, "is_causal" (the mask computed 
 ]
 
 
+def case_label(case) -> str:
+    b, h, s, d, dtype, causal = case
+    return f"b{b} h{h} s{s} d{d} {dtype}{' ' + causal if causal else ''}"
+
+
 def _program(b, h, s, d, dtype, causal):
     from compiler import nn
     from compiler.trace import spec, trace
@@ -61,7 +66,7 @@ def run_case(be, case, repeat: int, out=print) -> list[dict]:
     if causal == "mask":
         args.append(mask.cpu().float().numpy().astype(g.inputs[3].dtype.np))
     flops = 4 * b * h * s * s * d
-    label = f"b{b} h{h} s{s} d{d} {dtype}{' ' + causal if causal else ''}"
+    label = case_label(case)
     rows = []
     with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.FLASH_ATTENTION]):
         t = _torch_time(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal)), repeat)
@@ -92,7 +97,7 @@ def _precompile(be, cases) -> None:
 
 
 def main(argv=None) -> int:
-    return schedule_tables.main(__doc__, CASES, run_case, _precompile, argv, repeat=30)
+    return schedule_tables.main(__doc__, CASES, run_case, _precompile, argv, repeat=30, label=case_label)
 
 
 if __name__ == "__main__":
