@@ -73,10 +73,11 @@ def label(case) -> str:
 
 
 def parse_case(text: str) -> tuple:
-    """The case a label names: '1024x512x2048 nt f16' or '4096x4096x128 b64 nn f32'."""
-    m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)(?: b(\d+))? (nn|nt) (f16|bf16|f32)\s*", text)
+    """The case a label names: 'MxNxK [bB] nt|nn f16|bf16|f32' ('1024x512x2048 nt f16',
+    '4096x4096x128 b64 nn f32') as (m, n, k, batch, layout, dtype)."""
+    m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)(?:\s+b(\d+))?\s+(nt|nn)\s+(f16|bf16|f32)\s*", text)
     if m is None:
-        raise ValueError(f"not a product: {text!r} (expected e.g. '1024x512x2048 nt f16')")
+        raise ValueError(f"{text!r} is not a product case (e.g. '1024x5632x2048 nt f16')")
     mm, n, k, b, layout, dtype = m.groups()
     return int(mm), int(n), int(k), int(b or 1), layout, dtype
 

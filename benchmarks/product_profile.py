@@ -15,19 +15,11 @@ one holds (`wrong_tiles`).
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 import numpy as np
 
-
-def parse_case(text: str) -> tuple:
-    """`MxNxK [bB] nt|nn f16|bf16|f32` as product_kernels' case tuple (m, n, k, batch, layout, dtype)."""
-    m = re.fullmatch(r"\s*(\d+)x(\d+)x(\d+)(?:\s+b(\d+))?\s+(nt|nn)\s+(f16|bf16|f32)\s*", text)
-    if m is None:
-        raise ValueError(f"{text!r} is not a product case (e.g. '1024x5632x2048 nt f16')")
-    mm, n, k, b, layout, dtype = m.groups()
-    return int(mm), int(n), int(k), int(b or 1), layout, dtype
+from benchmarks.product_kernels import parse_case
 
 
 def schedule_for(be, g, name: str | None):

@@ -140,7 +140,7 @@ def test_shapes_name_products_as_the_cases_are_labelled():
     for case in pk.CASES:
         assert pk.parse_case(pk.label(case)) == case
     assert pk.parse_case("1024x512x2048 nt f16") == (1024, 512, 2048, 1, "nt", "f16")
-    with pytest.raises(ValueError, match="not a product"):
+    with pytest.raises(ValueError, match="not a product case"):
         pk.parse_case("1024x512 nt f16")
     with pytest.raises(SystemExit):
         pk.main(["--shapes", "1024x512x2048 nt f8"])
