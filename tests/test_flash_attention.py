@@ -69,7 +69,14 @@ def lone_keys(s: int, dtype) -> np.ndarray:
     return mask.astype(dtype)
 
 
-MASK_VALUES = {"banded_bias": banded_bias, "lone_keys": lone_keys, "lone_keys_f32": lone_keys}
+def sliding_window(s: int, dtype) -> np.ndarray:
+    """Each row sees itself and the 90 keys before it: later blocks start past key tile 0."""
+    i, j = np.indices((s, s))
+    return np.where((j <= i) & (j > i - 91), 0.0, -np.inf).astype(dtype)
+
+
+MASK_VALUES = {"banded_bias": banded_bias, "lone_keys": lone_keys, "lone_keys_f32": lone_keys,
+               "sliding_window": sliding_window}
 
 
 # name -> (function, input specs, which inputs are masks)
@@ -86,6 +93,7 @@ CASES = {
     "banded_bias": (_masked, [spec((1, 2, 700, 64), "bf16")] * 3 + [spec((700, 700), "bf16")], (3,)),
     # a scan over 16-byte runs of half masks, and one element at a time (f32)
     "lone_keys": (_masked, [spec((1, 2, 200, 64), "f16")] * 3 + [spec((200, 200), "f16")], (3,)),
+    "sliding_window": (_masked, [spec((1, 2, 450, 64), "f16")] * 3 + [spec((450, 450), "f16")], (3,)),
     "lone_keys_f32": (_masked, [spec((1, 1, 200, 128), "bf16")] * 3 + [spec((200, 200), "f32")], (3,)),
     "gqa_causal": (_grouped, [spec((1, 4, 333, 128), "bf16"), spec((1, 2, 333, 128), "bf16"),
                               spec((1, 2, 333, 128), "bf16"), spec((333, 333), "f32")], (3,)),
@@ -187,8 +195,8 @@ def test_flash_kernels_compile_without_spills(name):
 
 
 # on the host by default: a few rows (bf16), grouped heads with a computed causal mask (d 128),
-# 7 queries against 1000 keys, masks whose key tiles hang on one element; the others under -m slow
-ON_HOST = ("seven_rows", "gqa_is_causal", "q7_keys1000", "lone_keys", "lone_keys_f32")
+# 7 queries against 1000 keys, masks whose key tiles hang on one element, a sliding window; the others under -m slow
+ON_HOST = ("seven_rows", "gqa_is_causal", "q7_keys1000", "lone_keys", "lone_keys_f32", "sliding_window")
 
 
 @pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
