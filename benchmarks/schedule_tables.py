@@ -31,9 +31,10 @@ def report(rows, label: str, flops: float, base_ms: float, versus: str, out=prin
 def main(doc: str, cases, run_case, precompile_cases, argv=None, repeat: int = 20, label=str,
          summary=None, options=None) -> int:
     """Parse --quick / --repeat / --json (and what `options(parser)` adds, read back by it from
-    the parsed arguments it returns; it may return cases to run instead of `cases`), then run_case(backend, case, repeat) -> rows for each case
-    (one that fails is reported and the others still run), the rows written to --json after
-    each case (a time limit keeps what ran), and `summary(rows)` lines printed last."""
+    the parsed arguments it returns; it may return cases to run instead of `cases`), then
+    run_case(backend, case, repeat) -> rows for each case (one that fails is reported and the
+    others still run), the rows written to --json after each case (a time limit keeps what
+    ran), and `summary(rows)` lines printed last."""
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="only the first case")
     ap.add_argument("--repeat", type=int, default=repeat, help="timed runs per kernel (median reported)")

@@ -130,13 +130,13 @@ def render(name: str, dtype: str, shape: AttnShape, cfg: AttnWGConfig, params: s
   }}
   for (int t = t_lo; t < t_hi; ++t) {{
     const int i = t - t_lo;
-    if (t + 1 < t_hi) load_v((i + 1) & 1, t + 1);
+    const bool more = t + 1 < t_hi;
+    if (more) load_v((i + 1) & 1, t + 1);
     cp_async_commit();
     cp_async_wait<1>();
     fence_proxy_async();
     __syncthreads();
     const uint32_t v_s = sV + (i & 1) * {V_BYTES};
-    const bool more = t + 1 < t_hi;
     if (more) {{   // S[t + 1] runs while this warpgroup's softmax of S[t] does
 {s_product("s_next", f"(sK + ((i + 1) & 1) * {K_BYTES})")}    }}
 """
