@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ir.broadcast_product import BroadcastProduct, distinct, varying_axes
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
 from ir.node import IRError, Node
@@ -64,6 +65,40 @@ def apply_tracker(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
     return np.array(arr, order="C", copy=True)
 
 
+def view_of(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
+    """`apply_tracker` without its copy where the views read `x` in place: a read-only numpy
+    view (a broadcast keeps its zero strides, so a product over it is not materialized)."""
+    arr = x
+    for v in st.views:
+        arr = apply_view(v, np.ascontiguousarray(arr).reshape(-1), st.fill)
+    if np.shares_memory(arr, x):
+        arr = arr.view()
+        arr.flags.writeable = False
+        return arr
+    return arr
+
+
+def contract(a: np.ndarray, b: np.ndarray, axes, acc) -> np.ndarray:
+    """sum(a * b) over `axes` (kept as length 1) of a and b broadcast against each other, in
+    `acc`: a `BroadcastProduct` (a matrix product of the elements each side varies along), so
+    neither the broadcast operands nor their products are materialized. Operands holding inf
+    or NaN take the plain product and sum: a matrix library may skip zero factors, and
+    inf * 0 must give NaN."""
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    axes = tuple(sorted({ax % len(shape) for ax in axes})) if shape else ()
+    a, b = distinct(a).astype(acc), distinct(b).astype(acc)
+    out_shape = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    if 0 in shape:
+        return np.zeros(out_shape, acc)
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        summed = [n if i in axes else 1 for i, n in enumerate(shape)]     # every term counted
+        with np.errstate(all="ignore"):
+            terms = np.broadcast_to(a, np.broadcast_shapes(a.shape, summed)) * b
+            return np.array(np.broadcast_to(terms.sum(axis=axes, keepdims=True), out_shape), order="C")
+    product = BroadcastProduct(shape, axes, varying_axes([a], shape), varying_axes([b], shape))
+    return np.array(product(a, b), order="C")     # (np.ascontiguousarray would make 0-d 1-d)
+
+
 def _compute(x: np.ndarray, dtype: DType) -> np.ndarray:
     return x.astype(np.float32) if dtype.compute != dtype else x
 
@@ -79,13 +114,12 @@ def _eval_node(n: Node, vals: list[np.ndarray], wide: bool = True) -> np.ndarray
         if op == Op.GATHER:
             return gather(vals[0], vals[1], n.arg)
         if op == Op.VIEW:
-            return apply_tracker(n.arg, vals[0])
+            return view_of(n.arg, vals[0])
         if op == Op.CONTIGUOUS:
             return vals[0].copy()
         if op == Op.CONTRACT:   # products and sums of halves in f32, of f32 and f64 in f64 (like SUM)
             acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else np.float32
-            a, b = (v.astype(acc) for v in vals)
-            return (a * b).sum(axis=n.arg, keepdims=True).astype(dt.np)
+            return contract(vals[0], vals[1], n.arg, acc).astype(dt.np)
         if op == Op.ATTEND:     # softmax2 over the axis, then the weighted sum (f32; f64 for f32 and f64)
             acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else np.float32
             a, b = (v.astype(acc) for v in vals)
@@ -184,8 +218,9 @@ def evaluate(graph: Graph, args, wide: bool = True, after=None) -> list[np.ndarr
         env[n] = _eval_node(n, [env[s] for s in n.srcs], wide)
         if after is not None:
             env[n] = after(n, env[n])
-    # an output that is an input is returned as a copy, never as the caller's own array
-    return [env[o].copy() if o.op == Op.INPUT else env[o] for o in graph.outputs]
+    # an output that is an input (or a view of one, read-only) is returned as a copy, never as
+    # the caller's own array
+    return [env[o].copy() if o.op == Op.INPUT or not env[o].flags.writeable else env[o] for o in graph.outputs]
 
 
 def evaluate_nodes(outputs, env: dict[Node, np.ndarray]) -> list[np.ndarray]:

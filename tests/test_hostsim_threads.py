@@ -57,6 +57,19 @@ def test_fibers_meet_at_barriers_and_shuffles():
     np.testing.assert_array_equal(got[:40], x[:40][::-1] + down)
 
 
+def test_a_build_leaves_nothing_in_the_temporary_directory(tmp_path, monkeypatch):
+    """The compiled library is loaded and its files removed, also when the compile fails (a
+    test run used to leave a directory a build: tens of GB over many runs)."""
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    run = hostsim.build(SYNC_KERNELS, [("block_reductions", 2, 1, 128)])
+    with pytest.raises(RuntimeError, match="host compile failed"):
+        hostsim.build("extern \"C\" __global__ void broken(float* o) { o[0] = ; }", [("broken", 1, 1, 1)])
+    assert list(tmp_path.iterdir()) == []
+    out = np.zeros(2, np.float32)
+    run("block_reductions", [out, np.ones(128, np.float32)])      # still loaded
+    assert out.tolist() == [128.0, 1.0]
+
+
 def test_a_barrier_half_the_block_never_reaches_is_an_error():
     """Half a warp at a barrier, the other half at a shuffle: neither can go on."""
     run = hostsim.build(SYNC_KERNELS, [("divergent", 2, 1, 64)])

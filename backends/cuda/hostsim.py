@@ -574,6 +574,24 @@ def _kernel_text(body: str, name: str) -> str:
     return body[max(body.rfind('extern "C"', 0, at), 0):end if end > 0 else len(body)]
 
 
+def _compile(text: str, key: str) -> ctypes.CDLL:
+    """Compile `text` with the host compiler and load it; its files are removed once loaded
+    (the loaded library stays mapped), so runs leave nothing in the temporary directory."""
+    tmp = tempfile.mkdtemp(prefix="saturn_host_")
+    try:
+        so = os.path.join(tmp, f"k{key}.so")
+        cpp = os.path.join(tmp, "k.cpp")
+        with open(cpp, "w") as f:
+            f.write(text)
+        proc = subprocess.run(["g++", "-O1", "-std=c++17", "-U_FORTIFY_SOURCE", "-shared", "-fPIC", "-w",
+                               f"-I{cuda_include()}", cpp, "-o", so], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"host compile failed:\n{proc.stderr[:3000]}")
+        return ctypes.CDLL(so)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int], int]]):
     """Compile `source` (kernels as rendered) for the host. kernels: (name, n_params, grid,
     block[, n_maps]), grid a block count or (x, y, z); a kernel with tensor maps takes that many
@@ -623,16 +641,7 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
     body = re.sub(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];", r"unsigned char* \1 = saturn_smem;", body)
     text = HOST_PRELUDE + wgmma_helpers(body) + body + "\n" + "\n".join(wrappers)
     key = hashlib.sha256(text.encode()).hexdigest()[:24]
-    tmp = tempfile.mkdtemp(prefix="saturn_host_")
-    so = os.path.join(tmp, f"k{key}.so")
-    cpp = os.path.join(tmp, "k.cpp")
-    with open(cpp, "w") as f:
-        f.write(text)
-    proc = subprocess.run(["g++", "-O1", "-std=c++17", "-U_FORTIFY_SOURCE", "-shared", "-fPIC", "-w", f"-I{cuda_include()}", cpp, "-o", so],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"host compile failed:\n{proc.stderr[:3000]}")
-    lib = ctypes.CDLL(so)
+    lib = _compile(text, key)
 
     def run(name: str, arrays: list[np.ndarray]) -> None:
         ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
