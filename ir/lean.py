@@ -1,13 +1,14 @@
 """The interpreter's evaluation without materializing broadcasts: the same ops in the same
 types, with sums of products as matrix products of their operands' distinct elements.
 
-`ir.interpreter.evaluate` copies every view and forms every product of a contraction: a
-decoder layer at s250 d384 is 1.5e9 element-ops (minutes), too slow to run a big program in
-its own types, which verification needs (`compiler.verify.reference`'s calibration). Here a
-view stays a read-only strided view of its source, a CONTRACT (and a SUM of a float product
-that only sums read) runs as `BroadcastProduct`, and an ATTEND takes its softmax over the
-scores' distinct elements. Sums are then taken in another order (the matrix product's), so
-results differ from `evaluate`'s by the accumulation type's roundings, not bit for bit.
+`ir.interpreter.evaluate` reads views in place and runs a CONTRACT as `BroadcastProduct` too,
+but forms every product of a SUM over a MUL (a contraction before the rules make it one) and
+every score of an ATTEND: a decoder layer at s250 d384 was 1.5e9 element-ops (minutes), too
+slow to run a big program in its own types, which verification needs
+(`compiler.verify.reference`'s calibration). Here a SUM of a float product that only sums read
+runs as `BroadcastProduct` as well, and an ATTEND takes its softmax over the scores' distinct
+elements. Sums are then taken in another order (the matrix product's), so results differ from
+`evaluate`'s by the accumulation type's roundings, not bit for bit.
 
     evaluate_lean(graph, args, wide=False)   -> outputs, like evaluate(graph, args, wide=False)
 """

@@ -14,6 +14,7 @@ computes wrong values here too. Not a timing tool; a semantics check.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -21,6 +22,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 
 import numpy as np
 
@@ -574,17 +576,44 @@ def _kernel_text(body: str, name: str) -> str:
     return body[max(body.rfind('extern "C"', 0, at), 0):end if end > 0 else len(body)]
 
 
+def _flags() -> list[str]:
+    return ["-O1", "-std=c++17", "-U_FORTIFY_SOURCE", "-fPIC", "-w", f"-I{cuda_include()}"]
+
+
+_prelude_dir: str | None = None
+_prelude_lock = threading.Lock()
+
+
+def _prelude() -> str:
+    """A directory holding HOST_PRELUDE as a header, precompiled once a process (the prelude and
+    CUDA's half-precision headers are most of a kernel's host compile). Where the precompiled
+    header cannot be made or used, the compiler reads the header's text: slower, the same result."""
+    global _prelude_dir
+    with _prelude_lock:
+        if _prelude_dir is None or not os.path.exists(os.path.join(_prelude_dir, "saturn_host.h")):
+            d = tempfile.mkdtemp(prefix="saturn_host_prelude_")
+            owner = os.getpid()     # (a forked child that exits leaves it to this process)
+            atexit.register(lambda: os.getpid() == owner and shutil.rmtree(d, True))
+            header = os.path.join(d, "saturn_host.h")
+            with open(header, "w") as f:
+                f.write(HOST_PRELUDE)
+            subprocess.run(["g++", *_flags(), "-x", "c++-header", header, "-o", header + ".gch"], capture_output=True)
+            _prelude_dir = d
+    return _prelude_dir
+
+
 def _compile(text: str, key: str) -> ctypes.CDLL:
-    """Compile `text` with the host compiler and load it; its files are removed once loaded
-    (the loaded library stays mapped), so runs leave nothing in the temporary directory."""
+    """Compile `text` (HOST_PRELUDE first) with the host compiler and load it; its files are
+    removed once loaded (the loaded library stays mapped), so runs leave nothing behind."""
+    assert text.startswith(HOST_PRELUDE)
     tmp = tempfile.mkdtemp(prefix="saturn_host_")
     try:
         so = os.path.join(tmp, f"k{key}.so")
         cpp = os.path.join(tmp, "k.cpp")
         with open(cpp, "w") as f:
-            f.write(text)
-        proc = subprocess.run(["g++", "-O1", "-std=c++17", "-U_FORTIFY_SOURCE", "-shared", "-fPIC", "-w",
-                               f"-I{cuda_include()}", cpp, "-o", so], capture_output=True, text=True)
+            f.write('#include "saturn_host.h"\n' + text[len(HOST_PRELUDE):])
+        proc = subprocess.run(["g++", *_flags(), f"-I{_prelude()}", "-shared", cpp, "-o", so],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"host compile failed:\n{proc.stderr[:3000]}")
         return ctypes.CDLL(so)
