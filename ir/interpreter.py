@@ -81,22 +81,51 @@ def view_of(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
 def contract(a: np.ndarray, b: np.ndarray, axes, acc) -> np.ndarray:
     """sum(a * b) over `axes` (kept as length 1) of a and b broadcast against each other, in
     `acc`: a `BroadcastProduct` (a matrix product of the elements each side varies along), so
-    neither the broadcast operands nor their products are materialized. Operands holding inf
-    or NaN take the plain product and sum: a matrix library may skip zero factors, and
-    inf * 0 must give NaN."""
+    neither the broadcast operands nor their products are materialized. Factors that are inf
+    or NaN are left out of that product and their terms counted by products of indicator
+    arrays instead (a matrix library may skip zero factors, where inf * 0 must give NaN): a
+    NaN term, or +inf and -inf terms together, give NaN; +inf or -inf terms alone, that
+    infinity."""
     shape = np.broadcast_shapes(a.shape, b.shape)
     axes = tuple(sorted({ax % len(shape) for ax in axes})) if shape else ()
-    a, b = distinct(a).astype(acc), distinct(b).astype(acc)
     out_shape = tuple(1 if i in axes else n for i, n in enumerate(shape))
     if 0 in shape:
         return np.zeros(out_shape, acc)
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        summed = [n if i in axes else 1 for i, n in enumerate(shape)]     # every term counted
-        with np.errstate(all="ignore"):
-            terms = np.broadcast_to(a, np.broadcast_shapes(a.shape, summed)) * b
-            return np.array(np.broadcast_to(terms.sum(axis=axes, keepdims=True), out_shape), order="C")
+    a, b = distinct(a).astype(acc), distinct(b).astype(acc)
     product = BroadcastProduct(shape, axes, varying_axes([a], shape), varying_axes([b], shape))
-    return np.array(product(a, b), order="C")     # (np.ascontiguousarray would make 0-d 1-d)
+    fa, fb = np.isfinite(a), np.isfinite(b)
+    if fa.all() and fb.all():
+        return np.array(product(a, b), order="C")
+    with np.errstate(all="ignore"):
+        out = product(np.where(fa, a, 0), np.where(fb, b, 0))
+        terms = lambda *pairs: sum(product(x.astype(acc), y.astype(acc)) for x, y in pairs)
+        inf_a, inf_b, one_a, one_b = ~fa & ~np.isnan(a), ~fb & ~np.isnan(b), np.ones_like(fa), np.ones_like(fb)
+        nan = terms((np.isnan(a), one_b), (one_a, np.isnan(b)), (inf_a, b == 0), (a == 0, inf_b))
+        plus = terms((a == np.inf, b > 0), (a == -np.inf, b < 0), (fa & (a > 0), b == np.inf), (fa & (a < 0), b == -np.inf))
+        minus = terms((a == np.inf, b < 0), (a == -np.inf, b > 0), (fa & (a > 0), b == -np.inf), (fa & (a < 0), b == np.inf))
+        out = np.where(plus > 0, acc(np.inf), np.where(minus > 0, acc(-np.inf), out))
+        out = np.where((nan > 0) | ((plus > 0) & (minus > 0)), acc(np.nan), out)
+    return np.array(np.broadcast_to(out, out_shape), order="C")
+
+
+def attend(a: np.ndarray, b: np.ndarray, axis, acc, out_shape) -> np.ndarray:
+    """softmax2 of the scores `a` over `axis`, then the sum of its products with `b` over it
+    (a and b broadcast against each other), in `acc`. The softmax is taken over the scores'
+    distinct elements (a score repeated along the values' axes is exponentiated once) and the
+    sum is a `contract`."""
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
+    shape = np.broadcast_shapes(a.shape, b.shape)
+    if 0 in shape:
+        a, b = a.astype(acc), b.astype(acc)
+        m = a.max(axis=axes, keepdims=True) if a.size else np.full(out_shape, -np.inf, acc)
+        p = np.exp2(a - m)
+        return (p * b).sum(axis=axes, keepdims=True) / p.sum(axis=axes, keepdims=True)
+    # the scores at their distinct elements, but every key present (each counts in the sums)
+    a = distinct(a).astype(acc)
+    a = np.broadcast_to(a, tuple(shape[i] if i in [x % len(shape) for x in axes] else n for i, n in enumerate(a.shape)))
+    p = np.exp2(a - a.max(axis=axes, keepdims=True))
+    ratio = contract(p, distinct(b), axes, acc) / p.sum(axis=axes, keepdims=True)
+    return np.array(np.broadcast_to(ratio, out_shape), order="C")
 
 
 def _compute(x: np.ndarray, dtype: DType) -> np.ndarray:
@@ -122,10 +151,7 @@ def _eval_node(n: Node, vals: list[np.ndarray], wide: bool = True) -> np.ndarray
             return contract(vals[0], vals[1], n.arg, acc).astype(dt.np)
         if op == Op.ATTEND:     # softmax2 over the axis, then the weighted sum (f32; f64 for f32 and f64)
             acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else np.float32
-            a, b = (v.astype(acc) for v in vals)
-            m = a.max(axis=n.arg, keepdims=True) if a.size else np.full(n.shape, -np.inf, acc)
-            p = np.exp2(a - m)
-            return ((p * b).sum(axis=n.arg, keepdims=True) / p.sum(axis=n.arg, keepdims=True)).astype(dt.np)
+            return attend(vals[0], vals[1], n.arg, acc, n.shape).astype(dt.np)
         if op in (Op.SUM, Op.MAX):
             x = vals[0]
             if op == Op.SUM:

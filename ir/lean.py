@@ -1,27 +1,24 @@
-"""The interpreter's evaluation without materializing broadcasts: the same ops in the same
-types, with sums of products as matrix products of their operands' distinct elements.
+"""The interpreter's evaluation with sums of products as matrix products: the same ops in the
+same types.
 
-`ir.interpreter.evaluate` reads views in place and runs a CONTRACT as `BroadcastProduct` too,
-but forms every product of a SUM over a MUL (a contraction before the rules make it one) and
-every score of an ATTEND: a decoder layer at s250 d384 was 1.5e9 element-ops (minutes), too
-slow to run a big program in its own types, which verification needs
-(`compiler.verify.reference`'s calibration). Here a SUM of a float product that only sums read
-runs as `BroadcastProduct` as well, and an ATTEND takes its softmax over the scores' distinct
-elements. Sums are then taken in another order (the matrix product's), so results differ from
-`evaluate`'s by the accumulation type's roundings, not bit for bit.
+`ir.interpreter.evaluate` reads views in place and runs a CONTRACT and an ATTEND's weighted sum
+as matrix products of their operands' distinct elements (`interpreter.contract`), but forms
+every product of a SUM over a MUL (a contraction before the rules make it one): a decoder layer
+at s250 d384 was 1.5e9 element-ops (minutes), too slow to run a big program in its own types,
+which verification needs (`compiler.verify.reference`'s calibration). Here a SUM of a float
+product that only sums read is a `contract` as well; its sum is then taken in another order
+(the matrix product's), so results differ from `evaluate`'s by the accumulation type's
+roundings, not bit for bit.
 
     evaluate_lean(graph, args, wide=False)   -> outputs, like evaluate(graph, args, wide=False)
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from ir.broadcast_product import BroadcastProduct, distinct, varying_axes
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
-from ir.interpreter import _eval_node, apply_view
+from ir.interpreter import _eval_node, contract
 from ir.node import Node
 from ir.ops import Op
 
@@ -51,12 +48,6 @@ def evaluate_lean(graph: Graph, args, wide: bool = True, after=None) -> list[np.
             env[n] = _Product(*vals)
         elif n.op == Op.SUM and isinstance(vals[0], _Product):
             env[n] = _summed(n, vals[0].a, vals[0].b, wide)
-        elif n.op == Op.CONTRACT:
-            env[n] = _summed(n, vals[0], vals[1], wide)
-        elif n.op == Op.ATTEND and vals[0].size:
-            env[n] = _attend(n, vals[0], vals[1], wide)
-        elif n.op == Op.VIEW:
-            env[n] = _view(n, vals[0])
         else:
             env[n] = _eval_node(n, vals, wide)
         if after is not None and not isinstance(env[n], _Product):
@@ -75,14 +66,6 @@ def _summed_products(order: list[Node], outputs: set[Node]) -> set[Node]:
             and readers.get(n) and all(r.op == Op.SUM for r in readers[n])}
 
 
-def _view(n: Node, x: np.ndarray) -> np.ndarray:
-    for v in n.arg.views:
-        x = apply_view(v, np.ascontiguousarray(x).reshape(-1), n.arg.fill)
-    x = x.view()
-    x.flags.writeable = False       # (a strided view of its source: nothing may write through it)
-    return x
-
-
 def _accumulator(dt: DType, wide: bool):
     """What `evaluate` multiplies and sums a contraction of this type in."""
     if dt == DType.f64:
@@ -92,32 +75,5 @@ def _accumulator(dt: DType, wide: bool):
 
 def _summed(n: Node, a: np.ndarray, b: np.ndarray, wide: bool) -> np.ndarray:
     """A CONTRACT (or SUM of a product) `n` of operands `a`, `b`, in the type `evaluate` sums it in."""
-    acc = _accumulator(n.dtype, wide)
-    out = _sum_of_products(n.srcs[0].shape, tuple(n.arg), a, b, acc)
-    with np.errstate(over="ignore"):
-        return out.astype(n.dtype.np)
-
-
-def _sum_of_products(shape, axes, a: np.ndarray, b: np.ndarray, acc) -> np.ndarray:
-    """sum over `axes` of a * b (both broadcast to `shape`), multiplied and summed in `acc`."""
-    a, b = np.broadcast_to(a, shape), np.broadcast_to(b, shape)
-    ca, cb = distinct(a).astype(acc), distinct(b).astype(acc)
     with np.errstate(all="ignore"):
-        if math.prod(shape) < 4 * (ca.size + cb.size) or 0 in shape:   # little broadcast: as `evaluate` does it
-            out = (np.broadcast_to(ca, shape) * np.broadcast_to(cb, shape)).sum(axis=axes, keepdims=True)
-        else:
-            out = BroadcastProduct(shape, axes, varying_axes([a], shape), varying_axes([b], shape))(ca, cb)
-    return np.asarray(out)
-
-
-def _attend(n: Node, scores: np.ndarray, values: np.ndarray, wide: bool) -> np.ndarray:
-    """softmax2 of the scores over the axis, then the weighted sum of the values, with the
-    softmax computed once per distinct score (scores broadcast over the value's axes)."""
-    acc = _accumulator(n.dtype, wide)
-    shape = n.srcs[0].shape
-    scores = np.broadcast_to(scores, shape)
-    s = distinct(scores).astype(acc)
-    with np.errstate(all="ignore"):
-        p = np.exp2(s - s.max(axis=n.arg, keepdims=True))
-        out = _sum_of_products(shape, tuple(n.arg), p, values, acc) / p.sum(axis=n.arg, keepdims=True)
-    return np.broadcast_to(out, n.shape).astype(n.dtype.np)
+        return contract(a, b, tuple(n.arg), _accumulator(n.dtype, wide)).astype(n.dtype.np)
