@@ -18,7 +18,7 @@ from backends.cuda import hostsim, render
 from backends.cuda.plan import plan, prepare
 from backends.cuda.render import Schedule
 from backends.cuda.templates.attention import ATTN_CONFIGS, tile_table
-from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS
+from backends.cuda.templates.attention_wgmma import WG_ATTN_CONFIGS, WG_ATTN_EXPERIMENTAL
 from backends.cuda.toolchain import compile_source, find_nvcc
 from ir.interpreter import evaluate
 from tolerances import assert_close
@@ -132,7 +132,7 @@ def _inputs(name, g, seed=0):
 def test_wgmma_attention_is_rendered_where_it_fits(name):
     """One attention launch per program on sm_90 under every wgmma schedule."""
     g = _graph(name)
-    for c in WG_ATTN_CONFIGS:
+    for c in WG_ATTN_CONFIGS + WG_ATTN_EXPERIMENTAL:
         _, launches = render(g, Schedule(attn=c, arch="sm_90a", name=c.name))
         attn = [l for l in launches if l.kind == "attention"]
         assert len(attn) == 1 and "wgmma" in attn[0].detail, [l.detail for l in launches]
@@ -187,7 +187,7 @@ def test_the_tile_table_of_a_causal_mask():
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found")
 @pytest.mark.parametrize("name", ["ragged_1000", "gqa_causal", "is_causal", "gqa_bool_mask"])
 def test_flash_kernels_compile_without_spills(name):
-    for c in WG_ATTN_CONFIGS + ATTN_CONFIGS[1:3]:
+    for c in WG_ATTN_CONFIGS + WG_ATTN_EXPERIMENTAL + ATTN_CONFIGS[1:3]:
         src, _ = render(_graph(name), Schedule(attn=c, arch="sm_90a"))
         res = compile_source(src, "sm_90a")
         assert res.error is None, res.error
@@ -207,10 +207,11 @@ def test_flash_kernels_run_on_host(name):
     g = _graph(name)
     args = _inputs(name, g)
     want = evaluate(g, args)[0]
-    for cfg in WG_ATTN_CONFIGS + ATTN_CONFIGS:
+    wgmma = WG_ATTN_CONFIGS + WG_ATTN_EXPERIMENTAL
+    for cfg in wgmma + ATTN_CONFIGS:
         sched = Schedule(attn=cfg, arch="sm_90a", name=cfg.name)
         src, launches = render(g, sched)
-        assert [l.kind for l in launches] == ["attention"] and ("wgmma_ra_" in src) == (cfg in WG_ATTN_CONFIGS)
+        assert [l.kind for l in launches] == ["attention"] and ("wgmma_ra_" in src) == (cfg in wgmma)
         assert_close(hostsim.run_templates(g, args, sched)[0], want, err_msg=f"{name} {cfg.name}", graph=g, args=args)
 
 

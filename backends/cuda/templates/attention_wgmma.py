@@ -36,7 +36,11 @@ class AttnWGConfig:
         return 64 * self.wgs
 
 
-WG_ATTN_CONFIGS = [AttnWGConfig(2, 64), AttnWGConfig(2, 128), AttnWGConfig(1, 128), AttnWGConfig(2, 64, True)]
+WG_ATTN_CONFIGS = [AttnWGConfig(2, 64), AttnWGConfig(2, 128), AttnWGConfig(1, 128)]
+# rendered and tested, not offered by the search: the overlapped loop ran 0.56-0.91x SDPA where
+# the schedules above reached 0.99-1.22x, on all five cases timed (H100, 2026-12-07,
+# results/raw/h100-2026-12-07-session34-*-attention.txt)
+WG_ATTN_EXPERIMENTAL = [AttnWGConfig(2, 64, True)]
 
 
 def fits_dims(d: int, dv: int) -> bool:
