@@ -602,16 +602,17 @@ def _prelude() -> str:
     return _prelude_dir
 
 
-def _compile(text: str, key: str) -> ctypes.CDLL:
-    """Compile `text` (HOST_PRELUDE first) with the host compiler and load it; its files are
-    removed once loaded (the loaded library stays mapped), so runs leave nothing behind."""
-    assert text.startswith(HOST_PRELUDE)
+def _compile(code: str) -> ctypes.CDLL:
+    """Compile HOST_PRELUDE (precompiled) and then `code` with the host compiler and load it;
+    its files are removed once loaded (the loaded library stays mapped), so runs leave nothing
+    behind."""
+    key = hashlib.sha256(code.encode()).hexdigest()[:24]
     tmp = tempfile.mkdtemp(prefix="saturn_host_")
     try:
         so = os.path.join(tmp, f"k{key}.so")
         cpp = os.path.join(tmp, "k.cpp")
         with open(cpp, "w") as f:
-            f.write('#include "saturn_host.h"\n' + text[len(HOST_PRELUDE):])
+            f.write('#include "saturn_host.h"\n' + code)
         proc = subprocess.run(["g++", *_flags(), f"-I{_prelude()}", "-shared", cpp, "-o", so],
                               capture_output=True, text=True)
         if proc.returncode != 0:
@@ -668,9 +669,7 @@ def build(source: str, kernels: list[tuple[str, int, int | tuple[int, int, int],
                 f"    for (unsigned t = 0; t < {block}u; ++t) {{ threadIdx.x = t; {call} }}\n  }}\n  return 0;\n}}\n")
     # dynamic shared memory: the host's arena (blocks run one after another)
     body = re.sub(r"extern __shared__ __align__\(\d+\) unsigned char (\w+)\[\];", r"unsigned char* \1 = saturn_smem;", body)
-    text = HOST_PRELUDE + wgmma_helpers(body) + body + "\n" + "\n".join(wrappers)
-    key = hashlib.sha256(text.encode()).hexdigest()[:24]
-    lib = _compile(text, key)
+    lib = _compile(wgmma_helpers(body) + body + "\n" + "\n".join(wrappers))
 
     def run(name: str, arrays: list[np.ndarray]) -> None:
         ptrs = (ctypes.c_void_p * len(arrays))(*[a.ctypes.data for a in arrays])
