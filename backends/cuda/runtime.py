@@ -61,12 +61,30 @@ class Runtime:
 
     # --- memory ----------------------------------------------------------------------------
     def alloc(self, nbytes: int):
-        """A device buffer of at least nbytes (reused from the pool when one is free)."""
+        """A device buffer of at least nbytes (reused from the pool when one is free). The pool
+        keeps released buffers by exact size, so a search whose candidates need other sizes
+        grows it: where the device is out of memory the pool is freed and the allocation tried
+        once more."""
         nbytes = max(256, (nbytes + 255) // 256 * 256)
         free = self._pool.get(nbytes)
         if free:
             return free.pop()
-        return self.drv.mem_alloc(nbytes)
+        try:
+            return self.drv.mem_alloc(nbytes)
+        except self.drv.MemoryError:
+            if not self.trim():
+                raise
+            return self.drv.mem_alloc(nbytes)
+
+    def trim(self) -> int:
+        """Free every pooled buffer; how many bytes that returned to the device."""
+        freed = 0
+        for size, bufs in self._pool.items():
+            for buf in bufs:
+                buf.free()
+                freed += size
+        self._pool.clear()
+        return freed
 
     def fill_unwritten(self, buf, nbytes: int) -> None:
         """Every byte 0xFF (NaN for floats, -1 for integers): a pooled buffer may hold another
