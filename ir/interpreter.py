@@ -56,10 +56,15 @@ def apply_view(v: View, flat: np.ndarray, fill) -> np.ndarray:
     return out
 
 
-def apply_tracker(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
-    arr = x
+def _read_views(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
+    """`x` read through each of the tracker's views in turn (a view of `x` where no view masks)."""
     for v in st.views:
-        arr = apply_view(v, np.ascontiguousarray(arr).reshape(-1), st.fill)
+        x = apply_view(v, np.ascontiguousarray(x).reshape(-1), st.fill)
+    return x
+
+
+def apply_tracker(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
+    arr = _read_views(st, x)
     # a fresh C-ordered array: never an alias of the source, and 0-d stays 0-d
     # (np.ascontiguousarray would turn a 0-d result into shape (1,))
     return np.array(arr, order="C", copy=True)
@@ -68,9 +73,7 @@ def apply_tracker(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
 def view_of(st: ShapeTracker, x: np.ndarray) -> np.ndarray:
     """`apply_tracker` without its copy where the views read `x` in place: a read-only numpy
     view (a broadcast keeps its zero strides, so a product over it is not materialized)."""
-    arr = x
-    for v in st.views:
-        arr = apply_view(v, np.ascontiguousarray(arr).reshape(-1), st.fill)
+    arr = _read_views(st, x)
     if np.shares_memory(arr, x):
         arr = arr.view()
         arr.flags.writeable = False
@@ -113,8 +116,8 @@ def attend(a: np.ndarray, b: np.ndarray, axis, acc, out_shape) -> np.ndarray:
     (a and b broadcast against each other), in `acc`. The softmax is taken over the scores'
     distinct elements (a score repeated along the values' axes is exponentiated once) and the
     sum is a `contract`."""
-    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     shape = np.broadcast_shapes(a.shape, b.shape)
+    axes = tuple(sorted({x % len(shape) for x in (axis if isinstance(axis, (tuple, list)) else (axis,))}))
     if 0 in shape:
         a, b = a.astype(acc), b.astype(acc)
         m = a.max(axis=axes, keepdims=True) if a.size else np.full(out_shape, -np.inf, acc)
@@ -122,10 +125,18 @@ def attend(a: np.ndarray, b: np.ndarray, axis, acc, out_shape) -> np.ndarray:
         return (p * b).sum(axis=axes, keepdims=True) / p.sum(axis=axes, keepdims=True)
     # the scores at their distinct elements, but every key present (each counts in the sums)
     a = distinct(a).astype(acc)
-    a = np.broadcast_to(a, tuple(shape[i] if i in [x % len(shape) for x in axes] else n for i, n in enumerate(a.shape)))
+    a = np.broadcast_to(a, tuple(shape[i] if i in axes else n for i, n in enumerate(a.shape)))
     p = np.exp2(a - a.max(axis=axes, keepdims=True))
     ratio = contract(p, distinct(b), axes, acc) / p.sum(axis=axes, keepdims=True)
     return np.array(np.broadcast_to(ratio, out_shape), order="C")
+
+
+def accumulator(dt: DType, wide: bool = True):
+    """What a float sum or contraction of type `dt` accumulates in: f64 in f64, f32 in f64
+    (a reference; `wide=False`: in f32, as a target's do), halves in f32."""
+    if dt == DType.f64:
+        return np.float64
+    return np.float64 if wide and dt == DType.f32 else np.float32
 
 
 def _compute(x: np.ndarray, dtype: DType) -> np.ndarray:
@@ -134,7 +145,6 @@ def _compute(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 def _eval_node(n: Node, vals: list[np.ndarray], wide: bool = True) -> np.ndarray:
     op, dt = n.op, n.dtype
-    f32_acc = np.float64 if wide else np.float32   # what f32 sums accumulate in
     with np.errstate(all="ignore"):
         if op == Op.CONST:
             return np.full(n.shape, n.arg, dtype=dt.np)
@@ -147,16 +157,13 @@ def _eval_node(n: Node, vals: list[np.ndarray], wide: bool = True) -> np.ndarray
         if op == Op.CONTIGUOUS:
             return vals[0].copy()
         if op == Op.CONTRACT:   # products and sums of halves in f32, of f32 and f64 in f64 (like SUM)
-            acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else np.float32
-            return contract(vals[0], vals[1], n.arg, acc).astype(dt.np)
+            return contract(vals[0], vals[1], n.arg, accumulator(dt, wide)).astype(dt.np)
         if op == Op.ATTEND:     # softmax2 over the axis, then the weighted sum (f32; f64 for f32 and f64)
-            acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else np.float32
-            return attend(vals[0], vals[1], n.arg, acc, n.shape).astype(dt.np)
+            return attend(vals[0], vals[1], n.arg, accumulator(dt, wide), n.shape).astype(dt.np)
         if op in (Op.SUM, Op.MAX):
             x = vals[0]
             if op == Op.SUM:
-                acc = np.float64 if dt == DType.f64 else f32_acc if dt == DType.f32 else \
-                    (np.float32 if dt.is_float else x.dtype)
+                acc = accumulator(dt, wide) if dt.is_float else x.dtype
                 r = x.astype(acc).sum(axis=n.arg, keepdims=True) if dt.is_float else \
                     x.sum(axis=n.arg, keepdims=True, dtype=acc)
             else:

@@ -18,7 +18,7 @@ import numpy as np
 
 from ir.dtypes import DType
 from ir.graph import Graph, toposort
-from ir.interpreter import _eval_node, contract
+from ir.interpreter import _eval_node, accumulator, contract
 from ir.node import Node
 from ir.ops import Op
 
@@ -66,14 +66,7 @@ def _summed_products(order: list[Node], outputs: set[Node]) -> set[Node]:
             and readers.get(n) and all(r.op == Op.SUM for r in readers[n])}
 
 
-def _accumulator(dt: DType, wide: bool):
-    """What `evaluate` multiplies and sums a contraction of this type in."""
-    if dt == DType.f64:
-        return np.float64
-    return np.float64 if wide and dt == DType.f32 else np.float32
-
-
 def _summed(n: Node, a: np.ndarray, b: np.ndarray, wide: bool) -> np.ndarray:
     """A CONTRACT (or SUM of a product) `n` of operands `a`, `b`, in the type `evaluate` sums it in."""
     with np.errstate(all="ignore"):
-        return contract(a, b, tuple(n.arg), _accumulator(n.dtype, wide)).astype(n.dtype.np)
+        return contract(a, b, tuple(n.arg), accumulator(n.dtype, wide)).astype(n.dtype.np)
