@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks import gpu_suite  # noqa: E402
 
 FIXED_SCHEDULES = 2        # --fixed: how many of the backend's fixed-tile / attention schedules to time too
+PROFILE_ALL = False        # --profile-all: per-kernel times of every schedule, not only the best
 PRODUCT_SHAPES = [(1024, 2048, 2048), (1024, 512, 2048), (1024, 5632, 2048), (1024, 2048, 5632),
                   (1024, 3072, 1024), (1024, 1024, 1024), (1024, 4096, 1024), (1024, 1024, 4096)]
 
@@ -131,6 +132,8 @@ def run_decoder(torch, be, case, results, out_dir):
             rec["ms"] = gpu_suite.median_ms(exe.benchmark(np_in, warmup=10, repeat=30))
             rec["kernels"] = exe.explain()
             rec["launches"] = len(exe.launches)
+            if PROFILE_ALL:
+                rec["profile"] = [(n, t * 1e3) for n, t in exe.profile(np_in, repeat=20)]
             if rec["ok"] and (best is None or rec["ms"] < best[0]):
                 if best is not None:
                     best[1].close()
@@ -167,9 +170,11 @@ def main(argv=None):
     ap.add_argument("--only", nargs="*", default=["decoder", "gpt2"])
     ap.add_argument("--variants", nargs="*", default=["full", "odd"])
     ap.add_argument("--fixed", type=int, default=2)
+    ap.add_argument("--profile-all", action="store_true", help="profile every schedule per kernel")
     args = ap.parse_args(argv)
-    global FIXED_SCHEDULES
+    global FIXED_SCHEDULES, PROFILE_ALL
     FIXED_SCHEDULES = args.fixed
+    PROFILE_ALL = args.profile_all
     os.makedirs(args.out, exist_ok=True)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     checks = {}
