@@ -363,11 +363,12 @@ def _load(map_name: str, dims: list, dst: str, x: str, y: str, bz: str, multicas
 
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str, call_args: str,
-           epilogue: str, out_type: str, pair_store: bool) -> str:
+           epilogue: str, out_type: str, pair_store: bool, epi_after: bool = False) -> str:
     """The kernel: one output tile per block, or with `cfg.persistent` one block per SM
     looping over tiles t = blockIdx.x, + gridDim.x, ... with one stage counter `it` across
     tiles (a consumer releases a tile's last stage after its final wgmma, and the producer is
-    already filling the next tile's stages while the consumers store)."""
+    already filling the next tile's stages while the consumers store). `epi_after`: a staged
+    epilogue runs after the product is staged (render.epilogue_after)."""
     ty = "f16" if dtype == "f16" else "bf16"
     BM, BN, S, NT, C = cfg.bm, cfg.bn, cfg.stages, cfg.threads, cfg.consumers
     A_ST = BM * 128
@@ -421,7 +422,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
     by_tma = stores_by_tma(shape, cfg, _itemsize(out_type))
     if by_tma:
         store = tma_store_epilogue(name, shape, BN, call_args, out_type, who="wg",
-                                   region=f"(bars + {cfg.out_tile_offset} + wg * {64 * BN * 2})")
+                                   region=f"(bars + {cfg.out_tile_offset} + wg * {64 * BN * 2})", after=epi_after)
     elif cfg.smem_epilogue and not cfg.tma_store and out_type in staged_types \
             and wg.smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
         # the consumers' own barrier (the producer warps have left). One tile per block: every
@@ -431,7 +432,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
         store = wg.smem_epilogue(name, shape, cfg, call_args, out_type, wg._CONVERT.get(out_type, ""),
                                  sync=f"named_sync(1, {C * 128});", drain="",
                                  tid="(tid - 128)", threads=C * 128,
-                                 at=f"(bars + {BARRIER_BYTES})" if cfg.own_tile else "base")
+                                 at=f"(bars + {BARRIER_BYTES})" if cfg.own_tile else "base", after=epi_after)
     if cfg.persistent:
         mt, nt = -(-shape.m // BM), -(-shape.n // BN)
         if pair:    # a cluster walks pairs of tiles, one above the other; block `rank` the lower one
@@ -455,7 +456,8 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: TMAConfig, params: str,
 {produce}
       }}
       }}{tail}"""
-        consumer = _pingpong(name, shape, cfg, b_base, b_desc, ty, tb, call_args, out_type, pair_store, by_tma) \
+        consumer = _pingpong(name, shape, cfg, b_base, b_desc, ty, tb, call_args, out_type, pair_store, by_tma,
+                             epi_after) \
             if cfg.pingpong else f"""  int it = 0;
   for ({walk}) {{
     {coords}
@@ -584,7 +586,7 @@ def tile_corner(t: int, mt: int, nt: int, bm: int, bn: int) -> tuple[int, int]:
 
 
 def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: str, ty: str, tb: int,
-              call_args: str, out_type: str, pair_store: bool, by_tma: bool) -> str:
+              call_args: str, out_type: str, pair_store: bool, by_tma: bool, epi_after: bool = False) -> str:
     """The consumers' code of the ping-pong walk. The producer copies the block's tiles
     i = 0, 1, 2, ... (t = blockIdx.x + i * gridDim.x) in order; consumer warpgroup `cw` takes the
     tiles with i % 2 == cw, whose stages are it = i * KT + kt of the ring. Named barrier 2 + w
@@ -600,13 +602,13 @@ def _pingpong(name: str, shape: GemmShape, cfg: TMAConfig, b_base: str, b_desc: 
     coords = tile_coords(mt, nt, BM, BN, m0="tm0")
     if by_tma:
         store = tma_store_epilogue(name, shape, BN, call_args, out_type, who="cw",
-                                   region=f"(bars + {cfg.out_tile_offset} + cw * {64 * BN * 2})")
+                                   region=f"(bars + {cfg.out_tile_offset} + cw * {64 * BN * 2})", after=epi_after)
     elif cfg.smem_epilogue and not cfg.tma_store and out_type in ("__half", "__nv_bfloat16") \
             and wg.smem_epilogue_ok(shape, 2):
         tile_at = f"(bars + {BARRIER_BYTES} + cw * {wg.smem_tile_bytes(64, BN, 2)})"
         store = wg.smem_epilogue(name, shape, wg.WGConfig(64, BN), call_args, out_type, wg._CONVERT[out_type],
                                  sync="named_sync(4 + cw, 128);", drain="",
-                                 tid="(tid & 127)", threads=128, at=tile_at)
+                                 tid="(tid & 127)", threads=128, at=tile_at, after=epi_after)
     else:
         store = wg.direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
     stores = "\n".join(f"""  {{
@@ -664,17 +666,47 @@ def _itemsize(out_type: str) -> int:
 
 
 def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out_type: str, who: str,
-                       region: str) -> str:
+                       region: str, after: bool = False) -> str:
     """One consumer warpgroup's 64 rows (m0 + wg * 64 on; `acc`, `wg`, `wq`, `lane`, `n0`,
     `c_base`, `bz` in scope) through the epilogue into its shared `region` (BN/64 boxes of 64 x 64,
     128-byte swizzled as the loads' tiles, so the 8 rows a warp writes at once hit distinct
     banks), then stored by one thread as TMA copies of the output's map (which clips rows and
     columns past the edges: values there are zeros, never computed). Named barrier 4 + `who`
-    orders the warpgroup's writes after the last stores' reads and before the next copy."""
+    orders the warpgroup's writes after the last stores' reads and before the next copy.
+    `after`: the region first holds the product rounded to the output's type, then each thread
+    runs the epilogue over 16-byte runs of it in place (see render.epilogue_after)."""
     pair_t, pack = wg.pair_types(out_type)
     batch = any(b[0] > 1 for b in shape.batch)
     copy = (f"tma_store_3d(&tmC, region + b * 8192, n0 + b * 64, m0 + wg * 64, (int)bz)" if batch
             else "tma_store_2d(&tmC, region + b * 8192, n0 + b * 64, m0 + wg * 64)")
+    if after:
+        # guarded as the values are needed (unguarded, ptxas has placed such conversions above
+        # the wgmma wait that retires the accumulators: sass.py)
+        values = f"""        const float v0 = row < {shape.m} && col < {shape.n} ? acc[j * 4 + 2 * h] : 0.f;
+        const float v1 = row < {shape.m} && col + 1 < {shape.n} ? acc[j * 4 + 2 * h + 1] : 0.f;"""
+        conv, to_f = wg._CONVERT[out_type], wg._TO_FLOAT[out_type]
+        in_place = f"""
+    named_sync(4 + {who}, 128);               // the warpgroup's rows are all in
+    #pragma unroll 4
+    for (int i = 0; i < {BN // 16}; ++i) {{
+      const int c = (tid & 127) + i * 128, rl = c / {BN // 8}, jj = c % {BN // 8};
+      const int row = m0 + wg * 64 + rl, col = n0 + jj * 8;
+      if (row >= {shape.m} || col >= {shape.n}) continue;
+      const long long flat = c_base + (long long)row * {shape.c_sm} + col;
+      uint4* slot = reinterpret_cast<uint4*>(region_p + (jj >> 3) * 8192 + rl * 128 + (((jj & 7) ^ (rl & 7)) << 4));
+      uint4 run = *slot;
+      if (col + 8 <= {shape.n}) {{
+        run = epi_run_{name}({call_args}, flat, run);
+      }} else {{
+        {out_type}* v = reinterpret_cast<{out_type}*>(&run);
+        for (int e = 0; e < 8 && col + e < {shape.n}; ++e) v[e] = {conv}(epi_{name}({call_args}, flat + e, {to_f}(v[e])));
+      }}
+      *slot = run;
+    }}"""
+    else:
+        values = f"""        const float v0 = row < {shape.m} && col < {shape.n} ? epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]) : 0.f;
+        const float v1 = row < {shape.m} && col + 1 < {shape.n} ? epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]) : 0.f;"""
+        in_place = ""
     return f"""
   {{
     const uint32_t region = {region};
@@ -689,12 +721,11 @@ def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out
       for (int j = 0; j < {BN // 8}; ++j) {{
         const int col = n0 + j * 8 + (lane & 3) * 2;
         const long long flat = c_base + (long long)row * {shape.c_sm} + col;
-        const float v0 = row < {shape.m} && col < {shape.n} ? epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]) : 0.f;
-        const float v1 = row < {shape.m} && col + 1 < {shape.n} ? epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]) : 0.f;
+{values}
         *reinterpret_cast<{pair_t}*>(region_p + (j >> 3) * 8192 + rl * 128 + (((j & 7) ^ (rl & 7)) << 4) + (lane & 3) * 4)
             = {pack}(v0, v1);
       }}
-    }}
+    }}{in_place}
     fence_proxy_async();                      // the writes, visible to the copy engine
     named_sync(4 + {who}, 128);
     if (leader) {{

@@ -116,9 +116,11 @@ def aligned(shape: GemmShape, b_mn: bool = False) -> bool:
 
 
 def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, call_args: str,
-           epilogue: str, out_type: str, pair_store: bool, a_name: str, b_name: str, b_runs: bool = False) -> str:
+           epilogue: str, out_type: str, pair_store: bool, a_name: str, b_name: str, b_runs: bool = False,
+           epi_after: bool = False) -> str:
     """b_runs: B (k-contiguous) is copied from `b_name` at offsets ldb_runs_<name>(bz, k, n), each
-    the start of 8 consecutive elements at k a multiple of 8 (defined by the caller)."""
+    the start of 8 consecutive elements at k a multiple of 8 (defined by the caller). epi_after:
+    a staged epilogue runs after the product is staged (render.epilogue_after)."""
     T = "__half" if dtype == "f16" else "__nv_bfloat16"
     ty = "f16" if dtype == "f16" else "bf16"
     BM, BN, S, NT = cfg.bm, cfg.bn, cfg.stages, cfg.threads
@@ -156,7 +158,7 @@ def render(name: str, dtype: str, shape: GemmShape, cfg: WGConfig, params: str, 
     }}"""
     if cfg.smem_epilogue and out_type in ("__half", "__nv_bfloat16", "float") and \
             smem_epilogue_ok(shape, 4 if out_type == "float" else 2):
-        epilogue_code = smem_epilogue(name, shape, cfg, call_args, out_type, conv)
+        epilogue_code = smem_epilogue(name, shape, cfg, call_args, out_type, conv, after=epi_after)
     else:
         epilogue_code = direct_epilogue(name, shape, BN, call_args, out_type, pair_store)
     return f"""
@@ -266,16 +268,19 @@ def direct_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out_ty
 
 def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__syncthreads();",
                   drain: str = "cp_async_wait<0>();\n  ", tid: str = "tid", threads: int | None = None,
-                  at: str = "base") -> str:
+                  at: str = "base", after: bool = False) -> str:
     """Values through the epilogue into a padded shared tile (at shared address `at`; the
     pipeline's drained stages by default), then 16-byte row stores. `sync` is the barrier of
     the threads storing (`threads` of them, numbered by `tid`; all the block's by default),
-    `drain` what ends the pipeline's own copies first."""
+    `drain` what ends the pipeline's own copies first. `after`: the tile holds the product
+    rounded to the output's type and the epilogue runs in the store loop (see `epilogue_after`)."""
     BM, BN = cfg.bm, cfg.bn
     NT = threads or cfg.threads
     osz = 4 if out_type == "float" else 2
     ld = BN + 16 // osz                      # one 16-byte pad per row
     vec = 16 // osz
+    if after:
+        return _staged_then_epilogue(name, shape, BM, BN, call_args, out_type, conv, sync, drain, tid, NT, at)
     return f"""
   {drain}{sync}{" " * max(1, 42 - len(sync))}// all warpgroups done with the pipeline's shared memory
   {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + ({at} - smem_u32(smem_raw)));
@@ -302,6 +307,54 @@ def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__sy
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(tile + r * {ld} + cl);
     }} else {{
       for (int v = 0; v < {vec} && col + v < {shape.n}; ++v) dst[v] = tile[r * {ld} + cl + v];
+    }}
+  }}"""
+
+
+_TO_FLOAT = {"__half": "__half2float", "__nv_bfloat16": "__bfloat162float", "float": ""}
+
+
+def _staged_then_epilogue(name, shape, BM, BN, call_args, out_type, conv, sync, drain, tid, NT, at) -> str:
+    """smem_epilogue with `after`: the accumulators, rounded to the output's type, into the
+    padded tile; then each thread takes 16-byte runs of a row, runs the epilogue on them
+    (epi_run_<name>: its operand loads vectors, issued together, the accumulators' registers
+    free) and stores the run. The epilogue rounds the product to that same type first, so the values
+    are those of the epilogue run on the accumulators."""
+    osz = 4 if out_type == "float" else 2
+    ld, vec = BN + 16 // osz, 16 // osz
+    runs = BM * BN // vec
+    iters = -(-runs // NT)
+    to_f = _TO_FLOAT[out_type]
+    return f"""
+  {drain}{sync}{" " * max(1, 42 - len(sync))}// all warpgroups done with the pipeline's shared memory
+  {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + ({at} - smem_u32(smem_raw)));
+  #pragma unroll
+  for (int h = 0; h < 2; ++h) {{
+    const int r = wg * 64 + wq * 16 + (lane >> 2) + h * 8;
+    #pragma unroll
+    for (int j = 0; j < {BN // 8}; ++j) {{
+      // guarded as the values are needed (unguarded, ptxas has placed these conversions above
+      // the wgmma wait that retires the accumulators: sass.py)
+      const int cl = j * 8 + (lane & 3) * 2;
+      if (m0 + r < {shape.m} && n0 + cl < {shape.n}) tile[r * {ld} + cl] = {conv}(acc[j * 4 + 2 * h]);
+      if (m0 + r < {shape.m} && n0 + cl + 1 < {shape.n}) tile[r * {ld} + cl + 1] = {conv}(acc[j * 4 + 2 * h + 1]);
+    }}
+  }}
+  {sync}
+  #pragma unroll 4
+  for (int i = 0; i < {iters}; ++i) {{
+    const int c = {tid} + i * {NT};
+{f"    if (c >= {runs}) break;{chr(10)}" if runs % NT else ""}    const int r = c / {BN // vec}, cl = (c % {BN // vec}) * {vec};
+    const int row = m0 + r, col = n0 + cl;
+    if (row >= {shape.m} || col >= {shape.n}) continue;
+    const long long flat = c_base + (long long)row * {shape.c_sm} + col;
+    uint4 run = *reinterpret_cast<const uint4*>(tile + r * {ld} + cl);
+    {out_type}* v = reinterpret_cast<{out_type}*>(&run);
+    {out_type}* dst = out + flat;
+    if (col + {vec} <= {shape.n}) {{
+      *reinterpret_cast<uint4*>(dst) = epi_run_{name}({call_args}, flat, run);
+    }} else {{
+      for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) dst[e] = {conv}(epi_{name}({call_args}, flat + e, {to_f}(v[e])));
     }}
   }}"""
 
