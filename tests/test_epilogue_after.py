@@ -45,10 +45,10 @@ def test_epilogues_that_read_buffers_run_after_staging():
 
 def test_the_gate_is_read_as_vectors():
     src = render(_gated(136, 264, 72), Schedule(gemm="wgmma", tma=TMA_CONFIGS[0], name="t", arch="sm_90a"))[0]
+    load = src[src.index("epi_load_"):]
+    assert "in.r0 = *reinterpret_cast<const uint4*>" in load[:load.index("\n}\n")]
     run = src[src.index("DEV uint4 epi_run_"):]
-    run = run[:run.index("\n}\n")]
-    assert "const uint4 r0 = *reinterpret_cast<const uint4*>" in run
-    assert "[((flat" not in run          # no per-element loads of the gate left
+    assert "[((flat" not in run[:run.index("\n}\n")]      # no per-element loads of the gate left
 
 
 _ORIG = R.epilogue_after

@@ -178,20 +178,17 @@ def _aligned_reads(cached: list, rows: dict, o: Node, vec: int) -> list:
             (x not in rows or (o.shape[-1] % vec == 0 and all(st % vec == 0 for st in a.strides[:-1])))]
 
 
-def _vector_loads(cached: list, rows: dict, o: Node, names: dict[Node, str], base: str, vec: int,
-                  indent: str) -> list[str]:
-    """Lines loading each read's vector of `vec` elements at output element `base` (a variable)
-    into r<j>, viewed as e<j>."""
-    lines = []
-    for j, (x, a) in enumerate(cached):
-        raw = RAW[vec * a.dtype.itemsize]
-        st = C_STORAGE[a.dtype]
+def _vector_loads(cached: list, rows: dict, o: Node, names: dict[Node, str], base: str,
+                  vec: int) -> list[tuple[str, str, str]]:
+    """Each read's vector of `vec` elements at output element `base` (a variable): (its raw
+    16-byte-or-less type, its address, its elements' storage type)."""
+    out = []
+    for x, a in cached:
         at = base if x not in rows else " + ".join(
             [f"{i} * {stride}LL" if stride != 1 else i for i, stride, d in zip(unflatten(base, o.shape), a.strides, o.shape)
              if d != 1 and stride != 0] or ["0"])
-        lines.append(f"{indent}const {raw} r{j} = *reinterpret_cast<const {raw}*>({names[a.buffer]} + {a.offset} + ({at}));")
-        lines.append(f"{indent}const {st}* e{j} = reinterpret_cast<const {st}*>(&r{j});")
-    return lines
+        out.append((RAW[vec * a.dtype.itemsize], f"{names[a.buffer]} + {a.offset} + ({at})", C_STORAGE[a.dtype]))
+    return out
 
 
 def render_elementwise(name: str, step: Step, M: set[Node], sched: Schedule) -> tuple[str, Launch]:
@@ -209,7 +206,9 @@ def render_elementwise(name: str, step: Step, M: set[Node], sched: Schedule) -> 
              f"  if (base >= ({it}){N}) return;"]
     if vec > 1:
         lines.append(f"  if (base + {vec} <= ({it}){N}) {{")
-        lines += _vector_loads(cached, rows, o, names, "base", vec, "    ")
+        for j, (raw, at, st) in enumerate(_vector_loads(cached, rows, o, names, "base", vec)):
+            lines.append(f"    const {raw} r{j} = *reinterpret_cast<const {raw}*>({at});")
+            lines.append(f"    const {st}* e{j} = reinterpret_cast<const {st}*>(&r{j});")
         em = Emitter(names, indent="    ")
         vals = []
         for v in range(vec):
@@ -495,23 +494,36 @@ def _epilogue(name: str, step: Step, M: set[Node], params: str, names: dict[Node
 
 
 def _epilogue_run(name: str, step: Step, M: set[Node], params: str, names: dict[Node, str]) -> str:
-    """epi_run_<name>(params, flat, run): the epilogue over the 16 bytes of outputs from `flat`
-    on (a run of a row, `flat` a multiple of its length), given the staged product's run. Reads
-    in the output's element order, or along its rows, are loaded as vectors first, as an
-    elementwise kernel's are."""
+    """For a staged epilogue (epilogue_after), over the 16 bytes of outputs from `flat` on (a run
+    of a row, `flat` a multiple of its length): epi_load_<name>(params, flat) loads, as vectors,
+    the reads in the output's element order or along its rows, into an epi_in_<name>;
+    epi_run_<name>(params, flat, run, in) is the epilogue given the staged product's run. Apart,
+    so that a thread issues several runs' loads before their arithmetic (whose IEEE divisions
+    branch, which ptxas does not hoist loads across)."""
     o, r = step.output, step.gemm.reduce
     out_t = C_STORAGE[o.dtype]
     vec = 16 // o.dtype.itemsize
     t = tree(o, M, stop=frozenset({r}))
     cached, rows = _vector_reads(o, t, names, M)
     cached = _aligned_reads([(x, a) for x, a in cached if vec * a.dtype.itemsize in RAW], rows, o, vec)
+    # one vector per distinct read (a view and its cast may read the same elements)
+    slot: dict[tuple, int] = {}
+    for x, a in cached:
+        slot.setdefault((a.buffer, a.offset, tuple(a.strides), x in rows, a.dtype), len(slot))
+    which = [slot[(a.buffer, a.offset, tuple(a.strides), x in rows, a.dtype)] for x, a in cached]
+    firsts = {j: (x, a) for (x, a), j in reversed(list(zip(cached, which)))}
+    loads = _vector_loads([firsts[j] for j in range(len(slot))], rows, o, names, "flat", vec)
+    struct = f"struct epi_in_{name} {{ {' '.join(f'{raw} r{j};' for j, (raw, _, _) in enumerate(loads))} }};"
+    load_body = "\n".join([f"  epi_in_{name} in;"] +
+                          [f"  in.r{j} = *reinterpret_cast<const {raw}*>({at});" for j, (raw, at, _) in enumerate(loads)] +
+                          ["  return in;"])
     views = [n for n in t if n.op == Op.VIEW and n.srcs[0] is r]
-    lines = _vector_loads(cached, rows, o, names, "flat", vec, "  ")
+    lines = [f"  const {st}* e{j} = reinterpret_cast<const {st}*>(&in.r{j});" for j, (_, _, st) in enumerate(loads)]
     lines.append(f"  const {out_t}* p = reinterpret_cast<const {out_t}*>(&run);")
     em = Emitter(names, indent="  ")
     vals = []
     for v in range(vec):
-        for j, (x, a) in enumerate(cached):
+        for (x, a), j in zip(cached, which):
             em.hooks[x] = (lambda idx, j=j, v=v, a=a: load_expr(f"e{j}", str(v), a.dtype))
         for w in views:
             em.hooks[w] = (lambda idx, v=v: em.tmp("float", load_expr("p", str(v), o.dtype)))
@@ -520,7 +532,9 @@ def _epilogue_run(name: str, step: Step, M: set[Node], params: str, names: dict[
     lines.append(f"  uint4 res;\n  {out_t}* q = reinterpret_cast<{out_t}*>(&res);")
     lines += [f"  q[{v}] = {val};" for v, val in enumerate(vals)]
     body = "\n".join(lines)
-    return f"\nDEV uint4 epi_run_{name}({params}, long long flat, uint4 run) {{\n{body}\n  return res;\n}}"
+    return (f"\n{struct}\nDEV epi_in_{name} epi_load_{name}({params}, long long flat) {{\n{load_body}\n}}"
+            f"\nDEV uint4 epi_run_{name}({params}, long long flat, uint4 run, const epi_in_{name}& in) {{\n"
+            f"{body}\n  return res;\n}}")
 
 
 def epilogue_after(step: Step, M: set[Node]) -> bool:

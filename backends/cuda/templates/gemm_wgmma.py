@@ -314,17 +314,30 @@ def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__sy
 _TO_FLOAT = {"__half": "__half2float", "__nv_bfloat16": "__bfloat162float", "float": ""}
 
 
+RUNS_IN_FLIGHT = 4      # runs whose epilogue loads a thread issues before their arithmetic
+
+
+def run_groups(runs: int, threads: int) -> tuple[int, int, str]:
+    """(groups, runs a group, the past-the-end test "c < runs && " where needed) of a staged
+    epilogue's loop over `runs` 16-byte runs by `threads` threads."""
+    g = min(RUNS_IN_FLIGHT, -(-runs // threads))
+    groups = -(-runs // (threads * g))
+    return groups, g, (f"c < {runs} && " if runs % (threads * g) else "")
+
+
 def _staged_then_epilogue(name, shape, BM, BN, call_args, out_type, conv, sync, drain, tid, NT, at) -> str:
     """smem_epilogue with `after`: the accumulators, rounded to the output's type, into the
-    padded tile; then each thread takes 16-byte runs of a row, runs the epilogue on them
-    (epi_run_<name>: its operand loads vectors, issued together, the accumulators' registers
-    free) and stores the run. The epilogue rounds the product to that same type first, so the values
-    are those of the epilogue run on the accumulators."""
+    padded tile; then each thread takes 16-byte runs of a row, a group at a time: the group's
+    epilogue loads (epi_load_<name>, vectors), then each run through the epilogue
+    (epi_run_<name>) and stored. The epilogue rounds the product to that same type first, so
+    the values are those of the epilogue run on the accumulators."""
     osz = 4 if out_type == "float" else 2
     ld, vec = BN + 16 // osz, 16 // osz
-    runs = BM * BN // vec
-    iters = -(-runs // NT)
+    groups, G, in_range = run_groups(BM * BN // vec, NT)
     to_f = _TO_FLOAT[out_type]
+    run = f"""const int c = {tid} + (g * {G} + i) * {NT}, r = c / {BN // vec}, cl = (c % {BN // vec}) * {vec};
+      const int row = m0 + r, col = n0 + cl;
+      const long long flat = c_base + (long long)row * {shape.c_sm} + col;"""
     return f"""
   {drain}{sync}{" " * max(1, 42 - len(sync))}// all warpgroups done with the pipeline's shared memory
   {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + ({at} - smem_u32(smem_raw)));
@@ -341,20 +354,26 @@ def _staged_then_epilogue(name, shape, BM, BN, call_args, out_type, conv, sync, 
     }}
   }}
   {sync}
-  #pragma unroll 4
-  for (int i = 0; i < {iters}; ++i) {{
-    const int c = {tid} + i * {NT};
-{f"    if (c >= {runs}) break;{chr(10)}" if runs % NT else ""}    const int r = c / {BN // vec}, cl = (c % {BN // vec}) * {vec};
-    const int row = m0 + r, col = n0 + cl;
-    if (row >= {shape.m} || col >= {shape.n}) continue;
-    const long long flat = c_base + (long long)row * {shape.c_sm} + col;
-    uint4 run = *reinterpret_cast<const uint4*>(tile + r * {ld} + cl);
-    {out_type}* v = reinterpret_cast<{out_type}*>(&run);
-    {out_type}* dst = out + flat;
-    if (col + {vec} <= {shape.n}) {{
-      *reinterpret_cast<uint4*>(dst) = epi_run_{name}({call_args}, flat, run);
-    }} else {{
-      for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) dst[e] = {conv}(epi_{name}({call_args}, flat + e, {to_f}(v[e])));
+  #pragma unroll 1
+  for (int g = 0; g < {groups}; ++g) {{
+    epi_in_{name} pre[{G}];
+    #pragma unroll
+    for (int i = 0; i < {G}; ++i) {{
+      {run}
+      if ({in_range}row < {shape.m} && col + {vec} <= {shape.n}) pre[i] = epi_load_{name}({call_args}, flat);
+    }}
+    #pragma unroll
+    for (int i = 0; i < {G}; ++i) {{
+      {run}
+      if (!({in_range}row < {shape.m} && col < {shape.n})) continue;
+      const uint4 run = *reinterpret_cast<const uint4*>(tile + r * {ld} + cl);
+      {out_type}* dst = out + flat;
+      if (col + {vec} <= {shape.n}) {{
+        *reinterpret_cast<uint4*>(dst) = epi_run_{name}({call_args}, flat, run, pre[i]);
+      }} else {{
+        const {out_type}* v = reinterpret_cast<const {out_type}*>(&run);
+        for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) dst[e] = {conv}(epi_{name}({call_args}, flat + e, {to_f}(v[e])));
+      }}
     }}
   }}"""
 
