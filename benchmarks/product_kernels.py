@@ -22,7 +22,7 @@ from benchmarks import schedule_tables
 
 # (M, N, K, batch, layout): 4096^3, the products of a 1.1B Llama-style decoder layer at 1024
 # tokens (MLP up/gate 2048 -> 5632, down 5632 -> 2048), GPT-style MLP at 8192 / 16384 tokens,
-# attention-sized batched products, an odd size and a 7B-style MLP
+# attention-sized batched products, an odd size, a 7B-style MLP and a GQA layer's k / v projection
 SHAPES = [
     (4096, 4096, 4096, 1, "nn"),
     (1024, 5632, 2048, 1, "nt"),
@@ -32,6 +32,7 @@ SHAPES = [
     (4096, 4096, 128, 64, "nn"),
     (4095, 4097, 4099, 1, "nn"),
     (2048, 11008, 4096, 1, "nt"),
+    (1024, 512, 2048, 1, "nn"),     # a GQA layer's k / v projection, weights stored (in, out) as the decoder's
 ]
 CASES = [s + (dt,) for s in SHAPES for dt in ("f16", "bf16")] + [(4096, 4096, 4096, 1, "nn", "f32")]
 

@@ -207,7 +207,11 @@ TMA_EXPERIMENTAL_CONFIGS = [TMAConfig(128, 128, 4, True, True), TMAConfig(128, 2
                             TMAConfig(128, 256, 3, True, True, cluster=2), TMAConfig(128, 128, 5, True, True, cluster=2),
                             TMAConfig(128, 256, 3, split_k=2), TMAConfig(128, 128, 5, False, True, split_k=2),
                             TMAConfig(128, 176, 4, True), TMAConfig(128, 176, 4, True, True), TMAConfig(128, 176, 5, False, True),
-                            TMAConfig(128, 176, 4, True, True, True), TMAConfig(128, 176, 4, True, True, cluster=2)]
+                            TMAConfig(128, 176, 4, True, True, True), TMAConfig(128, 176, 4, True, True, cluster=2),
+                            # one consumer warpgroup of 64 rows: twice the blocks on products of few
+                            # tiles (a GQA layer's k or v projection, 1024x512x2048: 64 blocks against
+                            # 32 of 128x128 on 132 SMs; cuBLAS 9-10 us there, 128x128 15 us on the H100)
+                            TMAConfig(64, 128, 6, False, True)]
 # (a 128x256 split-K tile with its outputs staged spills 72-92 bytes of registers: not listed)
 SMS = 132              # blocks of a persistent grid: the SMs of an H100 / H200
 GROUP_M = 8            # m-tiles walked together by consecutive tiles of a persistent block
