@@ -507,12 +507,13 @@ def _epilogue_run(name: str, step: Step, M: set[Node], params: str, names: dict[
     cached, rows = _vector_reads(o, t, names, M)
     cached = _aligned_reads([(x, a) for x, a in cached if vec * a.dtype.itemsize in RAW], rows, o, vec)
     # one vector per distinct read (a view and its cast may read the same elements)
-    slot: dict[tuple, int] = {}
+    firsts: dict[tuple, tuple] = {}
+    which = []
     for x, a in cached:
-        slot.setdefault((a.buffer, a.offset, tuple(a.strides), x in rows, a.dtype), len(slot))
-    which = [slot[(a.buffer, a.offset, tuple(a.strides), x in rows, a.dtype)] for x, a in cached]
-    firsts = {j: (x, a) for (x, a), j in reversed(list(zip(cached, which)))}
-    loads = _vector_loads([firsts[j] for j in range(len(slot))], rows, o, names, "flat", vec)
+        key = (a.buffer, a.offset, tuple(a.strides), x in rows, a.dtype)
+        firsts.setdefault(key, (x, a))
+        which.append(list(firsts).index(key))
+    loads = _vector_loads(list(firsts.values()), rows, o, names, "flat", vec)
     struct = f"struct epi_in_{name} {{ {' '.join(f'{raw} r{j};' for j, (raw, _, _) in enumerate(loads))} }};"
     load_body = "\n".join([f"  epi_in_{name} in;"] +
                           [f"  in.r{j} = *reinterpret_cast<const {raw}*>({at});" for j, (raw, at, _) in enumerate(loads)] +
