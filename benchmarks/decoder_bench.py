@@ -1,6 +1,6 @@
 """On-device run for the decoders (one process, everything under --out, a short table last):
 
-    source .gpu/on-device.sh && python3 benchmarks/decoder_bench.py --out $OUT [--tests] [--tiles]
+    source .gpu/on-device.sh && python3 benchmarks/decoder_bench.py --out $OUT [--tests] [--tiles] [--profile-all]
 
 1. wgmma probes (as benchmarks/gpu_suite.py) and, with --tests, pytest -m gpu on
    tests/test_decoder_gpu.py (log in $OUT/decoder_tests.log);
@@ -8,7 +8,8 @@
    B stored (in, out) as the weights are), next to the tile prior's ranking (tiles.json);
 3. the decoder workloads of benchmarks/workloads.py (main and odd sizes): Saturn under the
    default, the prior's first and second tiles, and fixed tiles, checked against PyTorch in
-   float64, timed next to eager and torch.compile, the best schedule profiled per kernel.
+   float64, timed next to eager and torch.compile, the best schedule profiled per kernel (with
+   --profile-all every schedule, and a table of their launches side by side printed last).
 """
 from __future__ import annotations
 
@@ -225,7 +226,38 @@ def main(argv=None):
         log(f"| {r['label']} | {best and round(best, 4)} ({r.get('best_schedule')}) | {round(d.get('ms', 0), 4)} | "
             f"{d.get('launches')} | {r['eager_ms']:.4f} | {r.get('compile_ms', float('nan')):.4f} | "
             f"{(r['eager_ms'] / best if best else 0):.2f} |")
+    for r in rows:
+        table = profile_table(r)
+        if table:
+            log(f"\n{r['label']}: microseconds per launch (--profile-all)\n{table}")
     return 0
+
+
+def profile_table(row: dict) -> str:
+    """A Markdown table of the per-launch times (us; recorded in ms) of a decoder row's profiled
+    schedules, one line per launch in program order (a schedule's extra launches, as cuBLAS's
+    epilogue kernels, on lines of their own); '' where no schedule was profiled."""
+    profiled = [s for s in row["saturn"] if s.get("profile")]
+    if not profiled:
+        return ""
+    names: list[str] = []
+    per = []
+    for s in profiled:
+        seen: dict[str, int] = {}
+        times = {}
+        for n, t in s["profile"]:
+            seen[n] = seen.get(n, 0) + 1
+            key = f"{n}#{seen[n]}" if seen[n] > 1 else n
+            times[key] = t * 1e3
+            if key not in names:
+                names.append(key)
+        per.append(times)
+    lines = ["| launch | " + " | ".join(s["schedule"] for s in profiled) + " |",
+             "|---|" + "---|" * len(profiled)]
+    for n in names:
+        lines.append(f"| {n} | " + " | ".join(f"{p[n]:.1f}" if n in p else "" for p in per) + " |")
+    lines.append("| sum | " + " | ".join(f"{sum(p.values()):.1f}" for p in per) + " |")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
