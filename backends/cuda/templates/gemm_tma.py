@@ -688,36 +688,14 @@ def tma_store_epilogue(name: str, shape: GemmShape, BN: int, call_args: str, out
         # the wgmma wait that retires the accumulators: sass.py)
         values = f"""        const float v0 = row < {shape.m} && col < {shape.n} ? acc[j * 4 + 2 * h] : 0.f;
         const float v1 = row < {shape.m} && col + 1 < {shape.n} ? acc[j * 4 + 2 * h + 1] : 0.f;"""
-        conv, to_f = wg._CONVERT[out_type], wg._TO_FLOAT[out_type]
-        groups, G, in_range = wg.run_groups(64 * BN // 8, 128)
-        run = f"""const int c = (tid & 127) + (g * {G} + i) * 128, rl = c / {BN // 8}, jj = c % {BN // 8};
+        coords = f"""const int rl = c / {BN // 8}, jj = c % {BN // 8};
         const int row = m0 + wg * 64 + rl, col = n0 + jj * 8;
         const long long flat = c_base + (long long)row * {shape.c_sm} + col;"""
         in_place = f"""
-    named_sync(4 + {who}, 128);               // the warpgroup's rows are all in
-    #pragma unroll 1
-    for (int g = 0; g < {groups}; ++g) {{
-      epi_in_{name} pre[{G}];
-      #pragma unroll
-      for (int i = 0; i < {G}; ++i) {{
-        {run}
-        if ({in_range}row < {shape.m} && col + 8 <= {shape.n}) pre[i] = epi_load_{name}({call_args}, flat);
-      }}
-      #pragma unroll
-      for (int i = 0; i < {G}; ++i) {{
-        {run}
-        if (!({in_range}row < {shape.m} && col < {shape.n})) continue;
-        uint4* slot = reinterpret_cast<uint4*>(region_p + (jj >> 3) * 8192 + rl * 128 + (((jj & 7) ^ (rl & 7)) << 4));
-        uint4 run = *slot;
-        if (col + 8 <= {shape.n}) {{
-          run = epi_run_{name}({call_args}, flat, run, pre[i]);
-        }} else {{
-          {out_type}* v = reinterpret_cast<{out_type}*>(&run);
-          for (int e = 0; e < 8 && col + e < {shape.n}; ++e) v[e] = {conv}(epi_{name}({call_args}, flat + e, {to_f}(v[e])));
-        }}
-        *slot = run;
-      }}
-    }}"""
+    named_sync(4 + {who}, 128);               // the warpgroup's rows are all in""" + wg.epilogue_over_runs(
+            name, shape, call_args, out_type, 64 * BN // 8, 128, "(tid & 127)", coords,
+            place="uint4* slot = reinterpret_cast<uint4*>(region_p + (jj >> 3) * 8192 + rl * 128 + (((jj & 7) ^ (rl & 7)) << 4));",
+            read="*slot", store="*slot = run;", store_tail="*slot = run;")
     else:
         values = f"""        const float v0 = row < {shape.m} && col < {shape.n} ? epi_{name}({call_args}, flat, acc[j * 4 + 2 * h]) : 0.f;
         const float v1 = row < {shape.m} && col + 1 < {shape.n} ? epi_{name}({call_args}, flat + 1, acc[j * 4 + 2 * h + 1]) : 0.f;"""

@@ -317,27 +317,62 @@ _TO_FLOAT = {"__half": "__half2float", "__nv_bfloat16": "__bfloat162float", "flo
 RUNS_IN_FLIGHT = 4      # runs whose epilogue loads a thread issues before their arithmetic
 
 
-def run_groups(runs: int, threads: int) -> tuple[int, int, str]:
-    """(groups, runs a group, the past-the-end test "c < runs && " where needed) of a staged
-    epilogue's loop over `runs` 16-byte runs by `threads` threads."""
+def epilogue_over_runs(name: str, shape: GemmShape, call_args: str, out_type: str, runs: int, threads: int,
+                       tid: str, coords: str, place: str, read: str, store: str, store_tail: str) -> str:
+    """A staged epilogue's loop (render.epilogue_after): `runs` 16-byte runs of output rows
+    taken by `threads` threads (numbered by `tid`), RUNS_IN_FLIGHT runs a thread at a time: the
+    group's epilogue loads (epi_load_<name>, vectors) first, then each run read (`read`, a
+    uint4), through the epilogue (epi_run_<name>; a run past the last column element by
+    element) and stored (`store`; a run past the last column by `store_tail`, its elements in
+    `v`). `coords` defines `row`, `col` and `flat` of run `c`; `place` what `read` and the
+    stores need besides."""
+    vec = 16 // (4 if out_type == "float" else 2)
     g = min(RUNS_IN_FLIGHT, -(-runs // threads))
     groups = -(-runs // (threads * g))
-    return groups, g, (f"c < {runs} && " if runs % (threads * g) else "")
+    in_range = f"c < {runs} && " if runs % (threads * g) else ""
+    at = f"""const int c = {tid} + (g * {g} + i) * {threads};
+      {coords}"""
+    return f"""
+  #pragma unroll 1
+  for (int g = 0; g < {groups}; ++g) {{
+    epi_in_{name} pre[{g}];
+    #pragma unroll
+    for (int i = 0; i < {g}; ++i) {{
+      {at}
+      if ({in_range}row < {shape.m} && col + {vec} <= {shape.n}) pre[i] = epi_load_{name}({call_args}, flat);
+    }}
+    #pragma unroll
+    for (int i = 0; i < {g}; ++i) {{
+      {at}
+      if (!({in_range}row < {shape.m} && col < {shape.n})) continue;
+      {place}
+      uint4 run = {read};
+      if (col + {vec} <= {shape.n}) {{
+        run = epi_run_{name}({call_args}, flat, run, pre[i]);
+        {store}
+      }} else {{
+        {out_type}* v = reinterpret_cast<{out_type}*>(&run);
+        for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) v[e] = {_CONVERT.get(out_type, "")}(epi_{name}({call_args}, flat + e, {_TO_FLOAT[out_type]}(v[e])));
+        {store_tail}
+      }}
+    }}
+  }}"""
 
 
 def _staged_then_epilogue(name, shape, BM, BN, call_args, out_type, conv, sync, drain, tid, NT, at) -> str:
     """smem_epilogue with `after`: the accumulators, rounded to the output's type, into the
-    padded tile; then each thread takes 16-byte runs of a row, a group at a time: the group's
-    epilogue loads (epi_load_<name>, vectors), then each run through the epilogue
-    (epi_run_<name>) and stored. The epilogue rounds the product to that same type first, so
-    the values are those of the epilogue run on the accumulators."""
+    padded tile; then the epilogue over 16-byte runs of its rows (epilogue_over_runs), each
+    stored to the output. The epilogue rounds the product to that same type first, so the
+    values are those of the epilogue run on the accumulators."""
     osz = 4 if out_type == "float" else 2
     ld, vec = BN + 16 // osz, 16 // osz
-    groups, G, in_range = run_groups(BM * BN // vec, NT)
-    to_f = _TO_FLOAT[out_type]
-    run = f"""const int c = {tid} + (g * {G} + i) * {NT}, r = c / {BN // vec}, cl = (c % {BN // vec}) * {vec};
+    coords = f"""const int r = c / {BN // vec}, cl = (c % {BN // vec}) * {vec};
       const int row = m0 + r, col = n0 + cl;
       const long long flat = c_base + (long long)row * {shape.c_sm} + col;"""
+    loop = epilogue_over_runs(
+        name, shape, call_args, out_type, BM * BN // vec, NT, tid, coords, place=f"{out_type}* dst = out + flat;",
+        read=f"*reinterpret_cast<const uint4*>(tile + r * {ld} + cl)", store="*reinterpret_cast<uint4*>(dst) = run;",
+        store_tail=f"for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) dst[e] = v[e];")
     return f"""
   {drain}{sync}{" " * max(1, 42 - len(sync))}// all warpgroups done with the pipeline's shared memory
   {out_type}* tile = reinterpret_cast<{out_type}*>(smem_raw + ({at} - smem_u32(smem_raw)));
@@ -353,29 +388,7 @@ def _staged_then_epilogue(name, shape, BM, BN, call_args, out_type, conv, sync, 
       if (m0 + r < {shape.m} && n0 + cl + 1 < {shape.n}) tile[r * {ld} + cl + 1] = {conv}(acc[j * 4 + 2 * h + 1]);
     }}
   }}
-  {sync}
-  #pragma unroll 1
-  for (int g = 0; g < {groups}; ++g) {{
-    epi_in_{name} pre[{G}];
-    #pragma unroll
-    for (int i = 0; i < {G}; ++i) {{
-      {run}
-      if ({in_range}row < {shape.m} && col + {vec} <= {shape.n}) pre[i] = epi_load_{name}({call_args}, flat);
-    }}
-    #pragma unroll
-    for (int i = 0; i < {G}; ++i) {{
-      {run}
-      if (!({in_range}row < {shape.m} && col < {shape.n})) continue;
-      const uint4 run = *reinterpret_cast<const uint4*>(tile + r * {ld} + cl);
-      {out_type}* dst = out + flat;
-      if (col + {vec} <= {shape.n}) {{
-        *reinterpret_cast<uint4*>(dst) = epi_run_{name}({call_args}, flat, run, pre[i]);
-      }} else {{
-        const {out_type}* v = reinterpret_cast<const {out_type}*>(&run);
-        for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) dst[e] = {conv}(epi_{name}({call_args}, flat + e, {to_f}(v[e])));
-      }}
-    }}
-  }}"""
+  {sync}{loop}"""
 
 
 def smem_tile_bytes(bm: int, bn: int, out_itemsize: int) -> int:
