@@ -489,8 +489,15 @@ def _epilogue(name: str, step: Step, M: set[Node], params: str, names: dict[Node
             em.hooks[v] = (lambda idx: em.tmp("float", round_to("acc", r.dtype)))
         val = em.value(last, unflatten("flat", o.shape))
     body = "\n".join(em.lines)
-    src = f"DEV float epi_{name}({params}, long long flat, float acc) {{\n{body}\n  return {val};\n}}"
-    return src + _epilogue_run(name, step, M, params, names) if epilogue_after(step, M) else src
+    return f"DEV float epi_{name}({params}, long long flat, float acc) {{\n{body}\n  return {val};\n}}"
+
+
+def _wgmma_epilogue(name: str, step: Step, M: set[Node], params: str, names: dict[Node, str],
+                    epi: str) -> tuple[str, bool]:
+    """A wgmma / TMA product's epilogue source (`epi`, with epi_load_/epi_run_<name> where it
+    runs after staging) and whether it does (epilogue_after)."""
+    after = epilogue_after(step, M)
+    return (epi + _epilogue_run(name, step, M, params, names) if after else epi), after
 
 
 def _epilogue_run(name: str, step: Step, M: set[Node], params: str, names: dict[Node, str]) -> str:
@@ -1441,9 +1448,9 @@ def _render_wgmma(name: str, step: Step, M: set[Node], sched: Schedule, tc, extr
         return None
     pair = _pair_store(shape, o.dtype)
     b_name = names[b_node]
+    epi, after = _wgmma_epilogue(name, step, M, params, names, epi)
     src_parts.append(gemm_wgmma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair,
-                                       names[acc_a.buffer], b_name, b_runs=runs is not None,
-                                       epi_after=epilogue_after(step, M)))
+                                       names[acc_a.buffer], b_name, b_runs=runs is not None, epi_after=after))
     launches.append(Launch(name, "gemm_wgmma", gemm_wgmma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
                            list(step.inputs) + list(extra),
                            f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
@@ -1474,8 +1481,8 @@ def _render_tma(name: str, step: Step, M: set[Node], cfg: gemm_tma.TMAConfig, tc
     types = {"a": dt, "b": dt, "c": o.dtype}
     maps = tuple(TensorMap(args[which], types[which], tuple(dims), tuple(strides), tuple(box), off)
                  for which, dims, strides, box, off in gemm_tma.tensor_maps(shape, cfg, o.dtype.itemsize))
-    src = gemm_tma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair,
-                          epi_after=epilogue_after(step, M))
+    epi, after = _wgmma_epilogue(name, step, M, params, names, epi)
+    src = gemm_tma.render(name, dt.value, shape, cfg, params, call, epi, C_STORAGE[o.dtype], pair, epi_after=after)
     launch = Launch(name, "gemm_tma", gemm_tma.grid(shape, cfg), (cfg.threads, 1, 1), cfg.smem_bytes, o,
                     inputs, f"M={shape.m} N={shape.n} K={shape.k} batch={shape.batch_count} "
                     f"tile={cfg.bm}x{cfg.bn}x64 stages={cfg.stages} TMA B {shape.b_layout}", tensor_maps=maps)
