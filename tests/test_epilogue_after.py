@@ -101,24 +101,12 @@ def test_gpu_staged_epilogues_match_the_interpreter(cuda_backend, make, shape):
     k_contiguous_b = make is _residual
     scheds = [Schedule(gemm="wgmma", tma=cfg, name=cfg.name)
               for cfg in TMA_CONFIGS + (TMA_EXPERIMENTAL_CONFIGS if k_contiguous_b else [])]
-    _compile_side_by_side(g, scheds)
+    cuda_backend.precompile([(g, s) for s in scheds])     # nvcc on all of them at once
     for sched in scheds:
-        cfg = sched.tma
         exe, why = cuda_backend.try_build(g, sched)
         assert exe is not None, why
         got = np.asarray(exe(*args)[0], np.float64)
         exe.close()
         err = float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1.0)
-        assert err < 1e-2 * max(1.0, (shape[2] / 64) ** 0.25), (cfg.name, err)
+        assert err < 1e-2 * max(1.0, (shape[2] / 64) ** 0.25), (sched.name, err)
 
-
-def _compile_side_by_side(g, scheds):
-    """nvcc for every schedule's program at once (the builds then find them in its cache)."""
-    import dataclasses
-    from concurrent.futures import ThreadPoolExecutor
-    from backends.cuda import toolchain
-    from backends.cuda.runtime import get_runtime
-    arch = get_runtime().info.arch
-    srcs = list(dict.fromkeys(render(g, dataclasses.replace(s, arch=arch))[0] for s in scheds))
-    with ThreadPoolExecutor(8) as ex:
-        list(ex.map(lambda src: toolchain.compile_source(src, arch), srcs))
