@@ -30,6 +30,8 @@ _C_TYPES = {DType.f32: "float", DType.f64: "double", DType.i32: "int", DType.i64
             DType.i8: "signed char", DType.u8: "unsigned char", DType.bool: "bool"}
 C_STORAGE = {**_C_TYPES, DType.f16: "__half", DType.bf16: "__nv_bfloat16"}
 C_COMPUTE = {**_C_TYPES, DType.f16: "float", DType.bf16: "float"}
+# a float storage type's conversion to float (the templates' half, bfloat16 and float values)
+TO_FLOAT = {"__half": "__half2float", "__nv_bfloat16": "__bfloat162float", "float": ""}
 
 
 def c_literal(value, dtype: DType) -> str:

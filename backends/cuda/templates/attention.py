@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from backends.cuda.cexpr import TO_FLOAT
+
 
 @dataclass(frozen=True)
 class AttnConfig:
@@ -85,7 +87,7 @@ def smem_bytes(shape: AttnShape, cfg: AttnConfig) -> int:
 
 
 def _mask_load(mk: AttnMask, base: str, row: str, key: str) -> str:
-    to_f = {"__half": "__half2float", "__nv_bfloat16": "__bfloat162float", "float": ""}[mk.ctype]
+    to_f = TO_FLOAT[mk.ctype]
     return f"{to_f}({base}[(long long)({row}) * {mk.ss} + (long long)({key}) * {mk.sk}])"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from backends.cuda.cexpr import TO_FLOAT
 from backends.cuda.templates import batched_grid, block_coords
 from backends.cuda.templates.gemm_tc import GemmShape, batch_offsets
 
@@ -311,9 +312,6 @@ def smem_epilogue(name, shape, cfg, call_args, out_type, conv, sync: str = "__sy
   }}"""
 
 
-_TO_FLOAT = {"__half": "__half2float", "__nv_bfloat16": "__bfloat162float", "float": ""}
-
-
 RUNS_IN_FLIGHT = 4      # runs whose epilogue loads a thread issues before their arithmetic
 
 
@@ -352,7 +350,7 @@ def epilogue_over_runs(name: str, shape: GemmShape, call_args: str, out_type: st
         {store}
       }} else {{
         {out_type}* v = reinterpret_cast<{out_type}*>(&run);
-        for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) v[e] = {_CONVERT.get(out_type, "")}(epi_{name}({call_args}, flat + e, {_TO_FLOAT[out_type]}(v[e])));
+        for (int e = 0; e < {vec} && col + e < {shape.n}; ++e) v[e] = {_CONVERT.get(out_type, "")}(epi_{name}({call_args}, flat + e, {TO_FLOAT[out_type]}(v[e])));
         {store_tail}
       }}
     }}
