@@ -10,8 +10,9 @@ import json
 import math
 import sys
 
-PEER_TITLES = {"saturn": "Saturn", "eager": "eager", "compile": "torch.compile", "sdpa": "SDPA"}
-PEER_ORDER = ["eager", "compile", "sdpa"]
+PEER_TITLES = {"saturn": "Saturn", "eager": "eager", "compile": "torch.compile",
+               "compile-graphs": "torch.compile CUDA graphs", "sdpa": "SDPA"}
+PEER_ORDER = ["eager", "compile", "compile-graphs", "sdpa"]
 
 
 def _ms(d: dict) -> str:

@@ -28,7 +28,7 @@ class Settings:
     suite: str                     # "full", "quick" or "tiny"
     rounds: int
     batch_s: float
-    peers: list[str]               # among "eager", "compile", "sdpa"
+    peers: list[str]               # among "eager", "compile", "compile-graphs", "sdpa"
     saturn_options: dict = field(default_factory=dict)
     time_limit_s: float | None = None
     seed: int = 0
@@ -102,6 +102,8 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
         tensors = sets[0]
         rec["torch_input_copies"] = len(sets)
         fns = {"eager": (case.torch_fn, False), "compile": (case.torch_fn, True)}
+        if case.many_kernels and env.device == "cuda":
+            fns["compile-graphs"] = (case.torch_fn, "reduce-overhead")
         fns.update({k: (f, False) for k, f in case.extra_peers.items()})
         for name in s.peers:
             if name not in fns:

@@ -48,6 +48,8 @@ class Case:
     out_dtype: str
     flops: int | None            # useful floating-point operations (None for memory-bound work)
     extra_peers: dict = field(default_factory=dict)  # other PyTorch formulations, e.g. {"sdpa": fn}
+    many_kernels: bool = False   # a model whose PyTorch program launches many kernels: on CUDA,
+                                 # torch.compile with CUDA graphs is timed too ("compile-graphs")
 
     @property
     def bytes(self) -> int:
@@ -237,7 +239,7 @@ def block(variant: str, b: int, s: int, d: int, heads: int, hidden: int, dtype="
 
     flops = 8 * b * s * d * d + 4 * b * s * s * d + 4 * b * s * d * hidden
     return Case("block", variant, f"transformer block {dtype} b{b} s{s} d{d} heads{heads} ff{hidden}",
-                inputs, saturn_block, torch_block, (b, s, d), dtype, flops)
+                inputs, saturn_block, torch_block, (b, s, d), dtype, flops, many_kernels=True)
 
 
 # --- decoders (compiler.nn.llama_decoder / gpt2_decoder), plain PyTorch ops (no SDPA) -------------
@@ -315,7 +317,7 @@ def decoder(variant: str, layers: int, b: int, s: int, d: int, heads: int, kv_he
     return Case("decoder", variant, f"llama decoder {dtype} L{layers} b{b} s{s} d{d} h{heads}/{kv_heads} ff{ffn}",
                 inputs, lambda *xs: nn.llama_decoder(*xs, heads=heads, kv_heads=kv_heads),
                 lambda *xs: _torch_llama(*xs, heads=heads, kv_heads=kv_heads),
-                (b, s, d), dtype, layers * per_layer)
+                (b, s, d), dtype, layers * per_layer, many_kernels=True)
 
 
 def gpt2(variant: str, layers: int, b: int, s: int, d: int, heads: int, ffn: int, dtype="f32") -> Case:
@@ -324,7 +326,7 @@ def gpt2(variant: str, layers: int, b: int, s: int, d: int, heads: int, ffn: int
     return Case("gpt2", variant, f"gpt2 decoder {dtype} L{layers} b{b} s{s} d{d} h{heads} ff{ffn}",
                 inputs, lambda *xs: nn.gpt2_decoder(*xs, heads=heads),
                 lambda *xs: _torch_gpt2(*xs, heads=heads),
-                (b, s, d), dtype, layers * per_layer)
+                (b, s, d), dtype, layers * per_layer, many_kernels=True)
 
 
 # --- the suite ----------------------------------------------------------------------------------

@@ -109,6 +109,20 @@ def test_mismatch_is_reported_as_fail_and_not_timed():
     assert rec["peers"]["eager"]["median_s"] > 0
 
 
+def test_cuda_graphs_peer_only_for_model_workloads_on_cuda(tmp_path):
+    """compile-graphs (torch.compile with CUDA graphs) is a CUDA peer of the model workloads:
+    asked for on the CPU, or for a single-kernel workload, it is simply absent."""
+    pytest.importorskip("torch")
+    out = tmp_path / "r.json"
+    assert cli.main(["--target", "reference", "--tiny", "--workloads", "softmax", "block",
+                     "--peers", "eager,compile-graphs", "--json", str(out)]) == 0
+    data = json.loads(out.read_text())
+    for r in data["results"]:
+        assert set(r["peers"]) == {"eager"}
+    assert [c.many_kernels for c in select_cases("cuda", "tiny", ["softmax", "block", "decoder", "gpt2"])] \
+        == [False, True, True, True]
+
+
 def test_unavailable_target_and_unknown_workload_give_messages(capsys):
     from backends import get_backend
     try:
@@ -274,3 +288,17 @@ def test_bench_cuda_tiny(tmp_path):
     for r in data["results"]:
         assert r["saturn"]["timing"] == "executable.benchmark"
         assert r["peers"]["eager"]["median_s"] > 0
+
+
+@pytest.mark.gpu
+def test_bench_cuda_graphs_peer(tmp_path):
+    """On a GPU machine: torch.compile with CUDA graphs is checked and timed for a model workload."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    out = tmp_path / "graphs.json"
+    assert cli.main(["--target", "cuda", "--tiny", "--workloads", "decoder", "--peers", "eager,compile-graphs",
+                     "--json", str(out)]) == 0
+    (r,) = json.loads(out.read_text())["results"]
+    assert r["peers"]["compile-graphs"]["median_s"] > 0
+    assert r["peers"]["compile-graphs"]["max_err"] <= 2 * max(r["peers"]["eager"]["max_err"], r["check"]["tol"])
