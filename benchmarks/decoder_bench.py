@@ -50,10 +50,7 @@ def tile_schedules():
 def time_tiles(be, out_dir):
     import compiler
     from compiler.trace import spec
-    from backends.cuda import render, tiles, toolchain
-    from concurrent.futures import ThreadPoolExecutor
-    import dataclasses
-    arch = gpu_suite.be_arch()
+    from backends.cuda import render, tiles
     rng = np.random.default_rng(0)
     rows = []
     mn = render.wgmma_mn_allowed()
@@ -63,9 +60,7 @@ def time_tiles(be, out_dir):
         b = (rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float16)
         want = a.astype(np.float64) @ b.astype(np.float64)
         scheds = tile_schedules()
-        srcs = list(dict.fromkeys(render(g, dataclasses.replace(s, arch=arch))[0] for s in scheds))
-        with ThreadPoolExecutor(16) as ex:
-            list(ex.map(lambda src: toolchain.compile_source(src, arch), srcs))
+        be.precompile([(g, s) for s in scheds])
         ranked = [c.name for c in tiles.rank_tiles(m, n, k, 1, True, True, mn)]
         row = {"shape": [m, n, k], "prior": ranked, "ms": {}}
         for s in scheds:
@@ -102,9 +97,6 @@ def decoder_schedules(be, graph):
 def run_decoder(torch, be, case, results, out_dir):
     import compiler
     from compiler.trace import spec
-    from backends.cuda import render, toolchain
-    from concurrent.futures import ThreadPoolExecutor
-    import dataclasses
     row = {"label": case.label, "workload": case.workload, "variant": case.variant, "flops": case.flops,
            "bytes": case.bytes, "saturn": []}
     specs = [spec(i.shape, i.dtype, i.name) for i in case.inputs]
@@ -114,11 +106,8 @@ def run_decoder(torch, be, case, results, out_dir):
     with torch.no_grad():
         ref = case.torch_fn(*[t.double() for t in t_in])
     scheds = decoder_schedules(be, graph)
-    arch = gpu_suite.be_arch()
     t0 = time.perf_counter()
-    srcs = list(dict.fromkeys(render(graph, dataclasses.replace(s, arch=arch))[0] for s in scheds))
-    with ThreadPoolExecutor(16) as ex:
-        list(ex.map(lambda src: toolchain.compile_source(src, arch), srcs))
+    be.precompile([(graph, s) for s in scheds])
     row["compile_s"] = time.perf_counter() - t0
     best = None
     for s in scheds:

@@ -110,3 +110,42 @@ def test_gpu_staged_epilogues_match_the_interpreter(cuda_backend, make, shape):
         err = float(np.abs(got - want).max()) / max(float(np.abs(want).max()), 1.0)
         assert err < 1e-2 * max(1.0, (shape[2] / 64) ** 0.25), (sched.name, err)
 
+
+
+def test_the_gate_product_stores_its_silu_and_the_up_epilogue_only_multiplies():
+    """SiLU(x @ wg) * (x @ wu): the gate's epilogue takes the whole SiLU (a region that reads
+    the gate twice and joins again, in f32 between casts), so the up projection's epilogue
+    reads the finished gate and multiplies; no exp2 or division is left in it."""
+    from backends.cuda.plan import plan, tree
+    from ir.ops import Op
+    steps = plan(_gated(136, 264, 72))
+    gemms = [s for s in steps if s.kind == "gemm"]
+    assert len(steps) == 2 and len(gemms) == 2
+    gate, up = gemms
+    assert gate.output.op == Op.CAST and gate.output.srcs[0].op == Op.MUL
+    gate_ops = {n.op for n in tree(gate.output, set(), stop=frozenset({gate.gemm.reduce}))}
+    assert {Op.EXP2, Op.RECIP} <= gate_ops
+    up_ops = {n.op for n in tree(up.output, {gate.output}, stop=frozenset({up.gemm.reduce}))}
+    assert not {Op.EXP2, Op.RECIP} & up_ops and gate.output in up.inputs
+
+
+@pytest.mark.skipif(hostsim.available() is not None, reason=str(hostsim.available()))
+def test_the_silu_moved_into_the_gate_gives_the_same_bits_on_host(monkeypatch):
+    """Against the split before (the gate stored as the product's f16 value, the SiLU computed
+    in the up projection's epilogue): the same ops on the same f16 value, the same bits."""
+    from backends.cuda import plan as P
+    g = _gated(130, 264, 72)
+    rng = np.random.default_rng(4)
+    args = [(rng.standard_normal(n.shape) * (4 if i == 0 else 1)).astype(n.dtype.np) for i, n in enumerate(g.inputs)]
+    want = np.asarray(evaluate(g, args)[0], np.float64)
+    scheds = [Schedule(gemm="wgmma", tma=TMA_CONFIGS[0], name="t", arch="sm_90a"), Schedule()]
+    new = [hostsim.run_templates(g, args, s)[0] for s in scheds]
+    # the product's own f16 value (its reshape's cast) as the gate's end, as before
+    monkeypatch.setattr(P, "_epilogue_end", lambda r, consumers, outputs, M, order: consumers[consumers[r][0]][0])
+    up = [s for s in P.plan(g) if s.kind == "gemm"][1]
+    assert any(n.op.name == "EXP2" for n in P.tree(up.output, {s.output for s in P.plan(g)}))   # the old split
+    old = [hostsim.run_templates(g, args, s)[0] for s in scheds]
+    for s, a, b in zip(scheds, new, old):
+        assert np.array_equal(np.asarray(a).view(np.uint16), np.asarray(b).view(np.uint16)), s.name
+        err = float(np.abs(np.asarray(a, np.float64) - want).max()) / max(float(np.abs(want).max()), 1.0)
+        assert err < 1e-2, (s.name, err)

@@ -258,24 +258,42 @@ def _prod(xs) -> int:
     return out
 
 
-def _epilogue_end(r: Node, consumers, outputs, M: set[Node]) -> Node:
-    """The last node of r's single-consumer chain of a reshape, float casts and same-shape
-    elementwise ops (other operands: any kernel-computable values) that a product's epilogue
-    can compute; r itself when its consumer is not such a chain."""
-    n = r
-    while n not in outputs and len(consumers[n]) == 1:
-        c = consumers[n][0]
-        if n is r:
-            if not (c.op == Op.VIEW and is_pure_reshape(c)):
-                break
-        elif c.op == Op.VIEW or c.op not in ELEMENTWISE or c.shape != n.shape or is_lossless_cast(c):
-            break                # (an up-cast would store the value in twice the bytes)
-        n = c
-        if n in M:
-            break
-    while n is not r and n.op == Op.VIEW:   # a reshape alone is not worth a buffer of its own
-        n = n.srcs[0]
-    return n
+def _epilogue_end(r: Node, consumers, outputs, M: set[Node], order: dict[Node, int], limit: int = 48) -> Node:
+    """The last value of r's elementwise consumers that a product's epilogue can compute and
+    store instead of r: past r's reshape, a region of same-shape elementwise ops and casts
+    (other operands: any kernel-computable values) whose values are read only inside it, up to
+    its one exit e (a chain, or a value read several times that joins again: SiLU's x *
+    sigmoid(x) in f32 between casts from and to f16). e is no value another kernel writes (a
+    gated MLP's product of its two projections stays the kernel that reads the finished gate),
+    no up-cast and no wider than the value the program first takes from the product; r itself
+    when there is no such e."""
+    if r in outputs or len(consumers[r]) != 1:
+        return r
+    v = consumers[r][0]
+    if not (v.op == Op.VIEW and is_pure_reshape(v)) or v in M or v in outputs:
+        return r
+    region, stack = {v}, [v]
+    while stack and len(region) < limit:
+        for c in consumers[stack.pop()]:
+            if c not in region and c not in M and c.op != Op.VIEW and c.op in ELEMENTWISE and c.shape == v.shape:
+                region.add(c)
+                stack.append(c)
+    first = consumers[v][0] if len(consumers[v]) == 1 else v
+    width = (first if first.op == Op.CAST else r).dtype.itemsize
+    best = r
+    for e in sorted(region - {v}, key=order.__getitem__):
+        if is_lossless_cast(e) or e.dtype.itemsize > width:
+            continue
+        inside, todo = {e}, [e]              # e's sources that depend on r's value, back to v
+        while todo:
+            for s in todo.pop().srcs:
+                if s in region and s not in inside:
+                    inside.add(s)
+                    todo.append(s)
+        if v in inside and all(x not in outputs and all(c in inside for c in consumers[x])
+                               for x in inside if x is not e):
+            best = e
+    return best
 
 
 def _keeps_the_element(o: Node, v: Node, t) -> bool:
@@ -474,11 +492,12 @@ def plan(graph: Graph) -> list[Step]:
     # residual sum is read by a norm and by the next residual) gets the end of its
     # elementwise consumer chain as its epilogue output instead of writing the f32 sum
     fused = _fuse_epilogues(nodes, M, gemms, attns, consumers, outputs, operands)
+    order = {n: i for i, n in enumerate(nodes)}
     ends = set()
     for r in gemms:
         if r in internal or r in attns or r not in M or r in fused.values() or r in operands:
             continue
-        end = _epilogue_end(r, consumers, outputs, M)
+        end = _epilogue_end(r, consumers, outputs, M, order)
         if end is not r and end not in M and not any(x.op in (Op.SUM, Op.MAX) for x in tree(end, M | {r})):
             ends.add(end)
     if ends:
