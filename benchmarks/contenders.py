@@ -188,9 +188,9 @@ class TorchContender:
     """One PyTorch formulation of a case (eager, torch.compile'd, or another such as SDPA).
 
     `compile_it`: False (run as written), True (torch.compile's default mode) or a torch.compile
-    mode; "reduce-overhead" replays CUDA graphs, with every input marked as a static address
-    and only the first input set used, so that a replay copies no inputs (the weights of a
-    model are its parameters there, which CUDA graphs never copy)."""
+    mode; "reduce-overhead" replays CUDA graphs, on its own copy of the first input set with
+    every input marked as a static address, so that a replay copies no inputs (the weights of
+    a model are its parameters there, which CUDA graphs never copy)."""
 
     def __init__(self, name: str, fn, env: TorchEnv, input_sets: list[list], compile_it: bool | str = False):
         self.name, self.env, self.sets = name, env, input_sets
@@ -205,6 +205,9 @@ class TorchContender:
         if self.compile_it:
             torch._dynamo.reset()
             if self.compile_it == "reduce-overhead":
+                # copies of its own: a static address is a property of the tensor, which the
+                # other contenders (rotating through input copies) must not see
+                self.tensors = [t.clone() for t in self.tensors]
                 self.sets = [self.tensors]
                 for t in self.tensors:
                     torch._dynamo.mark_static_address(t)
