@@ -44,7 +44,7 @@ def add_arguments(p) -> None:
                    help="comma-separated PyTorch contenders among eager,compile,compile-graphs,sdpa "
                         "(default: all; --quick on the CPU: eager,sdpa, since torch.compile takes minutes there). "
                         "compile-graphs is torch.compile(mode='reduce-overhead') (CUDA graphs, weights marked "
-                        "static), timed on CUDA for the model workloads (block, decoder, gpt2) at their main sizes only")
+                        "static), timed on CUDA for the model workloads (block, decoder, gpt2) at their main sizes (not the odd ones)")
     p.add_argument("--rounds", type=int, help="alternating timing rounds (default 7; --quick 3)")
     p.add_argument("--batch-ms", type=float, help="target milliseconds per timed batch (default 200; --quick 50)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,

@@ -102,7 +102,7 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
         tensors = sets[0]
         rec["torch_input_copies"] = len(sets)
         fns = {"eager": (case.torch_fn, False), "compile": (case.torch_fn, True)}
-        if case.many_kernels and case.variant == "full" and env.device == "cuda":   # (main sizes: a compile each)
+        if case.many_kernels and case.variant != "odd" and env.device == "cuda":   # (not the odd sizes too: a compile each)
             fns["compile-graphs"] = (case.torch_fn, "reduce-overhead")
         fns.update({k: (f, False) for k, f in case.extra_peers.items()})
         for name in s.peers:
