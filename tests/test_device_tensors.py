@@ -350,6 +350,23 @@ def test_runner_binds_inputs_outputs_and_keeps_its_intermediates(fake_driver):
     assert ("wait", 8) in fake_driver                    # another stream waits for the last call
 
 
+def test_runner_runs_independent_steps_on_its_own_streams(fake_driver, monkeypatch):
+    from backends.cuda.lanes import plan_lanes
+    streams = iter(range(950, 960))
+    monkeypatch.setattr(driver, "new_stream", lambda: next(streams))     # 950: its capture stream
+    steps = [device_run.KernelStep("a", (1, 1, 1), (32, 1, 1), 0, ["t", "x"]),
+             device_run.KernelStep("b", (1, 1, 1), (32, 1, 1), 0, ["u", "x"]),
+             device_run.KernelStep("c", (1, 1, 1), (32, 1, 1), 0, ["y", "t", "u"])]
+    lanes = plan_lanes(["t", "u", "y"], [["x"], ["x"], ["t", "u"]])
+    r = device_run.DeviceRunner(device_run.DeviceProgram(b"", steps, ["x"], ["y"], {"t": 0x5000, "u": 0x6000},
+                                                         lanes=lanes), graphs=False)
+    r.run([0x100], [0x300], [64], stream=7)
+    assert [(name, s) for name, _, s in FakeLaunch.log] == [("a", 7), ("b", 951), ("c", 7)]
+    # the call's start on the caller's stream, the side stream waits for it, records after b,
+    # and the caller's stream waits for that before c; then the call's own end event
+    assert fake_driver == [("record", 7), ("wait", 951), ("record", 951), ("wait", 7), ("record", 7)]
+
+
 def test_runner_writes_a_repeated_output_once_and_copies_it(fake_driver):
     r = device_run.DeviceRunner(_program(("y", "y")), graphs=False)
     r.run([0x100, 0x200], [0x300, 0x400], [64, 64], stream=3)

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from backends.cuda import driver
+from backends.cuda import lanes as lanes_
 from backends.cuda.graphs import GraphReplay
 from backends.cuda.runtime import CUDAFailure
 
@@ -80,6 +81,7 @@ class DeviceProgram:
     inputs: list          # keys, in call order
     outputs: list         # keys, in result order (a key may repeat)
     buffers: dict         # key -> device address of the executable's own buffer
+    lanes: lanes_.Lanes | None = None   # concurrent streams for independent steps (None: in order)
 
 
 class DeviceRunner:
@@ -102,6 +104,9 @@ class DeviceRunner:
             self._slots += [(step.values, j, self._external[a]) for j, a in enumerate(s.args) if a in self._external]
         self.capture_stream = driver.new_stream()
         self.event = driver.new_event()
+        self.lanes = program.lanes if program.lanes is not None else lanes_.sequential(len(self.steps))
+        self._side = [driver.new_stream() for _ in range(self.lanes.count - 1)]
+        self._events = {j: driver.new_event() for j in self.lanes.recorded | {-1}} if self.lanes.count > 1 else {}
         self.last_stream: int | None = None
         self.graphs = GraphReplay(self, enabled=graphs)
         self.copied_duplicates = 0
@@ -111,17 +116,25 @@ class DeviceRunner:
         for values, j, e in self._slots:
             values[j] = binding[e]
 
+    def _enqueue(self, stream: int) -> None:
+        if self.lanes.count == 1:
+            for step in self.steps:
+                step.launch(stream)
+            return
+        handles = [stream] + self._side
+        lanes_.enqueue(self.lanes, lambda i, k: self.steps[i].launch(handles[k]),
+                       lambda e, k: driver.record(e, handles[k]), lambda k, e: driver.wait(handles[k], e),
+                       self._events, self._events[-1])
+
     def plain(self, binding: tuple, stream: int) -> None:
         self._bind(binding)
-        for step in self.steps:
-            step.launch(stream)
+        self._enqueue(stream)
 
     def capture(self, binding: tuple) -> int:
         self._bind(binding)
         driver.begin_capture(self.capture_stream)
         try:
-            for step in self.steps:
-                step.launch(self.capture_stream)
+            self._enqueue(self.capture_stream)   # (the other lanes join the capture through its events)
         except BaseException:
             try:   # end the capture so the stream stays usable; drop what was recorded
                 driver.graph_destroy(driver.end_capture(self.capture_stream))

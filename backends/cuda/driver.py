@@ -187,6 +187,14 @@ def new_event() -> int:
     return e.value
 
 
+def destroy_stream(stream: int) -> None:
+    fn("cuStreamDestroy_v2")(c_void_p(stream))
+
+
+def destroy_event(event: int) -> None:
+    fn("cuEventDestroy_v2")(c_void_p(event))
+
+
 def record(event: int, stream: int) -> None:
     call("cuEventRecord", c_void_p(event), c_void_p(stream or None))
 

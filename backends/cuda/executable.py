@@ -7,10 +7,13 @@ call. Called with device arrays, `device_program()` describes the same launches 
 on the caller's stream (and replays CUDA graphs). Every launch kind must appear in both paths:
 here in `launch_all`, there as a step of `device_program()` that enqueues on the given stream.
 
+Launches that do not depend on each other run on concurrent streams (backends/cuda/lanes.py;
+`concurrent = False` runs them in order on one stream).
+
 Calls from several threads are safe and serialized: every public entry point (call, benchmark,
 profile, close) holds one process-wide lock, because the buffers, the runtime's buffer pool and
-the context stack are shared (and the kernels run on one stream anyway, so a lock costs little
-device time). The calling thread makes the device context current for the call, as a CUDA
+the context stack are shared (and one call's kernels fill the device anyway, so a lock costs
+little device time). The calling thread makes the device context current for the call, as a CUDA
 context is current only on the thread that pushed it.
 """
 from __future__ import annotations
@@ -23,6 +26,7 @@ import numpy as np
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
+from backends.cuda import lanes as lanes_
 from backends.cuda.device_run import DeviceProgram, KernelStep, LibraryStep
 from backends.cuda.render import Launch
 from backends.cuda.runtime import CUDAFailure, Runtime
@@ -76,6 +80,11 @@ class CUDAExecutable:
                 if n.op != Op.INPUT:
                     rt.fill_unwritten(self.buffers[n], self._sizes[n])
         self._args = self._arg_lists(self.buffers)
+        self.lanes = lanes_.plan_lanes([l.output for l in launches], [list(l.inputs) for l in launches],
+                                       [l.library is not None for l in launches])
+        self.concurrent = True
+        self._side: list = []            # a pycuda stream per lane, made on first use
+        self._events: dict[int, int] = {}
 
     @property
     def code_identity(self) -> str:
@@ -98,7 +107,8 @@ class CUDAExecutable:
                  KernelStep(l.name, l.grid, l.block, l.shared, [l.output] + list(l.inputs), l.tensor_maps)
                  for l in self.launches]
         return DeviceProgram(self.module.binary, steps, list(self.graph.inputs), list(self.graph.outputs),
-                             {n: int(b) for n, b in self.buffers.items()})
+                             {n: int(b) for n, b in self.buffers.items()},
+                             lanes=self.lanes if self.concurrent else None)
 
     # --- running ---------------------------------------------------------------------------
     def upload(self, args, buffers=None) -> None:
@@ -116,11 +126,32 @@ class CUDAExecutable:
     def launch_all(self, args_lists=None, stream=None) -> None:
         args_lists = args_lists or self._args
         drv = self.rt.drv
-        for i, (l, f, args) in enumerate(zip(self.launches, self.functions, args_lists)):
+
+        def launch(i: int, s) -> None:
+            l = self.launches[i]
             try:
-                self._launch(i, l, f, args, stream)
+                self._launch(i, l, self.functions[i], args_lists[i], s)
             except (drv.Error, RuntimeError) as e:
                 raise CUDAFailure("launch", f"{l.name}: {e}") from None
+
+        if not self.concurrent or self.lanes.count == 1:
+            for i in range(len(self.launches)):
+                launch(i, stream)
+            return
+        from backends.cuda import driver
+        # every lane on a stream of the executable's own (pycuda's, which are blocking): the legacy
+        # default stream's work before the call (uploads) precedes them, and its work after the
+        # call (downloads, the benchmark's stop event) waits for them, with no explicit join
+        while len(self._side) < self.lanes.count:
+            self._side.append(drv.Stream())
+        for j in self.lanes.recorded | {-1}:
+            if j not in self._events:
+                self._events[j] = driver.new_event()
+        streams = self._side if stream is None else [stream] + self._side[1:]
+        handles = [int(s.handle) for s in streams]
+        lanes_.enqueue(self.lanes, lambda i, k: launch(i, streams[k]),
+                       lambda e, k: driver.record(e, handles[k]), lambda k, e: driver.wait(handles[k], e),
+                       self._events, self._events[-1])
 
     def _launch(self, i: int, l: Launch, f, args, stream=None) -> None:
         if l.library is not None:
@@ -215,6 +246,12 @@ class CUDAExecutable:
 
     def close(self) -> None:
         with _DEVICE_LOCK:
+            if self._events:
+                from backends.cuda import driver
+                with _on_device(self.rt):
+                    for e in self._events.values():
+                        driver.destroy_event(e)
+                self._events, self._side = {}, []
             if self._map_launches:
                 self._raw_module.close()
                 self._map_launches = {}
