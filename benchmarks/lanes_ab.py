@@ -48,7 +48,7 @@ def main(argv=None) -> int:
             for way in ((False, True) if r % 2 == 0 else (True, False)):
                 exe.concurrent = way
                 times[way].append(statistics.median(exe.benchmark(arrays, 3, args.runs)))
-        exe.concurrent = True
+        exe.concurrent = False
         row = {"label": case.label, "lanes": exe.lanes.count, "launches": len(exe.launches), "equal": same,
                "in_order_ms": statistics.median(times[False]) * 1e3,
                "concurrent_ms": statistics.median(times[True]) * 1e3}

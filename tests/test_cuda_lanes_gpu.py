@@ -1,6 +1,6 @@
 """Independent launches on concurrent streams on a real GPU (backends/cuda/lanes.py): the same
 results as in order, with host arrays, device arrays in plain launches and replayed CUDA
-graphs. Marked gpu. Run: python -m pytest -m gpu tests/test_cuda_lanes_gpu.py"""
+graphs (the lanes are off by default: these tests turn them on). Marked gpu. Run: python -m pytest -m gpu tests/test_cuda_lanes_gpu.py"""
 from __future__ import annotations
 
 import numpy as np
@@ -51,6 +51,7 @@ def test_device_arrays_plain_and_graph_replay_match(fn):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA device")
+    fn.executable.concurrent = True          # (read when the first device-array call sets up)
     args = _inputs(1)
     want = np.array(fn(*args), copy=True)
     dev = [torch.from_numpy(a).cuda() for a in args]

@@ -7,8 +7,9 @@ call. Called with device arrays, `device_program()` describes the same launches 
 on the caller's stream (and replays CUDA graphs). Every launch kind must appear in both paths:
 here in `launch_all`, there as a step of `device_program()` that enqueues on the given stream.
 
-Launches that do not depend on each other run on concurrent streams (backends/cuda/lanes.py;
-`concurrent = False` runs them in order on one stream).
+With `concurrent = True` (set before the first device-array call), launches that do not depend
+on each other run on concurrent streams (backends/cuda/lanes.py); by default they run in order
+on one stream.
 
 Calls from several threads are safe and serialized: every public entry point (call, benchmark,
 profile, close) holds one process-wide lock, because the buffers, the runtime's buffer pool and
@@ -82,7 +83,7 @@ class CUDAExecutable:
         self._args = self._arg_lists(self.buffers)
         self.lanes = lanes_.plan_lanes([l.output for l in launches], [list(l.inputs) for l in launches],
                                        [l.library is not None for l in launches])
-        self.concurrent = True
+        self.concurrent = False          # off until measured on a GPU (benchmarks/lanes_ab.py)
         self._side: list = []            # a pycuda stream per lane, made on first use
         self._events: dict[int, int] = {}
 
