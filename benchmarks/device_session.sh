@@ -7,8 +7,9 @@
 # printed last. With FUZZ_SEED set, CUDA fuzz batches (10 jobs) run beside the tests until they end;
 # ATTENTION_KERNELS=0 skips the attention schedules, PRODUCT_KERNELS=1 adds every generated
 # product schedule against cuBLAS (benchmarks/product_kernels.py), each with a third of the time,
-# then the TMA tiles not yet searched (a sixth).
-# usage: [FUZZ_SEED=S] [ATTENTION_KERNELS=0] [PRODUCT_KERNELS=1] benchmarks/device_session.sh TREE SECONDS OUT_DIR [WORKLOADS...]
+# then the TMA tiles not yet searched (a sixth). LANES=1 adds the concurrent-streams GPU test and
+# their A/B on the decoder (benchmarks/lanes_ab.py; the lanes are off by default until measured).
+# usage: [FUZZ_SEED=S] [ATTENTION_KERNELS=0] [PRODUCT_KERNELS=1] [LANES=1] benchmarks/device_session.sh TREE SECONDS OUT_DIR [WORKLOADS...]
 set -u
 tree=$1 total=$2 out=$3; shift 3
 workloads=${*:-attention decoder gpt2 conv2d}
@@ -45,6 +46,13 @@ if [ "${PRODUCT_KERNELS:-0}" = 1 ]; then
   timeout $(( total / 6 )) python3 -m benchmarks.product_kernels --repeat 20 --experimental --only tma \
     --json "$out/product-kernels-tma-experimental-$tree.json" > "$out/product-kernels-tma-experimental-$tree.txt" 2>&1
   tail -24 "$out/product-kernels-tma-experimental-$tree.txt"
+fi
+if [ "${LANES:-0}" = 1 ]; then
+  timeout 90 $T tests/test_cuda_lanes_gpu.py > "$out/tests/lanes.log" 2>&1
+  echo "lanes tests: $(tail -n 1 "$out/tests/lanes.log")"
+  timeout $(( total / 6 )) python3 -m benchmarks.lanes_ab --workloads decoder --rounds 7 \
+    --json "$out/lanes-ab-$tree.json" > "$out/lanes-ab-$tree.txt" 2>&1
+  tail -4 "$out/lanes-ab-$tree.txt"
 fi
 left=$(( total - $(elapsed) ))
 if [ $left -gt 90 ]; then
