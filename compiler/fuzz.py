@@ -464,7 +464,7 @@ def check(prog: Program, target: str, budget: float) -> dict:
     import compiler as saturn
     from compiler.errors import SaturnError
     from compiler.trace import trace_primitives
-    from ir.bounds import allowed, evaluate_bounded
+    from ir.bounds import evaluate_bounded
     args = inputs_for(prog)
     specs = [saturn.spec(s, d) for s, d in prog.inputs]
     fn = saturn_fn(prog)
@@ -479,19 +479,34 @@ def check(prog: Program, target: str, budget: float) -> dict:
     except Exception as e:  # noqa: BLE001  (a valid call that fails to trace is a finding)
         return {"status": "error", "reason": f"trace: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400]}
     try:
-        f = saturn.compile(fn, *specs, target=target, budget=budget, quiet=True, cache=False)
-        got = np.asarray(f(*args))
+        if target == "cuda-host":
+            runs = _run_cuda_host(graph, args)
+            if runs is None:
+                return {"status": "invalid", "reason": "a kernel kind the host does not emulate"}
+        else:
+            f = saturn.compile(fn, *specs, target=target, budget=budget, quiet=True, cache=False)
+            runs = [("", np.asarray(f(*args)))]
     except Exception as e:  # noqa: BLE001  (any exception is a finding)
         # (the first line names the failure; the rest, e.g. each trial's status, goes with the reproduction)
         return {"status": "error", "reason": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:400],
                 "detail": str(e)[:4000]}
     out_dt = graph.outputs[0].dtype
     written = trace_primitives(fn, *specs)      # the bound of the program as written, not as Saturn rewrote it
-    if got.shape != np.shape(want):
-        return {"status": "mismatch", "reason": f"shape {got.shape}, reference {np.shape(want)}"}
-    if out_dt.value != want_dt:
-        return {"status": "mismatch", "reason": f"dtype {out_dt.value}, reference {want_dt}"}
     b = evaluate_bounded(written, args)[0]
+    for label, got in runs:
+        reason = _difference(got, want, want_dt, out_dt, b)
+        if reason:
+            return {"status": "mismatch", "reason": (f"{label}: " if label else "") + reason}
+    return {"status": "ok"}
+
+
+def _difference(got: np.ndarray, want, want_dt: str, out_dt, b) -> str | None:
+    """Why `got` is not the reference `want` within the bound `b` (ir.bounds), or None."""
+    from ir.bounds import allowed
+    if got.shape != np.shape(want):
+        return f"shape {got.shape}, reference {np.shape(want)}"
+    if out_dt.value != want_dt:
+        return f"dtype {out_dt.value}, reference {want_dt}"
     with np.errstate(all="ignore"):
         tol = allowed(np.asarray(want, np.float64), b.bound, out_dt)
         g, w = got.astype(np.float64), np.asarray(want).astype(np.float64)
@@ -513,9 +528,35 @@ def check(prog: Program, target: str, budget: float) -> dict:
                 bad &= ~(edge & near)
     if bad.any():
         i = np.unravel_index(int(np.argmax(bad)), bad.shape) if bad.ndim else ()
-        return {"status": "mismatch", "reason": f"{int(bad.sum())} of {bad.size} elements differ; at {tuple(map(int, i))}: "
-                f"got {g[i]!r}, reference {w[i]!r} +- {tol[i]:.3g}"}
-    return {"status": "ok"}
+        return (f"{int(bad.sum())} of {bad.size} elements differ; at {tuple(map(int, i))}: "
+                f"got {g[i]!r}, reference {w[i]!r} +- {tol[i]:.3g}")
+    return None
+
+
+def _run_cuda_host(graph, args) -> list[tuple[str, np.ndarray]] | None:
+    """Target "cuda-host": the CUDA backend's kernels for the traced program (its kernel terms:
+    the search's first candidate), under the default schedule and a Hopper TMA schedule,
+    compiled for this machine and run here (backends/cuda/hostsim.py), each output labelled by
+    its schedule; programs the templates cannot plan run as the kernel IR's rendering, as the
+    backend does. None where a kernel kind is not emulated on the host."""
+    from backends.cuda import hostsim
+    from backends.cuda.plan import needs_kernel_ir
+    from backends.cuda.render import Schedule
+    from backends.cuda.templates.gemm_tma import TMA_CONFIGS
+    from rewrites.apply import kernel_terms
+    g = kernel_terms(graph)
+    if needs_kernel_ir(g):
+        return [("kernel IR", np.asarray(hostsim.run_kernel_ir(g, args)[0]))]
+    runs = []
+    for label, sched in (("default schedule", None),
+                         ("TMA schedule", Schedule(gemm="wgmma", tma=TMA_CONFIGS[0], name="tma", arch="sm_90a"))):
+        try:
+            runs.append((label, np.asarray(hostsim.run_templates(g, args, sched)[0])))
+        except ValueError as e:
+            if "need a GPU" in str(e):
+                return None
+            raise
+    return runs
 
 
 def run_isolated(prog: Program, target: str, budget: float, timeout: float) -> dict:
@@ -726,7 +767,9 @@ def summary(report: dict) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--n", type=int, default=100, help="number of random programs (default 100)")
-    parser.add_argument("--target", default="cpu", choices=["cpu", "cuda", "reference"], help="target (default cpu)")
+    parser.add_argument("--target", default="cpu", choices=["cpu", "cuda", "cuda-host", "reference"],
+                        help="target (default cpu); cuda-host: the CUDA backend's kernels for each program, compiled "
+                             "for this machine and run here (no GPU; a C++ compiler)")
     parser.add_argument("--seed", type=int, default=0, help="first case seed; cases are seed .. seed+n-1")
     parser.add_argument("--budget", type=float, default=1.0, help="search budget per case, seconds (default 1)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds before a case counts as a hang")
@@ -741,6 +784,10 @@ def run(args) -> int:
     from compiler.errors import SaturnError
     if args.n < 1 or args.jobs < 1:
         raise SaturnError(f"--n and --jobs must be at least 1 (got --n {args.n}, --jobs {args.jobs})")
+    if args.target == "cuda-host":
+        from backends.cuda import hostsim
+        if hostsim.available():
+            raise SaturnError(f"--target cuda-host needs a C++ compiler here: {hostsim.available()}")
     report = fuzz(args.n, args.target, args.seed, args.budget, args.timeout, args.out, not args.no_minimize,
                   say=lambda line: print(line, flush=True), jobs=args.jobs, fresh=args.fresh)
     print(summary(report), flush=True)

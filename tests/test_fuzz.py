@@ -24,6 +24,43 @@ def test_cpu_target_slice_in_subprocesses():
         assert res["status"] in ("ok", "invalid"), (seed, res)
 
 
+CUDA_HOST_SLICE = range(100, 140)   # the CUDA backend's kernels on the host: about 20 s
+
+
+def test_cuda_host_target_slice_has_no_failures():
+    """The CUDA planner and renderers (two schedules) on random programs, run on the host."""
+    import pytest
+    from backends.cuda import hostsim
+    if hostsim.available():
+        pytest.skip(hostsim.available())
+    statuses = {}
+    for seed in CUDA_HOST_SLICE:
+        res = fuzz.check(fuzz.random_program(seed), "cuda-host", budget=0.5)
+        statuses.setdefault(res["status"], []).append((seed, res.get("reason")))
+    assert set(statuses) <= {"ok", "invalid"}, statuses
+    assert len(statuses["ok"]) >= 30
+
+
+def test_cuda_host_target_finds_a_wrong_kernel(monkeypatch):
+    """A renderer that computes 1.01 / x for an f32 reciprocal is a mismatch under that target."""
+    import pytest
+    from backends.cuda import hostsim
+    from backends.cuda.cexpr import Emitter
+    from ir.dtypes import DType
+    from ir.ops import Op
+    if hostsim.available():
+        pytest.skip(hostsim.available())
+    prog = fuzz.Program([((4, 9), "f32")], [("unary", {"op": "recip"})], seed=1)
+    assert fuzz.check(prog, "cuda-host", 0.5)["status"] == "ok"
+    real = Emitter.math
+
+    def wrong(op, xs, dtype):
+        return f"(1.01f / {xs[0]})" if op == Op.RECIP and dtype == DType.f32 else real(op, xs, dtype)
+    monkeypatch.setattr(Emitter, "math", staticmethod(wrong))
+    res = fuzz.check(prog, "cuda-host", 0.5)
+    assert res["status"] == "mismatch" and res["reason"].startswith("default schedule: "), res
+
+
 def test_programs_cover_the_frontend():
     progs = [fuzz.random_program(s) for s in range(300)]
     kinds = {k for p in progs for k, _ in p.steps}
