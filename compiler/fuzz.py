@@ -534,29 +534,47 @@ def _difference(got: np.ndarray, want, want_dt: str, out_dt, b) -> str | None:
 
 
 def _run_cuda_host(graph, args) -> list[tuple[str, np.ndarray]] | None:
-    """Target "cuda-host": the CUDA backend's kernels for the traced program (its kernel terms:
-    the search's first candidate), under the default schedule and a Hopper TMA schedule,
-    compiled for this machine and run here (backends/cuda/hostsim.py), each output labelled by
-    its schedule; programs the templates cannot plan run as the kernel IR's rendering, as the
-    backend does. None where a kernel kind is not emulated on the host."""
+    """Target "cuda-host": the CUDA backend's kernels, compiled for this machine and run here
+    (backends/cuda/hostsim.py), each output labelled: the traced program with its kernel terms
+    (the search's first candidate) under the default schedule and a Hopper TMA schedule, then
+    up to three of the e-graph's rewritten candidates under the default schedule. Programs the
+    templates cannot plan run as the kernel IR's rendering, as the backend does. None where the
+    traced program has a kernel kind the host does not emulate (a candidate with one is left out)."""
     from backends.cuda import hostsim
-    from backends.cuda.plan import needs_kernel_ir
     from backends.cuda.render import Schedule
     from backends.cuda.templates.gemm_tma import TMA_CONFIGS
+    from compiler.explore import Limits, explore
     from rewrites.apply import kernel_terms
-    g = kernel_terms(graph)
-    if needs_kernel_ir(g):
-        return [("kernel IR", np.asarray(hostsim.run_kernel_ir(g, args)[0]))]
     runs = []
-    for label, sched in (("default schedule", None),
-                         ("TMA schedule", Schedule(gemm="wgmma", tma=TMA_CONFIGS[0], name="tma", arch="sm_90a"))):
+    tma = Schedule(gemm="wgmma", tma=TMA_CONFIGS[0], name="tma", arch="sm_90a")
+    try:
+        for label, sched in (("default schedule", None), ("TMA schedule", tma)):
+            runs += _host_run(kernel_terms(graph), args, sched, label)
+    except _NotEmulated:
+        return None
+    for i, cand in enumerate(explore(graph, limits=Limits(seconds=5), max_candidates=4).candidates[1:], 1):
         try:
-            runs.append((label, np.asarray(hostsim.run_templates(g, args, sched)[0])))
-        except ValueError as e:
-            if "need a GPU" in str(e):
-                return None
-            raise
+            runs += _host_run(cand.graph, args, None, f"candidate {i} ({cand.description})")
+        except _NotEmulated:
+            pass
     return runs
+
+
+class _NotEmulated(Exception):
+    pass
+
+
+def _host_run(g, args, sched, label: str) -> list[tuple[str, np.ndarray]]:
+    from backends.cuda import hostsim
+    from backends.cuda.plan import needs_kernel_ir
+    if needs_kernel_ir(g):
+        return [] if sched is not None else [(label + ", kernel IR", np.asarray(hostsim.run_kernel_ir(g, args)[0]))]
+    try:
+        return [(label, np.asarray(hostsim.run_templates(g, args, sched)[0]))]
+    except ValueError as e:
+        if "need a GPU" in str(e):
+            raise _NotEmulated(str(e)) from None
+        raise
 
 
 def run_isolated(prog: Program, target: str, budget: float, timeout: float) -> dict:

@@ -24,7 +24,7 @@ def test_cpu_target_slice_in_subprocesses():
         assert res["status"] in ("ok", "invalid"), (seed, res)
 
 
-CUDA_HOST_SLICE = range(100, 140)   # the CUDA backend's kernels on the host: about 20 s
+CUDA_HOST_SLICE = range(100, 116)   # the CUDA backend's kernels and candidates on the host: about 20 s
 
 
 def test_cuda_host_target_slice_has_no_failures():
@@ -38,7 +38,7 @@ def test_cuda_host_target_slice_has_no_failures():
         res = fuzz.check(fuzz.random_program(seed), "cuda-host", budget=0.5)
         statuses.setdefault(res["status"], []).append((seed, res.get("reason")))
     assert set(statuses) <= {"ok", "invalid"}, statuses
-    assert len(statuses["ok"]) >= 30
+    assert len(statuses["ok"]) >= 12
 
 
 def test_cuda_host_target_finds_a_wrong_kernel(monkeypatch):
