@@ -128,6 +128,7 @@ def test_cuda_executables_serialize_calls():
     g = saturn.trace(lambda x: x + 1, saturn.spec((4,)))
     exe = object.__new__(CUDAExecutable)   # skip the module load of __init__
     exe.graph, exe.launches, exe.functions, exe._args, exe.rt = g, [], [], [], _FakeDevice()
+    exe.concurrent = False
     exe.buffers = {n: 0 for n in list(g.inputs) + list(g.outputs)}
     x = np.zeros(4, np.float32)
     done = []
