@@ -331,7 +331,7 @@ class Importer:
 
     def _let(self, expr, shape=None, is_float: bool = False, is_f32: bool = False):
         self.count += 1
-        ref = self.eg.let(f"n{self.count}", expr)
+        ref = self.eg.let(f"n{self.count}_", expr)   # (see test_bridge_import_keeps_every_term)
         if is_float:
             self.eg.register(isfloat(ref))
         if is_f32:

@@ -107,3 +107,30 @@ def test_custom_rules_and_tiles():
     tiled = {n.shape for c in exp.candidates for n in c.graph.nodes if n.op == Op.VIEW}
     assert {(4, 12, 8), (4, 8, 12)} <= tiled                 # 96 split into tiles of 8 and of 12
     _check_equal(g, exp.candidates)
+
+
+def test_bridge_import_keeps_every_term():
+    """With no rules, every program extracted from the e-graph computes exactly what the
+    imported one does. The importer's let-bound names n1 ... n11 once made tanh's x * (1 -
+    x^2 / 3) arrive in the e-graph as (1 - x^2 / 3) * (1 - x^2 / 3) (found by the cuda-host
+    fuzz, seeds 402151 and 402300: a wrong candidate that verification must catch)."""
+    import numpy as np
+    import compiler as saturn
+    from compiler import fuzz
+    from compiler.explore import Limits, explore
+    from ir.interpreter import evaluate
+    programs = [saturn.trace(lambda x: x.tanh(), saturn.spec((3, 3, 16), "f32"))]
+    for seed in range(40):
+        prog = fuzz.random_program(seed)
+        try:
+            programs.append(saturn.trace(fuzz.saturn_fn(prog), *[saturn.spec(s, d) for s, d in prog.inputs]))
+        except saturn.SaturnError:
+            continue
+    rng = np.random.default_rng(0)
+    for g in programs:
+        args = [rng.uniform(-0.05, 0.05, n.shape).astype(n.dtype.np) if n.dtype.is_float else
+                np.ones(n.shape, n.dtype.np) for n in g.inputs]
+        want = evaluate(g, args)
+        for c in explore(g, limits=Limits(seconds=10), max_candidates=6, rules=[]).candidates:
+            for a, b in zip(evaluate(c.graph, args), want):
+                assert np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True), (c.description, g)
