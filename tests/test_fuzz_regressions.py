@@ -477,3 +477,14 @@ def test_dividing_by_a_subnormal_f64_is_the_documented_overflow_of_its_reciproca
     g = trace_primitives(lambda a, b: a / b, spec((2,), "f64"), spec((2,), "f64"))
     b = evaluate_bounded(g, [np.array([1.0, 1.0]), np.array([0.0, 4.0])])[0]
     assert list(b.value) == [np.inf, 0.25] and b.bound[0] == 0 and b.bound[1] < 1e-15   # 1 / 0 is exact
+
+
+@pytest.mark.parametrize("seed", [402151, 402300, 401597])
+def test_cuda_host_findings_pass(seed):
+    """cuda-host fuzz findings: an f32 tanh whose e-graph import squared the series' factor
+    (402151, 402300: the candidate was wrong on every target), and a product over an empty
+    axis whose empty operand had no buffer in the host runner (401597)."""
+    from backends.cuda import hostsim
+    if hostsim.available():
+        pytest.skip(hostsim.available())
+    assert fuzz.check(fuzz.random_program(seed), "cuda-host", 1.0) == {"status": "ok"}

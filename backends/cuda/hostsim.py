@@ -761,6 +761,9 @@ def run_templates(graph, args, schedule=None) -> list[np.ndarray]:
             from backends.cuda.cublas import emulate_call
             emulate_call(l.library, [bufs[l.output]] + [bufs[n] for n in l.inputs])
         else:
+            for n in l.inputs:     # an empty value has no kernel but a buffer, as on the device
+                if n not in bufs:
+                    bufs[n] = unwritten(max(n.numel, 1), n.dtype.np)
             pointers = [bufs[l.output]] + [bufs[n] for n in l.inputs]
             run(l.name, [host_map(m, pointers[m.arg]) for m in l.tensor_maps] + pointers)
     return [np.zeros(o.shape, o.dtype.np) if o.numel == 0 else bufs[o][: o.numel].reshape(o.shape).copy()
