@@ -540,7 +540,6 @@ def _run_cuda_host(graph, args) -> list[tuple[str, np.ndarray]] | None:
     up to three of the e-graph's rewritten candidates under the default schedule. Programs the
     templates cannot plan run as the kernel IR's rendering, as the backend does. None where the
     traced program has a kernel kind the host does not emulate (a candidate with one is left out)."""
-    from backends.cuda import hostsim
     from backends.cuda.render import Schedule
     from backends.cuda.templates.gemm_tma import TMA_CONFIGS
     from compiler.explore import Limits, explore
