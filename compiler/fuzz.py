@@ -546,9 +546,10 @@ def _run_cuda_host(graph, args) -> list[tuple[str, np.ndarray]] | None:
     from rewrites.apply import kernel_terms
     runs = []
     tma = Schedule(gemm="wgmma", tma=TMA_CONFIGS[0], name="tma", arch="sm_90a")
+    traced = kernel_terms(graph)
     try:
         for label, sched in (("default schedule", None), ("TMA schedule", tma)):
-            runs += _host_run(kernel_terms(graph), args, sched, label)
+            runs += _host_run(traced, args, sched, label)
     except _NotEmulated:
         return None
     rewritten = [c for c in explore(graph, limits=Limits(seconds=5), max_candidates=4).candidates

@@ -106,7 +106,7 @@ class DeviceRunner:
         self.event = driver.new_event()
         self.lanes = program.lanes if program.lanes is not None else lanes_.sequential(len(self.steps))
         self._side = [driver.new_stream() for _ in range(self.lanes.count - 1)]
-        self._events = {j: driver.new_event() for j in self.lanes.recorded | {-1}} if self.lanes.count > 1 else {}
+        self._events = lanes_.new_events(self.lanes, driver.new_event)
         self.last_stream: int | None = None
         self.graphs = GraphReplay(self, enabled=graphs)
         self.copied_duplicates = 0

@@ -27,7 +27,7 @@ import numpy as np
 from ir.graph import Graph
 from ir.node import Node
 from ir.ops import Op
-from backends.cuda import lanes as lanes_
+from backends.cuda import driver, lanes as lanes_
 from backends.cuda.device_run import DeviceProgram, KernelStep, LibraryStep
 from backends.cuda.render import Launch
 from backends.cuda.runtime import CUDAFailure, Runtime
@@ -59,7 +59,6 @@ class CUDAExecutable:
         # argument buffer gave them an illegal instruction on the H100 (their maps by value)
         self._map_launches = {}
         if any(l.tensor_maps for l in launches):
-            from backends.cuda import driver
             raw = driver.RawModule(module.binary)
             self._map_launches = {i: driver.KernelLaunch(raw.function(l.name, l.shared), l.grid, l.block, l.shared,
                                                          [0] * (1 + len(l.inputs)), l.tensor_maps)
@@ -84,8 +83,8 @@ class CUDAExecutable:
         self.lanes = lanes_.plan_lanes([l.output for l in launches], [list(l.inputs) for l in launches],
                                        [l.library is not None for l in launches])
         self.concurrent = False          # off until measured on a GPU (benchmarks/lanes_ab.py)
-        self._side: list = []            # a pycuda stream per lane, made on first use
-        self._events: dict[int, int] = {}
+        self._side: list = []            # a pycuda stream per lane and their events (lanes.new_events),
+        self._events: dict = {}          # made on the first concurrent call
 
     @property
     def code_identity(self) -> str:
@@ -139,15 +138,12 @@ class CUDAExecutable:
             for i in range(len(self.launches)):
                 launch(i, stream)
             return
-        from backends.cuda import driver
         # every lane on a stream of the executable's own (pycuda's, which are blocking): the legacy
         # default stream's work before the call (uploads) precedes them, and its work after the
         # call (downloads, the benchmark's stop event) waits for them, with no explicit join
-        while len(self._side) < self.lanes.count:
-            self._side.append(drv.Stream())
-        for j in self.lanes.recorded | {-1}:
-            if j not in self._events:
-                self._events[j] = driver.new_event()
+        if not self._side:
+            self._side = [drv.Stream() for _ in range(self.lanes.count)]
+            self._events = lanes_.new_events(self.lanes, driver.new_event)
         streams = self._side if stream is None else [stream] + self._side[1:]
         handles = [int(s.handle) for s in streams]
         lanes_.enqueue(self.lanes, lambda i, k: launch(i, streams[k]),
@@ -248,7 +244,6 @@ class CUDAExecutable:
     def close(self) -> None:
         with _DEVICE_LOCK:
             if self._events:
-                from backends.cuda import driver
                 with _on_device(self.rt):
                     for e in self._events.values():
                         driver.destroy_event(e)

@@ -19,6 +19,7 @@ captured as a CUDA graph (backends/cuda/device_run.py), share it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Hashable, Sequence
 
 MAX_LANES = 4
@@ -31,10 +32,16 @@ class Lanes:
     joins: tuple[int, ...]                 # the last launch of each lane other than 0 that lane 0 waits for
     count: int                             # lanes used
 
-    @property
+    @cached_property
     def recorded(self) -> frozenset[int]:
         """Launches whose completion is waited for (an event is recorded after each)."""
         return frozenset(j for w in self.waits for j in w) | frozenset(self.joins)
+
+
+def new_events(lanes: Lanes, new_event: Callable[[], object]) -> dict:
+    """The events `enqueue` needs: one per launch another lane waits for, and the call's start
+    (key -1); none for one lane."""
+    return {j: new_event() for j in lanes.recorded | {-1}} if lanes.count > 1 else {}
 
 
 def sequential(n: int) -> Lanes:
