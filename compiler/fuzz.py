@@ -556,10 +556,26 @@ def _run_cuda_host(graph, args) -> list[tuple[str, np.ndarray]] | None:
                  if c.graph is not graph]           # (the original ranks among them by cost)
     for i, cand in enumerate(rewritten, 1):
         try:
-            runs += _host_run(cand.graph, args, None, f"candidate {i} ({cand.description})")
+            # as compile does: a candidate that fails verification is never run for a user
+            if _passes_verification(graph, cand.graph):
+                runs += _host_run(cand.graph, args, None, f"candidate {i} ({cand.description})")
         except _NotEmulated:
             pass
     return runs
+
+
+def _passes_verification(graph, candidate, seed: int = 0) -> bool:
+    """Whether `candidate` (a rewritten program of `graph`) passes the checks a search makes
+    before timing it, on the verification input sets of `seed` (compiler/verify.py), run as
+    kernels on the host. A rule exact only over finite values (a factor moved out of a sum:
+    an infinite factor times a zero term is NaN, times the sum a signed inf) is caught here."""
+    from compiler import verify
+    for args in verify.verification_inputs(graph, seed):
+        want = verify.reference(graph, args)
+        got = _host_run(candidate, args, None, "")[0][1]       # (a fuzz program has one output)
+        if verify.compare(want[0], got, graph.outputs[0].dtype):
+            return False
+    return True
 
 
 class _NotEmulated(Exception):
