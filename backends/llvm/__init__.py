@@ -43,7 +43,7 @@ class LLVMBackend:
         return None
 
     def default_schedule(self) -> Schedule:
-        """All cores, the host's widest vectors, 6x2-vector matmul tiles."""
+        """All cores, the host's widest vectors, matmul tiles of `matmul.DEFAULT_TILE`."""
         return Schedule(default=KernelSchedule(vector_width=native_vector_width()), name="default")
 
     def schedules(self, graph: Graph) -> list[Schedule]:
@@ -52,7 +52,7 @@ class LLVMBackend:
         programs, and a search whose budget runs out after a few schedules should have seen
         it; the BLAS numpy links comes before it when f32 products carry over LIBRARY_FIRST_MACS of
         work), the BLAS numpy links for plain products (when the program has one: blas.py),
-        on AVX-512 a 14 x 2 matmul tile, LLVM's loop unroller on, the other matmul tiles, vector
+        on AVX-512 the 8 x 2 matmul tile, LLVM's loop unroller on, the other matmul tiles, vector
         widths, and strict (no reassociated reductions)."""
         from backends.llvm import blas
         w = native_vector_width()
@@ -74,17 +74,13 @@ class LLVMBackend:
         # terms would build, verify and time the default's code again under another name
         tiles = any(n.op == Op.CONTRACT for n in graph.nodes)
         if tiles and w == 16:
-            # 14 rows x 2 vectors: 28 accumulators of AVX-512's 32 registers, each B panel
-            # read from L2 once per 14 rows instead of 8. On a 2-core Ice Lake-class Xeon, f32
-            # 1024^3 ran 9.4-10.4 ms under it against 13.9-14.7 under the 8 x 2 default
-            # (torch 9.4-10.5; 2026-12-07); next after one thread and the library, ahead of
-            # the schedules a big program's search may not reach
+            # the 8-row tile the 12-row default replaced (matmul.DEFAULT_ROWS): ahead of the
+            # schedules a big program's search may not reach
             out.insert(3 if products else 2,
-                       Schedule(default=KernelSchedule(vector_width=w, tile=(14, 2, 512, 512)), name="mm14x2"))
+                       Schedule(default=KernelSchedule(vector_width=w, tile=(8, 2, 256, 1024)), name="mm8x2"))
         out.append(Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"))
         if tiles:
-            # the other tile beside the default (matmul.DEFAULT_TILE): on AVX-512 the former
-            # default 6 x 2 (the odd 3x3 conv b3 27x27x31 preferred it, 0.198-0.206 ms against
+            # another tile beside the default (matmul.DEFAULT_TILE): on AVX-512 6 x 2 (the odd 3x3 conv b3 27x27x31 preferred it, 0.198-0.206 ms against
             # 0.219-0.221 under 8 x 2; 8 x 1 was never the fastest, 2-core EPYC, 2026-12-06)
             out.append(Schedule(default=KernelSchedule(vector_width=w, tile=(6, 2, 256, 1024)), name="mm6x2")
                        if w == 16 else

@@ -29,14 +29,16 @@ from ir.kernel import (Compute, Kernel, KernelProgram, KernelSchedule, Let, Load
                        value_vars, walk)
 from ir.ops import Op
 
-# MR rows, NR in vectors, KC depth, NC columns, by vector width: 8 x 2 takes 19 of AVX-512's
-# 32 registers (6 x 2 before: a 3x3 conv at b8 28x28x64 ran 1.20-1.22 ms under 8 x 2 against
-# 1.25-1.27, 1024^3 4.5-4.7 against 4.7-5.0 on the 2-core EPYC, 2026-12-06); 6 x 2 fits AVX2's 16
-DEFAULT_TILE = {16: (8, 2, 256, 1024), 8: (6, 2, 256, 1024)}
-# AVX-512 default rows per block and the relative time of a row under them: the block that takes
-# least for the rows computed with padding (33 output channels: 40 rows under 8, 36 under 6; the
-# odd conv b3 27x27x31->33 ran 0.201 ms under 8 x 2 against 0.185 under 6 x 2)
-DEFAULT_ROWS = ((8, 1.0), (6, 1.04))
+# MR rows, NR in vectors, KC depth, NC columns, by vector width: on AVX-512 the rows come from
+# DEFAULT_ROWS (12 x 2 takes 24 accumulators of its 32 registers and reads each packed B panel
+# once per 12 rows); 6 x 2 fits AVX2's 16
+DEFAULT_TILE = {16: (12, 2, 256, 1024), 8: (6, 2, 256, 1024)}
+# AVX-512 rows per block and the relative time of a row under them: the block that takes least
+# for the rows computed with padding. 12 rows against 8: f32 products 1.03-1.20x faster on a
+# 2-core Ice Lake-class Xeon (1024^3 1.13x; 512x2048x512 1.20x; 250x384x1537 1.16x; 2026-12-07);
+# 8 against 6 on the 2-core EPYC (a 3x3 conv at b8 28x28x64 1.20-1.22 ms against 1.25-1.27; 33
+# output channels: 40 rows under 8, 36 under 6, and 0.185 ms under 6 against 0.201; 2026-12-06)
+DEFAULT_ROWS = ((12, 0.92), (8, 1.0), (6, 1.04))
 
 
 @dataclass(frozen=True)
