@@ -26,7 +26,7 @@ from benchmarks.workloads import WORKLOADS, select_cases, workload_names
 DEFAULTS = {  # suite -> (rounds, seconds per batch)
     "full": (7, 0.2), "quick": (3, 0.05), "tiny": (2, 0.005),
 }
-ALL_PEERS = ["eager", "compile", "compile-graphs", "sdpa"]
+ALL_PEERS = ["eager", "compile", "compile-graphs", "sdpa", "saturn-graphs"]
 QUICK_BUDGET_S = 2.0  # Saturn's search budget per workload under --quick (keeps it under 2 minutes)
 
 
@@ -41,10 +41,12 @@ def add_arguments(p) -> None:
     p.add_argument("--md", metavar="FILE", help="write the table and notes as Markdown")
     p.add_argument("--plot", metavar="FILE", help="write a PNG bar chart of speedups (needs matplotlib)")
     p.add_argument("--peers", default=None,
-                   help="comma-separated PyTorch contenders among eager,compile,compile-graphs,sdpa "
+                   help="comma-separated contenders among eager,compile,compile-graphs,sdpa,saturn-graphs "
                         "(default: all; --quick on the CPU: eager,sdpa, since torch.compile takes minutes there). "
                         "compile-graphs is torch.compile(mode='reduce-overhead') (CUDA graphs, weights marked "
-                        "static), timed on CUDA for the model workloads (block, decoder, gpt2) at their main sizes (not the odd ones)")
+                        "static), timed on CUDA for the model workloads (block, decoder, gpt2) at their main sizes (not the odd ones); "
+                        "saturn-graphs is, for the same workloads, Saturn's function called on PyTorch CUDA tensors (its CUDA "
+                        "graphs replayed), timed like the PyTorch peers")
     p.add_argument("--rounds", type=int, help="alternating timing rounds (default 7; --quick 3)")
     p.add_argument("--batch-ms", type=float, help="target milliseconds per timed batch (default 200; --quick 50)")
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1,

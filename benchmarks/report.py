@@ -11,8 +11,9 @@ import math
 import sys
 
 PEER_TITLES = {"saturn": "Saturn", "eager": "eager", "compile": "torch.compile",
-               "compile-graphs": "torch.compile CUDA graphs", "sdpa": "SDPA"}
-PEER_ORDER = ["eager", "compile", "compile-graphs", "sdpa"]
+               "compile-graphs": "torch.compile CUDA graphs", "sdpa": "SDPA",
+               "saturn-graphs": "Saturn CUDA graphs (device tensors)"}
+PEER_ORDER = ["eager", "compile", "compile-graphs", "sdpa", "saturn-graphs"]
 
 
 def _ms(d: dict) -> str:

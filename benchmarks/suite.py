@@ -10,7 +10,7 @@ from typing import Callable
 import numpy as np
 
 from benchmarks.ceilings import floor_seconds
-from benchmarks.contenders import SaturnContender, TorchContender, TorchEnv
+from benchmarks.contenders import SaturnContender, SaturnDeviceContender, TorchContender, TorchEnv
 from benchmarks.timing import Stats, alternate
 from benchmarks.workloads import Case
 
@@ -28,7 +28,7 @@ class Settings:
     suite: str                     # "full", "quick" or "tiny"
     rounds: int
     batch_s: float
-    peers: list[str]               # among "eager", "compile", "compile-graphs", "sdpa"
+    peers: list[str]               # among "eager", "compile", "compile-graphs", "sdpa", "saturn-graphs"
     saturn_options: dict = field(default_factory=dict)
     time_limit_s: float | None = None
     seed: int = 0
@@ -117,6 +117,16 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
             except Exception as e:  # noqa: BLE001 - e.g. torch.compile without a working toolchain
                 rec["peers"][name] = {"status": "n/a", "reason": _first_line(e)}
                 log(f"  {name}: n/a ({rec['peers'][name]['reason']})")
+        if "saturn-graphs" in s.peers and "compile-graphs" in fns and out is not None:
+            # Saturn as a model calls it on device tensors, beside torch.compile's CUDA graphs
+            c = SaturnDeviceContender(saturn, env, sets)
+            try:
+                c.prepare()
+                rec["peers"][c.name] = {}
+                contenders.append(c)
+            except Exception as e:  # noqa: BLE001 - a device-tensor call that fails is a result too
+                rec["peers"][c.name] = {"status": "n/a", "reason": _first_line(e)}
+                log(f"  {c.name}: n/a ({rec['peers'][c.name]['reason']})")
         try:
             ref, how = _reference(case, env, tensors, contenders)
         except Exception as e:  # noqa: BLE001 - e.g. out of memory for the f32 reference
@@ -145,6 +155,8 @@ def run_case(case: Case, index: int, s: Settings, env: TorchEnv | None, ceilings
     timed = list(contenders)
     if rec["check"]["status"] in ("ok", "unchecked"):
         timed.insert(0, saturn)
+    else:   # Saturn's result on device tensors is timed only where its result checks
+        timed = [c for c in timed if not isinstance(c, SaturnDeviceContender)]
     samples, errors = alternate(timed, rounds=s.rounds, batch_s=s.batch_s)
     for name, msg in errors.items():
         target = rec["saturn"] if name == "saturn" else rec["peers"][name]
