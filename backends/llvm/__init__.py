@@ -80,8 +80,9 @@ class LLVMBackend:
                        Schedule(default=KernelSchedule(vector_width=w, tile=(8, 2, 256, 1024)), name="mm8x2"))
         out.append(Schedule(default=KernelSchedule(vector_width=w, unroll=4), name="unrolled"))
         if tiles:
-            # another tile beside the default (matmul.DEFAULT_TILE): on AVX-512 6 x 2 (the odd 3x3 conv b3 27x27x31 preferred it, 0.198-0.206 ms against
-            # 0.219-0.221 under 8 x 2; 8 x 1 was never the fastest, 2-core EPYC, 2026-12-06)
+            # another tile beside the default (matmul.DEFAULT_TILE): on AVX-512 6 x 2 (the odd
+            # 3x3 conv b3 27x27x31 preferred it, 0.198-0.206 ms against 0.219-0.221 under 8 x 2;
+            # 8 x 1 was never the fastest, 2-core EPYC, 2026-12-06)
             out.append(Schedule(default=KernelSchedule(vector_width=w, tile=(6, 2, 256, 1024)), name="mm6x2")
                        if w == 16 else
                        Schedule(default=KernelSchedule(vector_width=w, tile=(4, 3, 256, 1024)), name="mm4x3"))
