@@ -554,28 +554,33 @@ def _run_cuda_host(graph, args) -> list[tuple[str, np.ndarray]] | None:
         return None
     rewritten = [c for c in explore(graph, limits=Limits(seconds=5), max_candidates=4).candidates
                  if c.graph is not graph]           # (the original ranks among them by cost)
+    references = verification_references(graph) if rewritten else None
     for i, cand in enumerate(rewritten, 1):
         try:
             # as compile does: a candidate that fails verification is never run for a user
-            if _passes_verification(graph, cand.graph):
+            if passes_verification(graph, cand.graph, *references):
                 runs += _host_run(cand.graph, args, None, f"candidate {i} ({cand.description})")
         except _NotEmulated:
             pass
     return runs
 
 
-def _passes_verification(graph, candidate, seed: int = 0) -> bool:
-    """Whether `candidate` (a rewritten program of `graph`) passes the checks a search makes
-    before timing it, on the verification input sets of `seed` (compiler/verify.py), run as
-    kernels on the host. A rule exact only over finite values (a factor moved out of a sum:
-    an infinite factor times a zero term is NaN, times the sum a signed inf) is caught here."""
+def verification_references(graph, seed: int = 0) -> tuple[list, list]:
+    """The input sets a search verifies `graph`'s candidates on (compiler/verify.py) and the
+    float64 references on them: computed once for all of its candidates."""
     from compiler import verify
-    for args in verify.verification_inputs(graph, seed):
-        want = verify.reference(graph, args)
-        got = _host_run(candidate, args, None, "")[0][1]       # (a fuzz program has one output)
-        if verify.compare(want[0], got, graph.outputs[0].dtype):
-            return False
-    return True
+    inputs = verify.verification_inputs(graph, seed)
+    return inputs, [verify.reference(graph, args) for args in inputs]
+
+
+def passes_verification(graph, candidate, inputs, expected) -> bool:
+    """Whether `candidate` (a rewritten program of `graph`), run as kernels on the host, passes
+    the check a search makes before timing it (`verify.check_executable`). A rule exact only
+    over finite values (a factor moved out of a sum: an infinite factor times a zero term is
+    NaN, times the sum a signed inf) is caught here."""
+    from compiler import verify
+    run = lambda *a: [_host_run(candidate, list(a), None, "")[0][1]]     # (a fuzz program has one output)
+    return verify.check_executable(run, inputs, expected, [o.dtype for o in graph.outputs]).ok
 
 
 class _NotEmulated(Exception):
